@@ -1,0 +1,119 @@
+// The model endpoints: POST /api/predict/<model>, POST /api/embed/<model> and
+// GET /api/metadata/<model>, for each enabled model whose package serves that task.
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { Supervisor } from '../../../supervisor/supervisor.js';
+import type { ModelPool } from '../../../supervisor/model-pool.js';
+import { ModelLoadingError } from '../../../supervisor/errors.js';
+import type { Task } from '../../model-package/manifest.js';
+import { readManifest } from '../../model-package/model-package.js';
+import type { WorkerInfo } from '../../ipc/protocol.js';
+import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../schemas/tile.js';
+import { checkTile } from '../tile-checks.js';
+import { tileResponseJson } from '../response-writer.js';
+import { sendValidationError } from './errors.js';
+
+export interface ModelRoutesOptions {
+  supervisor: Supervisor;
+  maxTilePixels: number;
+}
+
+const errorResponses = { 422: HTTPValidationError, 503: Type503(), 504: ErrorDetail };
+function Type503() {
+  return { description: 'Model loading ({"status": "loading"}) or queue full ({"detail": ...}); see Retry-After', anyOf: [Loading, ErrorDetail] };
+}
+
+/** Tasks a package serves, read from disk at start so routes exist from the first moment. An
+ *  unreadable manifest still gets every route: they answer 503 loading while the worker retries,
+ *  and /diagnostics shows why it cannot load. */
+function plannedTasks(dir: string): Task[] {
+  try {
+    return readManifest(dir).tasks;
+  } catch {
+    return ['segmentation', 'prediction', 'embedding'];
+  }
+}
+
+/** The response is already JSON text (response-writer.ts), so fastify's serializer is bypassed. */
+const sendJson = (reply: FastifyReply, body: Buffer) => reply.type('application/json').send(body);
+
+export default async function modelRoutes(fastify: FastifyInstance, { supervisor, maxTilePixels }: ModelRoutesOptions): Promise<void> {
+  const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+
+  const ready = (pool: ModelPool): WorkerInfo => {
+    const info = pool.info;
+    if (!info) throw new ModelLoadingError(pool.name, supervisor.config.pressure.retry_after_s);
+    return info;
+  };
+
+  for (const pool of supervisor.pools.values()) {
+    const name = pool.name;
+    const tasks = plannedTasks(supervisor.config.models.find((m) => m.name === name)!.path!);
+    const tags = ['Models'];
+
+    if (tasks.includes('prediction') || tasks.includes('segmentation')) {
+      app.post(
+        `/api/predict/${name}`,
+        { schema: { summary: `${name} prediction`, tags, body: TileRequest, querystring: PredictQuery, response: { 200: TileResponse, ...errorResponses } } },
+        async (request, reply) => {
+          const { manifest } = ready(pool);
+          const mode = request.query.mode ?? 'prediction';
+          const segmentation = manifest.tasks.includes('segmentation');
+          if (mode === 'prediction_with_embedding' && (segmentation || !manifest.tasks.includes('embedding'))) {
+            return sendValidationError(reply, [{ loc: ['query', 'mode'], msg: "Input should be 'prediction'", type: 'literal_error', ctx: { expected: "'prediction'" }, input: mode }]);
+          }
+          const errors = checkTile(request.body, manifest, true, maxTilePixels);
+          if (errors.length) return sendValidationError(reply, errors);
+          const body = request.body;
+          const result = await supervisor.infer(name, {
+            task: segmentation ? 'segmentation' : 'prediction',
+            withEmbedding: mode === 'prediction_with_embedding',
+            imageBase64: body.image_data,
+            width: body.width,
+            height: body.height,
+            bulk: body.bulk_rna ?? null,
+          });
+          const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
+          return sendJson(reply, tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio }));
+        },
+      );
+    }
+
+    if (tasks.includes('embedding')) {
+      app.post(
+        `/api/embed/${name}`,
+        { schema: { summary: `${name} embedding`, tags, body: TileRequest, response: { 200: TileResponse, ...errorResponses } } },
+        async (request, reply) => {
+          const { manifest } = ready(pool);
+          const errors = checkTile(request.body, manifest, false, maxTilePixels);
+          if (errors.length) return sendValidationError(reply, errors);
+          const body = request.body;
+          const result = await supervisor.infer(name, { task: 'embedding', withEmbedding: false, imageBase64: body.image_data, width: body.width, height: body.height, bulk: null });
+          return sendJson(reply, tileResponseJson(body, { output: result.output, embedding: null, tissueRatio: body.tissue_ratio ?? null }));
+        },
+      );
+    }
+
+    app.get(`/api/metadata/${name}`, { schema: { summary: `${name} metadata`, tags, response: { 200: ModelMetadata, 503: Loading } } }, async () => {
+      const { manifest, sha256 } = ready(pool);
+      return {
+        model: manifest.name,
+        version: manifest.version,
+        tasks: manifest.tasks,
+        tile: manifest.tile,
+        ...(manifest.genes && {
+          input_genes: manifest.genes.input,
+          output_genes: manifest.genes.output,
+          gene_panel: manifest.genes.panel,
+          bulk_transform: manifest.genes.bulk_transform,
+        }),
+        ...(manifest.embedding_dim !== undefined && { embedding_dim: manifest.embedding_dim }),
+        trained: manifest.provenance.trained,
+        provenance: manifest.provenance.method,
+        description: manifest.description,
+        licence: manifest.license,
+        sha256,
+      };
+    });
+  }
+}

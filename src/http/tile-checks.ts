@@ -1,0 +1,48 @@
+// Checks of a tile request against the model that will run it, done in the front because they
+// need no pixels: tile size, resolution, bulk_rna, and the PNG header (read from the first
+// base64 characters, so a PNG declaring huge dimensions is refused before anything inflates it).
+import type { FieldError } from '../ipc/protocol.js';
+import type { Manifest } from '../model-package/manifest.js';
+import { readPngHeaderBase64 } from '../tile/png.js';
+import type { TileRequest } from './schemas/tile.js';
+
+const BASE64_PREFIX = /^[A-Za-z0-9+/]{0,32}/;
+
+export function checkTile(body: TileRequest, manifest: Manifest, usesBulk: boolean, maxPixels: number): FieldError[] {
+  const errors: FieldError[] = [];
+  const { tile, name } = manifest;
+  const fail = (field: string, msg: string, ctx?: Record<string, unknown>) => errors.push({ loc: ['body', field], msg: `Value error, ${msg}`, type: 'value_error', ...(ctx && { ctx }) });
+
+  if (body.width !== tile.width || body.height !== tile.height) {
+    const field = body.width !== tile.width ? 'width' : 'height';
+    fail(field, `${name} takes ${tile.width}x${tile.height} tiles, got width x height = ${body.width}x${body.height}`, { expected: `${tile.width}x${tile.height}` });
+  }
+  if (body.resolution !== undefined && body.resolution !== null) {
+    const low = tile.mpp * (1 - tile.mpp_tolerance);
+    const high = tile.mpp * (1 + tile.mpp_tolerance);
+    if (!(body.resolution >= low && body.resolution <= high)) {
+      fail('resolution', `${name} takes tiles at ${tile.mpp} MPP (${low.toFixed(3)} to ${high.toFixed(3)}), got ${body.resolution}`, { expected: tile.mpp, tolerance: tile.mpp_tolerance });
+    }
+  }
+  if (usesBulk && manifest.genes && body.bulk_rna) {
+    const genes = manifest.genes.input.length;
+    if (body.bulk_rna.length !== genes) {
+      fail('bulk_rna', `bulk_rna should have ${genes} values, one per input gene of ${name} (GET /api/metadata/${name}), got ${body.bulk_rna.length}`, { expected: genes });
+    } else {
+      const bad = body.bulk_rna.findIndex((v) => !Number.isFinite(v) || v < 0);
+      if (bad >= 0) errors.push({ loc: ['body', 'bulk_rna', bad], msg: 'Value error, bulk RNA counts should be finite numbers >= 0', type: 'value_error' });
+    }
+  }
+
+  const header = readPngHeaderBase64(body.image_data);
+  if (!header) {
+    const isBase64 = BASE64_PREFIX.exec(body.image_data)![0].length === Math.min(32, body.image_data.length) && body.image_data.length > 0;
+    if (isBase64) fail('image_data', 'image_data should be a base64-encoded PNG (PNG signature and IHDR chunk not found)');
+    else errors.push({ loc: ['body', 'image_data'], msg: 'Base64 decoding error: image_data should be standard base64 text (A-Z a-z 0-9 + /, padded with =)', type: 'base64_decode' });
+  } else if (header.width * header.height > maxPixels) {
+    fail('image_data', `PNG declares ${header.width}x${header.height} pixels, more than the limit of ${maxPixels}; refused before decoding`);
+  } else if (header.width !== body.width || header.height !== body.height) {
+    fail('image_data', `PNG is ${header.width}x${header.height} pixels, expected width x height = ${body.width}x${body.height}`);
+  }
+  return errors;
+}

@@ -1,0 +1,105 @@
+// Maps JSON-schema (ajv) validation errors to FastAPI/pydantic's ValidationError items, so a
+// client written against the spec's HTTPValidationError sees the shape and type names it expects.
+import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
+import type { FieldError } from '../ipc/protocol.js';
+
+export interface ValidationItem extends FieldError {
+  input?: unknown;
+}
+
+const LOC_ROOT: Record<string, string> = { body: 'body', querystring: 'query', params: 'path', headers: 'header' };
+
+const TYPE_ERRORS: Record<string, [string, string]> = {
+  integer: ['int_type', 'Input should be a valid integer'],
+  number: ['float_type', 'Input should be a valid number'],
+  string: ['string_type', 'Input should be a valid string'],
+  array: ['list_type', 'Input should be a valid list'],
+  boolean: ['bool_type', 'Input should be a valid boolean'],
+  object: ['model_attributes_type', 'Input should be a valid dictionary or object to extract fields from'],
+};
+
+function segments(instancePath: string): (string | number)[] {
+  if (!instancePath) return [];
+  return instancePath
+    .slice(1)
+    .split('/')
+    .map((s) => s.replaceAll('~1', '/').replaceAll('~0', '~'))
+    .map((s) => (/^\d+$/.test(s) ? Number(s) : s));
+}
+
+function valueAt(data: unknown, path: (string | number)[]): unknown {
+  let v: unknown = data;
+  for (const key of path) v = v !== null && typeof v === 'object' ? (v as Record<string | number, unknown>)[key] : undefined;
+  return v;
+}
+
+/** Echo small inputs as pydantic does; leave out objects and long strings (a tile is megabytes). */
+function echo(value: unknown): { input?: unknown } {
+  if (value === undefined || (value !== null && typeof value === 'object')) return {};
+  if (typeof value === 'string' && value.length > 200) return {};
+  return { input: value };
+}
+
+const quoted = (values: unknown[]) => values.map((v) => `'${String(v)}'`).join(', ').replace(/, ([^,]*)$/, ' or $1');
+
+function describe(error: FastifySchemaValidationError, value: unknown): Omit<FieldError, 'loc'> {
+  const p = error.params as Record<string, unknown>;
+  switch (error.keyword) {
+    case 'required':
+      return { type: 'missing', msg: 'Field required' };
+    case 'type': {
+      const wanted = String(p.type).split(',')[0];
+      if (wanted === 'integer' && typeof value === 'number') return { type: 'int_from_float', msg: 'Input should be a valid integer, got a number with a fractional part' };
+      const [type, msg] = TYPE_ERRORS[wanted] ?? ['value_error', `Input should be of type ${wanted}`];
+      return { type, msg };
+    }
+    case 'enum':
+    case 'const': {
+      const expected = quoted((p.allowedValues as unknown[]) ?? [p.allowedValue]);
+      return { type: 'literal_error', msg: `Input should be ${expected}`, ctx: { expected } };
+    }
+    case 'minimum':
+      return { type: 'greater_than_equal', msg: `Input should be greater than or equal to ${p.limit}`, ctx: { ge: p.limit } };
+    case 'maximum':
+      return { type: 'less_than_equal', msg: `Input should be less than or equal to ${p.limit}`, ctx: { le: p.limit } };
+    default:
+      return { type: 'value_error', msg: `Value error, ${error.message ?? 'invalid value'}` };
+  }
+}
+
+/**
+ * One item per failing field. A nullable field (anyOf [T, null]) reports only its non-null
+ * branch, as pydantic reports `Optional[T]`.
+ */
+export function toValidationItems(errors: FastifySchemaValidationError[], context: string, data: unknown): ValidationItem[] {
+  const unions = errors.filter((e) => e.keyword === 'anyOf').map((e) => `${e.schemaPath}/anyOf/`);
+  const kept = errors.filter((e) => {
+    if (e.keyword === 'anyOf') return false;
+    const union = unions.find((u) => e.schemaPath.startsWith(u));
+    return !union || e.schemaPath.startsWith(`${union}0/`);
+  });
+  const seen = new Set<string>();
+  const items: ValidationItem[] = [];
+  for (const error of kept) {
+    const path = segments(error.instancePath);
+    if (error.keyword === 'required') path.push(String((error.params as { missingProperty: string }).missingProperty));
+    const value = error.keyword === 'required' ? undefined : valueAt(data, path);
+    const item: ValidationItem = { loc: [LOC_ROOT[context] ?? context, ...path], ...describe(error, value), ...echo(value) };
+    const key = JSON.stringify(item.loc) + item.type;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    items.push(item);
+  }
+  return items;
+}
+
+/** Malformed JSON, in FastAPI's shape: loc ["body", character offset]. */
+export function jsonInvalid(message: string): ValidationItem {
+  const position = /position (\d+)/.exec(message);
+  return {
+    loc: position ? ['body', Number(position[1])] : ['body'],
+    msg: 'JSON decode error',
+    type: 'json_invalid',
+    ctx: { error: message },
+  };
+}

@@ -1,0 +1,57 @@
+// The supervisor owns every worker process: one ModelPool per enabled model, GPU assignment,
+// rolling reloads, and a graceful stop. The HTTP front reaches models only through it.
+import { EventEmitter } from 'node:events';
+import type { Logger } from 'pino';
+import type { InferResult, TileJob } from '../src/ipc/protocol.js';
+import { defaultIntraOpThreads, type ServiceConfig } from './config.js';
+import { assignGpus, queryGpus } from './gpus.js';
+import { ModelPool } from './model-pool.js';
+import type { WorkerProcess } from './worker-process.js';
+
+export class Supervisor extends EventEmitter<{ worker: [WorkerProcess] }> {
+  readonly pools = new Map<string, ModelPool>();
+
+  constructor(
+    readonly config: ServiceConfig,
+    private readonly logger: Logger,
+    discoverGpus: () => string[] = () => queryGpus().map((g) => g.index),
+  ) {
+    super();
+    const needsDiscovery = config.models.some((m) => m.gpus === 'auto');
+    const plan = assignGpus(config.models, needsDiscovery ? discoverGpus() : []);
+    const threads = defaultIntraOpThreads(config);
+    for (const entry of config.models) {
+      this.pools.set(
+        entry.name,
+        new ModelPool({ entry, gpus: plan.get(entry.name)!, intraOpThreads: threads, config, logger, onWorker: (w) => this.emit('worker', w) }),
+      );
+    }
+  }
+
+  start(): void {
+    for (const pool of this.pools.values()) pool.start();
+  }
+
+  pool(model: string): ModelPool | undefined {
+    return this.pools.get(model);
+  }
+
+  infer(model: string, job: TileJob): Promise<InferResult> {
+    return this.pools.get(model)!.infer(job);
+  }
+
+  get workers(): WorkerProcess[] {
+    return [...this.pools.values()].flatMap((p) => p.workers);
+  }
+
+  /** Picks up new model packages: every pool replaces its instances one at a time. */
+  async reload(): Promise<void> {
+    this.logger.info('reloading workers one at a time');
+    for (const pool of this.pools.values()) await pool.reload();
+    this.logger.info('reload done');
+  }
+
+  async stop(graceMs: number): Promise<void> {
+    await Promise.all([...this.pools.values()].map((p) => p.stop(graceMs)));
+  }
+}
