@@ -72,7 +72,8 @@ function describe(error: FastifySchemaValidationError, value: unknown): Omit<Fie
  * branch, as pydantic reports `Optional[T]`.
  */
 export function toValidationItems(errors: FastifySchemaValidationError[], context: string, data: unknown): ValidationItem[] {
-  const unions = errors.filter((e) => e.keyword === 'anyOf').map((e) => `${e.schemaPath}/anyOf/`);
+  // ajv's anyOf error points at ".../anyOf"; its branches' errors at ".../anyOf/<n>/...".
+  const unions = errors.filter((e) => e.keyword === 'anyOf').map((e) => `${e.schemaPath.replace(/\/anyOf$/, '')}/anyOf/`);
   const kept = errors.filter((e) => {
     if (e.keyword === 'anyOf') return false;
     const union = unions.find((u) => e.schemaPath.startsWith(u));

@@ -1,0 +1,106 @@
+// Starts the real service (`node dist/supervisor/main.js`) as a child process on a free port,
+// with its own config, data folder and log file, and talks HTTP to it.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+export const ROOT = new URL('../../../', import.meta.url).pathname;
+export const MODELS = join(ROOT, 'models');
+
+export interface ModelConfig {
+  name: string;
+  path?: string;
+  [key: string]: unknown;
+}
+
+export interface ServerOptions {
+  models?: ModelConfig[];
+  config?: Record<string, unknown>;
+  env?: Record<string, string>;
+  /** Wait until /health/ready answers 200 (default true). */
+  waitReady?: boolean;
+}
+
+export interface TestServer {
+  url: string;
+  proc: ChildProcess;
+  dir: string;
+  logFile: string;
+  /** Every line the supervisor printed, parsed when JSON. */
+  lines: Record<string, unknown>[];
+  post(path: string, body: unknown, headers?: Record<string, string>): Promise<Response>;
+  get(path: string, headers?: Record<string, string>): Promise<Response>;
+  waitFor(predicate: () => Promise<boolean> | boolean, timeoutMs?: number): Promise<void>;
+  workerPids(model?: string): Promise<number[]>;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+export const DEFAULT_MODELS: ModelConfig[] = [{ name: 'tissue-seg' }, { name: 'gene-expr' }, { name: 'tile-embed' }];
+
+export async function waitFor(predicate: () => Promise<boolean> | boolean, timeoutMs = 30000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await predicate()) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`condition not met within ${timeoutMs} ms`);
+}
+
+export async function startServer(options: ServerOptions = {}): Promise<TestServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'tile-service-'));
+  const logFile = join(dir, 'service.log');
+  const config = {
+    host: '127.0.0.1',
+    port: 0,
+    model_repository: MODELS,
+    data_dir: join(dir, 'data'),
+    models: options.models ?? DEFAULT_MODELS,
+    ...options.config,
+  };
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+  const proc = spawn(process.execPath, [join(ROOT, 'dist/supervisor/main.js')], {
+    cwd: ROOT,
+    env: { ...process.env, CONFIG: join(dir, 'config.json'), LOG_FILE: logFile, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: Record<string, unknown>[] = [];
+  let stderr = '';
+  proc.stderr!.on('data', (d) => (stderr += d));
+  const url = await new Promise<string>((resolve, reject) => {
+    createInterface({ input: proc.stdout! }).on('line', (line) => {
+      let entry: Record<string, unknown>;
+      try {
+        entry = JSON.parse(line);
+      } catch {
+        entry = { raw: line };
+      }
+      lines.push(entry);
+      const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(String(entry.msg ?? ''));
+      if (match) resolve(match[1]);
+    });
+    proc.once('exit', (code) => reject(new Error(`server exited with ${code} before listening: ${stderr}`)));
+  });
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  const server: TestServer = {
+    url,
+    proc,
+    dir,
+    logFile,
+    lines,
+    post: (path, body, headers = {}) =>
+      fetch(url + path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) }),
+    get: (path, headers = {}) => fetch(url + path, { headers }),
+    waitFor,
+    async workerPids(model?: string) {
+      return lines.filter((l) => l.msg === 'worker ready' && (!model || l.model === model)).map((l) => Number(l.workerPid));
+    },
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
+      return exited;
+    },
+  };
+  if (options.waitReady ?? true) await waitFor(async () => (await server.get('/health/ready')).status === 200);
+  return server;
+}

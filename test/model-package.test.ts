@@ -1,0 +1,88 @@
+// The model repository: manifest validation against the real ONNX session, a foreign export
+// served from a folder, and reproducible builds of the shipped packages.
+import t from 'tap';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync, copyFileSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import ort from 'onnxruntime-node';
+import { checkSignature, readPackage, PackageError } from '../src/model-package/model-package.js';
+import { shippedPackages, writePackage } from '../src/model-build/build.js';
+import { writeForeignPackage } from './helpers/foreign-model.js';
+import { startServer, MODELS } from './helpers/server.js';
+import { cellularPng, tileRequest } from './helpers/tiles.js';
+
+const sha = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
+const temp = () => mkdtempSync(join(tmpdir(), 'pkg-'));
+
+async function check(dir: string) {
+  const pkg = readPackage(dir);
+  const session = await ort.InferenceSession.create(pkg.modelPath);
+  checkSignature(pkg, session);
+}
+
+/** A copy of a shipped package with its manifest edited. */
+function variant(model: string, edit: (m: Record<string, any>) => void): string {
+  const dir = join(temp(), model);
+  mkdirSync(dir);
+  copyFileSync(join(MODELS, model, 'model.onnx'), join(dir, 'model.onnx'));
+  const manifest = JSON.parse(readFileSync(join(MODELS, model, 'manifest.json'), 'utf8'));
+  edit(manifest);
+  writeFileSync(join(dir, 'manifest.json'), JSON.stringify(manifest));
+  return dir;
+}
+
+t.test('the shipped packages pass their own checks and say they are untrained', async (t) => {
+  for (const name of ['tissue-seg', 'gene-expr', 'tile-embed']) {
+    await check(join(MODELS, name));
+    t.equal(readPackage(join(MODELS, name)).manifest.provenance.trained, false, name);
+  }
+});
+
+t.test('manifest errors name the file, the field and the mismatch', async (t) => {
+  const cases: [string, string, (m: Record<string, any>) => void, RegExp][] = [
+    ['tensor missing from the graph', 'gene-expr', (m) => (m.tensors.embedding = 'features'), /manifest\.json: tensors\.embedding: "features" is not an output of model\.onnx/],
+    ['wrong gene count', 'gene-expr', (m) => m.genes.input.pop(), /tensors\.bulk: "bulk" dimension 1 is 50, expected 49/],
+    ['wrong output gene count', 'gene-expr', (m) => m.genes.output.push('TP53'), /genes\.output: "prediction" dimension 1 is 21, expected 22/],
+    ['wrong tile size', 'tile-embed', (m) => (m.tile.width = 256), /tensors\.image: "pixel_values" dimension 3 is 224, expected 256/],
+    ['wrong embedding size', 'tile-embed', (m) => (m.embedding_dim = 128), /embedding_dim: "last_hidden_mean" dimension 1 is 160, expected 128/],
+    ['task without its tensor', 'tile-embed', (m) => m.tasks.push('prediction'), /tensors\.prediction: task "prediction" needs an output tensor/],
+    ['schema violation', 'tissue-seg', (m) => (m.tile.mpp = 'eight'), /invalid manifest: tile\.mpp: must be number/],
+    ['unassigned graph input', 'gene-expr', (m) => delete m.tensors.bulk, /model\.onnx input\(s\) bulk have no role/],
+  ];
+  for (const [name, model, edit, message] of cases) {
+    const error = await check(variant(model, edit)).then(() => null, (e) => e);
+    t.type(error, PackageError, name);
+    t.match(error?.message, message, name);
+  }
+  const missing = temp();
+  t.throws(() => readPackage(missing), /manifest\.json: cannot read manifest/);
+});
+
+t.test('a foreign export (other names and size, dynamic batch, external data) serves from a folder', async (t) => {
+  const dir = join(temp(), 'foreign-vit');
+  writeForeignPackage(dir);
+  await check(dir);
+  const server = await startServer({ models: [{ name: 'foreign-vit', path: dir, max_queue_delay_ms: 5 }] });
+  t.teardown(() => server.stop());
+  const png = cellularPng(5, 256);
+  const responses = await Promise.all([1, 2, 3].map(() => server.post('/api/embed/foreign-vit', tileRequest(png, { resolution: 1.0 }))));
+  const bodies = await Promise.all(responses.map((r) => r.json() as Promise<Record<string, any>>));
+  t.same(responses.map((r) => r.status), [200, 200, 200]);
+  t.equal(bodies[0].output.length, 48);
+  t.same(bodies[1].output, bodies[0].output, 'batched requests agree');
+  const meta = (await (await server.get('/api/metadata/foreign-vit')).json()) as Record<string, any>;
+  t.match(meta, { model: 'foreign-vit', tile: { width: 256, height: 256, mpp: 1 }, embedding_dim: 48, trained: false, sha256: sha(join(dir, 'model.onnx')) });
+  t.equal((await server.post('/api/embed/foreign-vit', tileRequest(cellularPng(5, 224)))).status, 422, 'its own tile size applies');
+});
+
+t.test('npm run models:build is reproducible', async (t) => {
+  const out = temp();
+  for (const build of shippedPackages()) writePackage(out, build);
+  for (const name of readdirSync(MODELS)) {
+    for (const file of ['model.onnx', 'manifest.json']) {
+      t.ok(existsSync(join(out, name, file)), `${name}/${file} rebuilt`);
+      t.equal(sha(join(out, name, file)), sha(join(MODELS, name, file)), `${name}/${file} identical`);
+    }
+  }
+});
