@@ -1,6 +1,9 @@
-// GPU discovery and the assignment of worker instances to GPUs.
-import { execFileSync } from 'node:child_process';
+// GPU discovery (nvidia-smi) and the assignment of worker instances to GPUs.
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import type { ModelEntry } from './config.js';
+
+const run = promisify(execFile);
 
 export interface GpuInfo {
   index: string;
@@ -11,19 +14,16 @@ export interface GpuInfo {
   driver: string;
 }
 
-/** GPUs as nvidia-smi lists them; empty when there is no nvidia-smi or no GPU. */
-export function queryGpus(timeoutMs = 2000): GpuInfo[] {
-  let out: string;
+/** GPUs as nvidia-smi lists them; null when nvidia-smi is not installed. Throws when it fails. */
+export async function queryGpus(timeoutMs = 2000): Promise<GpuInfo[] | null> {
+  let stdout: string;
   try {
-    out = execFileSync('nvidia-smi', ['--query-gpu=index,name,memory.total,memory.used,utilization.gpu,driver_version', '--format=csv,noheader,nounits'], {
-      encoding: 'utf8',
-      timeout: timeoutMs,
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
-  } catch {
-    return [];
+    ({ stdout } = await run('nvidia-smi', ['--query-gpu=index,name,memory.total,memory.used,utilization.gpu,driver_version', '--format=csv,noheader,nounits'], { timeout: timeoutMs }));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw new Error(`nvidia-smi failed: ${(err as Error).message.split('\n')[0]}`);
   }
-  return out
+  return stdout
     .trim()
     .split('\n')
     .filter(Boolean)

@@ -11,14 +11,14 @@ import type { WorkerProcess } from './worker-process.js';
 export class Supervisor extends EventEmitter<{ worker: [WorkerProcess] }> {
   readonly pools = new Map<string, ModelPool>();
 
+  /** `gpus`: the GPU ids found on the host, for models configured with "gpus": "auto". */
   constructor(
     readonly config: ServiceConfig,
     private readonly logger: Logger,
-    discoverGpus: () => string[] = () => queryGpus().map((g) => g.index),
+    gpus: string[],
   ) {
     super();
-    const needsDiscovery = config.models.some((m) => m.gpus === 'auto');
-    const plan = assignGpus(config.models, needsDiscovery ? discoverGpus() : []);
+    const plan = assignGpus(config.models, gpus);
     const threads = defaultIntraOpThreads(config);
     for (const entry of config.models) {
       this.pools.set(
@@ -53,5 +53,18 @@ export class Supervisor extends EventEmitter<{ worker: [WorkerProcess] }> {
 
   async stop(graceMs: number): Promise<void> {
     await Promise.all([...this.pools.values()].map((p) => p.stop(graceMs)));
+  }
+}
+
+/** GPU ids for "auto" placement; none (CPU) when nvidia-smi is missing or fails. */
+export async function discoverGpus(config: ServiceConfig, logger: Logger): Promise<string[]> {
+  if (!config.models.some((m) => m.gpus === 'auto')) return [];
+  try {
+    const gpus = (await queryGpus()) ?? [];
+    logger.info({ gpus: gpus.map((g) => `${g.index}: ${g.name}`) }, gpus.length ? 'GPUs found' : 'no GPU found; models run on CPU');
+    return gpus.map((g) => g.index);
+  } catch (err) {
+    logger.warn({ err }, 'GPU discovery failed; models run on CPU');
+    return [];
   }
 }

@@ -9,6 +9,10 @@ import errors from './plugins/errors.js';
 import openapi from './plugins/openapi.js';
 import health from './plugins/health.js';
 import modelRoutes from './plugins/model-routes.js';
+import usage from './plugins/usage.js';
+import metrics from './plugins/metrics.js';
+import diagnostics from './plugins/diagnostics.js';
+import { UsageLog } from '../usage/usage-log.js';
 import { SERVICE_VERSION } from '../version.js';
 
 export interface AppOptions {
@@ -36,7 +40,10 @@ export async function buildApp({ config, supervisor, logger }: AppOptions): Prom
       reply.code(503).header('retry-after', String(config.pressure.retry_after_s)).send({ detail: `Service under pressure (${type}: ${value}); retry later` });
     },
   });
+  await app.register(usage, { log: new UsageLog({ dir: config.data_dir, maxFileBytes: config.usage.max_file_bytes, recentEntries: config.usage.recent_entries, logger }) });
+  await app.register(metrics, { supervisor, token: config.admin_token });
   await app.register(health, { supervisor });
+  await app.register(diagnostics, { supervisor, config });
   await app.register(modelRoutes, { supervisor, maxTilePixels: config.max_tile_pixels });
   return app;
 }

@@ -12,6 +12,7 @@ import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery,
 import { checkTile } from '../tile-checks.js';
 import { tileResponseJson } from '../response-writer.js';
 import { sendValidationError } from './errors.js';
+import '../model-route.js';
 
 export interface ModelRoutesOptions {
   supervisor: Supervisor;
@@ -54,7 +55,10 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
     if (tasks.includes('prediction') || tasks.includes('segmentation')) {
       app.post(
         `/api/predict/${name}`,
-        { schema: { summary: `${name} prediction`, tags, body: TileRequest, querystring: PredictQuery, response: { 200: TileResponse, ...errorResponses } } },
+        {
+          schema: { summary: `${name} prediction`, tags, body: TileRequest, querystring: PredictQuery, response: { 200: TileResponse, ...errorResponses } },
+          config: { model: { name, endpoint: 'predict' } },
+        },
         async (request, reply) => {
           const { manifest } = ready(pool);
           const mode = request.query.mode ?? 'prediction';
@@ -82,7 +86,7 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
     if (tasks.includes('embedding')) {
       app.post(
         `/api/embed/${name}`,
-        { schema: { summary: `${name} embedding`, tags, body: TileRequest, response: { 200: TileResponse, ...errorResponses } } },
+        { schema: { summary: `${name} embedding`, tags, body: TileRequest, response: { 200: TileResponse, ...errorResponses } }, config: { model: { name, endpoint: 'embed' } } },
         async (request, reply) => {
           const { manifest } = ready(pool);
           const errors = checkTile(request.body, manifest, false, maxTilePixels);

@@ -1,0 +1,30 @@
+// Model package variants for tests: a shipped package copied with its manifest edited, or broken.
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { MODELS } from './server.js';
+
+export function copyPackage(model: string, edit: (manifest: Record<string, any>) => void = () => {}, root = mkdtempSync(join(tmpdir(), 'pkg-'))): string {
+  const dir = join(root, model);
+  mkdirSync(dir, { recursive: true });
+  copyFileSync(join(MODELS, model, 'model.onnx'), join(dir, 'model.onnx'));
+  const manifest = JSON.parse(readFileSync(join(MODELS, model, 'manifest.json'), 'utf8'));
+  edit(manifest);
+  writeFileSync(join(dir, 'manifest.json'), JSON.stringify(manifest, null, 2));
+  return dir;
+}
+
+/** A package whose model.onnx is not an ONNX graph (a truncated download, say). */
+export function corruptPackage(model: string): string {
+  const dir = copyPackage(model);
+  writeFileSync(join(dir, 'model.onnx'), readFileSync(join(dir, 'model.onnx')).subarray(0, 5000));
+  return dir;
+}
+
+/** A folder on PATH with a fake nvidia-smi that prints `lines` (or hangs when lines is null). */
+export function fakeNvidiaSmi(lines: string[] | null): string {
+  const dir = mkdtempSync(join(tmpdir(), 'bin-'));
+  const body = lines === null ? 'sleep 30' : lines.map((l) => `echo "${l}"`).join('\n');
+  writeFileSync(join(dir, 'nvidia-smi'), `#!/bin/sh\n${body}\n`, { mode: 0o755 });
+  return dir;
+}

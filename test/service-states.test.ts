@@ -1,0 +1,54 @@
+// The loading state while a model's worker starts, and models removed from the list.
+import t from 'tap';
+import { startServer } from './helpers/server.js';
+import { copyPackage } from './helpers/packages.js';
+import { cellularPng, tileRequest } from './helpers/tiles.js';
+
+const tile = cellularPng(21);
+
+t.test('a slow-loading model answers 503 loading with Retry-After; the others serve', async (t) => {
+  // Warm-up runs before the worker reports ready: 400 batches make this load take seconds.
+  const slow = copyPackage('gene-expr', (m) => (m.warmup = { iterations: 400 }));
+  const server = await startServer({ models: [{ name: 'gene-expr', path: slow }, { name: 'tile-embed' }], waitReady: false });
+  t.teardown(() => server.stop());
+
+  const loading = await server.post('/api/predict/gene-expr', tileRequest(tile));
+  t.equal(loading.status, 503);
+  t.same(await loading.json(), { status: 'loading' });
+  t.match(loading.headers.get('retry-after'), /^\d+$/);
+  t.equal((await server.get('/api/metadata/gene-expr')).status, 503, 'metadata too');
+
+  await server.waitFor(async () => (await server.post('/api/embed/tile-embed', tileRequest(tile))).status === 200);
+  const ready = await server.get('/health/ready');
+  if (ready.status === 503) {
+    const body = (await ready.json()) as Record<string, any>;
+    t.same(body.not_ready, ['gene-expr'], 'readiness names the model still loading');
+    t.equal(body.models['tile-embed'], 'ready');
+  }
+  await server.waitFor(async () => (await server.post('/api/predict/gene-expr', tileRequest(tile))).status === 200, 60000);
+  t.equal((await server.get('/health/ready')).status, 200);
+});
+
+t.test('a model removed with MODELS has no routes and no worker', async (t) => {
+  const server = await startServer({ env: { MODELS: 'tile-embed' } });
+  t.teardown(() => server.stop());
+  t.equal((await server.post('/api/embed/tile-embed', tileRequest(tile))).status, 200);
+  t.equal((await server.post('/api/predict/gene-expr', tileRequest(tile))).status, 404);
+  t.equal((await server.post('/api/embed/gene-expr', tileRequest(tile))).status, 404);
+  t.equal((await server.get('/api/metadata/tissue-seg')).status, 404);
+  const forked = server.lines.filter((l) => l.msg === 'worker forked').map((l) => l.model);
+  t.same(forked, ['tile-embed'], 'only the enabled model forked a worker');
+  const doc = (await (await server.get('/openapi.json')).json()) as { paths: Record<string, unknown> };
+  t.notOk(doc.paths['/api/predict/gene-expr'], 'nor is it documented');
+});
+
+t.test('a model removed from the config list is likewise absent', async (t) => {
+  const server = await startServer({ models: [{ name: 'gene-expr' }] });
+  t.teardown(() => server.stop());
+  t.equal((await server.post('/api/predict/tissue-seg', tileRequest(tile))).status, 404);
+  t.equal((await server.post('/api/predict/gene-expr', tileRequest(tile))).status, 200);
+});
+
+t.test('MODELS naming an unknown model stops the start with a clear message', async (t) => {
+  await t.rejects(startServer({ env: { MODELS: 'gene-expr,nope' } }), /MODELS names nope, not in/);
+});
