@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import type { ServiceConfig } from '../../supervisor/config.js';
 import type { Supervisor } from '../../supervisor/supervisor.js';
 import errors from './plugins/errors.js';
+import gracefulClose from './plugins/graceful-close.js';
 import openapi from './plugins/openapi.js';
 import health from './plugins/health.js';
 import modelRoutes from './plugins/model-routes.js';
@@ -31,6 +32,7 @@ export async function buildApp({ config, supervisor, logger }: AppOptions): Prom
     ajv: { customOptions: { allErrors: true, coerceTypes: false } },
   });
   await app.register(errors);
+  await app.register(gracefulClose);
   await app.register(openapi, { version: SERVICE_VERSION });
   await app.register(underPressure, {
     maxEventLoopDelay: config.pressure.max_event_loop_delay_ms,

@@ -48,6 +48,12 @@ export async function waitFor(predicate: () => Promise<boolean> | boolean, timeo
   throw new Error(`condition not met within ${timeoutMs} ms`);
 }
 
+/** The environment without tap's loaders (NODE_OPTIONS) and bookkeeping, which would otherwise
+ *  be inherited by the service and every worker it forks. */
+function serviceEnv(): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_OPTIONS' && !k.startsWith('TAP') && !k.startsWith('_TAPJS')));
+}
+
 export async function startServer(options: ServerOptions = {}): Promise<TestServer> {
   const dir = mkdtempSync(join(tmpdir(), 'tile-service-'));
   const logFile = join(dir, 'service.log');
@@ -60,9 +66,10 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     ...options.config,
   };
   writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
-  const proc = spawn(process.execPath, [join(ROOT, 'dist/supervisor/main.js')], {
+  // Through sh, so that tap's spawn hooks cannot put their loaders back into NODE_OPTIONS.
+  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/supervisor/main.js')], {
     cwd: ROOT,
-    env: { ...process.env, CONFIG: join(dir, 'config.json'), LOG_FILE: logFile, ...options.env },
+    env: { ...serviceEnv(), CONFIG: join(dir, 'config.json'), LOG_FILE: logFile, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const lines: Record<string, unknown>[] = [];

@@ -1,0 +1,196 @@
+// Chaos with real processes: workers killed, hung, corrupt and reloaded while requests flow.
+import t from 'tap';
+import { startServer, type TestServer } from './helpers/server.js';
+import { copyPackage, corruptPackage } from './helpers/packages.js';
+import { cellularPng, fixturePng, tileRequest } from './helpers/tiles.js';
+import { writeFileSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+type Json = Record<string, any>;
+const tile = cellularPng(31);
+const fast = { restart_initial_delay_ms: 50, restart_max_delay_ms: 400, heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500 };
+
+async function workers(server: TestServer): Promise<Json[]> {
+  return ((await (await server.get('/diagnostics')).json()) as Json).workers;
+}
+async function pidOf(server: TestServer, id: string): Promise<number> {
+  return (await workers(server)).find((w) => w.id === id)!.pid;
+}
+
+/** Runs `concurrency` request loops until stopped; collects every status and body. */
+function load(server: TestServer, path: string, png: Buffer, concurrency: number) {
+  const results: { status: number; body: Json; at: number }[] = [];
+  let running = true;
+  const loops = Array.from({ length: concurrency }, async () => {
+    while (running) {
+      const res = await server.post(path, tileRequest(png));
+      results.push({ status: res.status, body: (await res.json()) as Json, at: Date.now() });
+    }
+  });
+  return {
+    results,
+    stop: async () => {
+      running = false;
+      await Promise.all(loops);
+      return results;
+    },
+  };
+}
+
+t.test('SIGKILL a worker under load: only 200 and 503 loading, then it serves again; others unaffected', async (t) => {
+  const server = await startServer({ config: { supervisor: fast } });
+  t.teardown(() => server.stop());
+  const gene = load(server, '/api/predict/gene-expr', tile, 8);
+  const other = load(server, '/api/embed/tile-embed', tile, 2);
+  await new Promise((r) => setTimeout(r, 500));
+
+  const killedAt = Date.now();
+  process.kill(await pidOf(server, 'gene-expr#0'), 'SIGKILL');
+  await server.waitFor(() => gene.results.some((r) => r.at > killedAt && r.status === 503));
+  let servingAgain = 0;
+  await server.waitFor(async () => {
+    const ok = (await server.post('/api/predict/gene-expr', tileRequest(tile))).status === 200;
+    if (ok) servingAgain = Date.now();
+    return ok;
+  });
+  await new Promise((r) => setTimeout(r, 300));
+  const geneResults = await gene.stop();
+  const otherResults = await other.stop();
+
+  const statuses = new Set(geneResults.map((r) => r.status));
+  t.same([...statuses].sort(), [200, 503], 'gene-expr saw only 200 and 503');
+  t.ok(geneResults.filter((r) => r.status === 503).every((r) => r.body.status === 'loading'), 'every 503 is {"status": "loading"}');
+  t.ok(otherResults.length > 0 && otherResults.every((r) => r.status === 200), `tile-embed: ${otherResults.length} requests, all 200`);
+  t.comment(`worker death to serving again: ${servingAgain - killedAt} ms`);
+  const w = (await workers(server)).find((x) => x.id === 'gene-expr#0')!;
+  t.equal(w.restarts, 1);
+  t.match(w.last_error, /signal SIGKILL/);
+});
+
+t.test('a second instance takes over requests in flight when one dies', async (t) => {
+  const server = await startServer({ models: [{ name: 'gene-expr', instances: 2, max_queue_delay_ms: 5 }], config: { supervisor: fast } });
+  t.teardown(() => server.stop());
+  const gene = load(server, '/api/predict/gene-expr', tile, 8);
+  await new Promise((r) => setTimeout(r, 400));
+  process.kill(await pidOf(server, 'gene-expr#1'), 'SIGKILL');
+  await new Promise((r) => setTimeout(r, 600));
+  const results = await gene.stop();
+  t.ok(results.every((r) => r.status === 200), `${results.length} requests, all 200: retried on the live instance`);
+  const served = (await workers(server)).map((w) => w.probe.tiles ?? 0);
+  t.ok(served[0] > 0, 'instance 0 served');
+});
+
+t.test('least-outstanding routing spreads load over instances', async (t) => {
+  const server = await startServer({ models: [{ name: 'tile-embed', instances: 2, max_queue_delay_ms: 0, max_batch: 1 }] });
+  t.teardown(() => server.stop());
+  const statuses = await Promise.all(Array.from({ length: 24 }, () => server.post('/api/embed/tile-embed', tileRequest(tile)).then((r) => r.status)));
+  t.ok(statuses.every((s) => s === 200));
+  const tiles = (await workers(server)).map((w) => w.probe.tiles);
+  t.ok(tiles[0] >= 6 && tiles[1] >= 6, `both instances served (${tiles.join(' / ')})`);
+});
+
+t.test('a corrupt package beside good ones: retried with backoff, reason in diagnostics', async (t) => {
+  const badManifest = copyPackage('tile-embed', (m) => (m.tile.mpp = 'half'));
+  const server = await startServer({
+    models: [{ name: 'tissue-seg', path: corruptPackage('tissue-seg') }, { name: 'gene-expr' }, { name: 'tile-embed', path: badManifest }],
+    config: { supervisor: fast },
+    waitReady: false,
+  });
+  t.teardown(() => server.stop());
+  await server.waitFor(async () => (await server.post('/api/predict/gene-expr', tileRequest(tile))).status === 200);
+  const seg = await server.post('/api/predict/tissue-seg', tileRequest(fixturePng('he-mixed')));
+  t.equal(seg.status, 503);
+  t.same(await seg.json(), { status: 'loading' });
+  await server.waitFor(async () => (await workers(server)).find((w) => w.id === 'tissue-seg#0')!.restarts >= 3, 20000);
+  const all = await workers(server);
+  const seg0 = all.find((w) => w.id === 'tissue-seg#0')!;
+  t.match(seg0.last_error, /load failed: .*(protobuf|ONNX|onnx|parse|Load model)/i, 'ONNX Runtime error in last_error');
+  t.match(seg0.last_exit, { code: 3 });
+  t.ok(seg0.last_exit.stderr_tail.length > 0, 'stderr tail kept');
+  const embed = all.find((w) => w.id === 'tile-embed#0')!;
+  t.match(embed.last_error, /manifest\.json: invalid manifest: tile\.mpp: must be number/);
+  const ready = (await (await server.get('/health/ready')).json()) as Json;
+  t.same(ready.not_ready.sort(), ['tile-embed', 'tissue-seg']);
+  t.equal(server.proc.exitCode, null, 'the supervisor keeps running');
+});
+
+t.test('a hung worker misses its heartbeats, is killed and replaced; its request gets 503 loading', async (t) => {
+  const server = await startServer({ models: [{ name: 'gene-expr' }], config: { supervisor: fast } });
+  t.teardown(() => server.stop());
+  const pid = await pidOf(server, 'gene-expr#0');
+  process.kill(pid, 'SIGSTOP');
+  const started = Date.now();
+  const res = await server.post('/api/predict/gene-expr', tileRequest(tile));
+  t.equal(res.status, 503);
+  t.same(await res.json(), { status: 'loading' });
+  t.ok(Date.now() - started < 5000, 'answered once the worker was declared hung');
+  await server.waitFor(async () => (await server.post('/api/predict/gene-expr', tileRequest(tile))).status === 200);
+  const w = (await workers(server))[0];
+  t.not(w.pid, pid, 'a new process');
+  t.match(w.last_error, /no heartbeat for \d+ ms; killed/);
+});
+
+t.test('past its deadline a request gets 504 and is forgotten', async (t) => {
+  const server = await startServer({ models: [{ name: 'gene-expr', request_timeout_ms: 400 }], config: { supervisor: { heartbeat_timeout_ms: 60000 } } });
+  t.teardown(() => server.stop());
+  const pid = await pidOf(server, 'gene-expr#0');
+  process.kill(pid, 'SIGSTOP');
+  const started = Date.now();
+  const res = await server.post('/api/predict/gene-expr', tileRequest(tile));
+  const elapsed = Date.now() - started;
+  process.kill(pid, 'SIGCONT');
+  t.equal(res.status, 504);
+  t.match(await res.json(), { detail: /did not answer within the 400 ms request deadline/ });
+  t.ok(elapsed >= 380 && elapsed < 3000, `answered after ${elapsed} ms`);
+  t.equal((await server.post('/api/predict/gene-expr', tileRequest(tile))).status, 200, 'the worker serves on; the late answer is dropped');
+  t.equal(((await (await server.get('/diagnostics')).json()) as Json).models['gene-expr'].outstanding, 0);
+});
+
+t.test('a full queue answers 503 with Retry-After instead of growing', async (t) => {
+  const server = await startServer({ models: [{ name: 'gene-expr', max_queue: 3 }] });
+  t.teardown(() => server.stop());
+  const responses = await Promise.all(Array.from({ length: 30 }, () => server.post('/api/predict/gene-expr', tileRequest(tile))));
+  const full = responses.filter((r) => r.status === 503);
+  t.ok(full.length > 0, `${full.length} of 30 refused`);
+  t.ok(responses.every((r) => r.status === 200 || r.status === 503));
+  t.match(await full[0].json(), { detail: /3 requests outstanding, its queue limit/ });
+  t.match(full[0].headers.get('retry-after'), /^\d+$/);
+});
+
+t.test('SIGTERM with requests in flight: all complete, then exit 0', async (t) => {
+  const server = await startServer({ models: [{ name: 'gene-expr' }, { name: 'tile-embed' }] });
+  // Hold the requests in flight: the gene-expr worker is paused until after the SIGTERM.
+  const pid = await pidOf(server, 'gene-expr#0');
+  process.kill(pid, 'SIGSTOP');
+  const inFlight = [
+    ...Array.from({ length: 12 }, () => server.post('/api/predict/gene-expr', tileRequest(tile))),
+    ...Array.from({ length: 4 }, () => server.post('/api/embed/tile-embed', tileRequest(tile))),
+  ];
+  await server.waitFor(async () => /model_queue_depth\{model="gene-expr"\} 12/.test(await (await server.get('/metrics')).text()));
+  const started = Date.now();
+  const code = server.stop('SIGTERM');
+  setTimeout(() => process.kill(pid, 'SIGCONT'), 300);
+  const statuses = await Promise.all(inFlight.map((p) => p.then((r) => r.status)));
+  t.same(statuses, new Array(16).fill(200), 'every request in flight completed');
+  t.equal(await code, 0, 'exit 0');
+  t.ok(Date.now() - started < 5000, `stopped in ${Date.now() - started} ms`);
+  t.ok(server.lines.some((l) => l.msg === 'stopped'));
+});
+
+t.test('SIGHUP reloads packages one worker at a time without dropping requests', async (t) => {
+  const dir = copyPackage('gene-expr');
+  const server = await startServer({ models: [{ name: 'gene-expr', path: dir, instances: 2 }] });
+  t.teardown(() => server.stop());
+  const before = (await workers(server)).map((w) => w.pid);
+  const manifest = JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8'));
+  manifest.description = 'reloaded package';
+  writeFileSync(join(dir, 'manifest.json'), JSON.stringify(manifest));
+  const gene = load(server, '/api/predict/gene-expr', tile, 4);
+  server.proc.kill('SIGHUP');
+  await server.waitFor(() => server.lines.some((l) => l.msg === 'reload done'), 30000);
+  const results = await gene.stop();
+  t.ok(results.length > 0 && results.every((r) => r.status === 200), `${results.length} requests during the reload, all 200`);
+  t.equal(((await (await server.get('/api/metadata/gene-expr')).json()) as Json).description, 'reloaded package');
+  const after = (await workers(server)).map((w) => w.pid);
+  t.ok(after.every((pid) => !before.includes(pid)), 'every worker replaced');
+});
