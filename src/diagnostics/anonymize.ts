@@ -4,7 +4,9 @@
 import { homedir, hostname, userInfo } from 'node:os';
 
 const IPV4 = /\b(?!127\.)(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}\b/g;
-const IPV6 = /\b(?:[0-9a-f]{1,4}:){3,7}[0-9a-f]{1,4}\b|\b(?:[0-9a-f]{1,4}:){1,6}:(?:[0-9a-f]{1,4})?\b/gi;
+const IPV6 = /(?<![\w:])[0-9a-f]{0,4}(?::[0-9a-f]{0,4}){2,7}(?![\w:])/gi;
+/** An IPv6 address rather than a time of day or a C++ scope: "::" between hex groups, or 4+ groups. */
+const isIpv6 = (m: string) => m !== '::1' && (m.includes('::') ? m.split(':').filter(Boolean).length >= 2 : m.split(':').length >= 4);
 const MAC = /\b(?:[0-9a-f]{2}[:-]){5}[0-9a-f]{2}\b/gi;
 /** Values too short or too generic to be secrets, and which would wreck the payload if scrubbed. */
 const isGeneric = (value: string) => value.length < 6 || /^v?\d+(\.\d+)*$/.test(value) || /^(true|false|production|development)$/i.test(value);
@@ -17,8 +19,10 @@ export interface AnonymizerSources {
   slideNames?: () => Iterable<string>;
 }
 
+const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
 export class Anonymizer {
-  private readonly fixed: [string, string][];
+  private readonly fixed: [RegExp, string][];
 
   constructor(private readonly sources: AnonymizerSources = {}) {
     const env = sources.env ?? process.env;
@@ -33,15 +37,19 @@ export class Anonymizer {
     }
     for (const name of ['USER', 'LOGNAME', 'HOSTNAME', 'HOME']) if (env[name]) pairs.push([env[name]!, `<${name.toLowerCase()}>`]);
     for (const [name, value] of Object.entries(env)) if (value && !isGeneric(value)) pairs.push([value, `<env:${name}>`]);
-    // Longest first, so a path is replaced before the user name inside it.
-    this.fixed = pairs.filter(([v]) => v && v.length >= 2).sort((a, b) => b[0].length - a[0].length);
+    // Longest first, so a path is replaced before the user name inside it. Short values (a host
+    // called "vm", a user called "root") only as whole words, so other words survive.
+    this.fixed = pairs
+      .filter(([v]) => v && v.length >= 2)
+      .sort((a, b) => b[0].length - a[0].length)
+      .map(([v, label]) => [new RegExp(v.length < 6 ? `(?<!\\w)${escape(v)}(?!\\w)` : escape(v), 'g'), label]);
   }
 
   scrubString(text: string): string {
     let out = text;
-    for (const [secret, label] of this.fixed) if (out.includes(secret)) out = out.split(secret).join(label);
+    for (const [secret, label] of this.fixed) out = out.replace(secret, label);
     for (const slide of this.sources.slideNames?.() ?? []) if (slide.length >= 3 && out.includes(slide)) out = out.split(slide).join('<slide>');
-    return out.replace(MAC, '<mac>').replace(IPV4, '<ip>').replace(IPV6, (m) => (m === '::1' ? m : '<ip>'));
+    return out.replace(MAC, '<mac>').replace(IPV4, '<ip>').replace(IPV6, (m) => (isIpv6(m) ? '<ip>' : m));
   }
 
   /** A deep copy with every string (keys included) scrubbed. */
