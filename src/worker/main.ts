@@ -144,6 +144,8 @@ async function main(): Promise<void> {
   });
   // The supervisor is gone: nobody can use our answers.
   process.on('disconnect', () => process.exit(0));
+  // Ctrl-C reaches the whole process group; the supervisor drains and stops its workers itself.
+  process.on('SIGINT', () => {});
   // Heartbeats from the start: a worker whose event loop stalls, loading or serving, is replaced.
   setInterval(() => send({ type: 'heartbeat' }), config.heartbeatMs);
 
