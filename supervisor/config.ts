@@ -37,6 +37,9 @@ export const ServiceConfig = Type.Object({
     {
       heartbeat_interval_ms: Type.Integer({ minimum: 10, default: 1000 }),
       heartbeat_timeout_ms: Type.Integer({ minimum: 100, default: 10000 }),
+      /** Loading a model blocks the worker's event loop (ONNX Runtime parses the graph
+       *  synchronously), so a loading worker gets this long instead of the heartbeat timeout. */
+      load_timeout_ms: Type.Integer({ minimum: 100, default: 120000 }),
       restart_initial_delay_ms: Type.Integer({ minimum: 0, default: 100 }),
       restart_max_delay_ms: Type.Integer({ minimum: 0, default: 10000 }),
       /** A worker up this long has its backoff reset. */

@@ -253,12 +253,19 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
   }
 
   private checkHeartbeat(): void {
-    if (!this.child || (this.state !== 'ready' && this.state !== 'loading')) return;
-    const silent = Date.now() - this.lastBeat;
-    if (silent <= this.options.config.heartbeat_timeout_ms) return;
-    this.exitReason = `no heartbeat for ${silent} ms; killed`;
-    this.log.error({ workerPid: this.pid, silentMs: silent }, 'worker missed its heartbeats; killing it');
-    this.child.kill('SIGKILL');
+    if (!this.child) return;
+    const { heartbeat_timeout_ms, load_timeout_ms } = this.options.config;
+    if (this.state === 'loading' && Date.now() - this.startedAt > load_timeout_ms) {
+      this.kill(`still loading after ${load_timeout_ms} ms; killed`);
+    } else if (this.state === 'ready' && Date.now() - this.lastBeat > heartbeat_timeout_ms) {
+      this.kill(`no heartbeat for ${Date.now() - this.lastBeat} ms; killed`);
+    }
+  }
+
+  private kill(reason: string): void {
+    this.exitReason = reason;
+    this.log.error({ workerPid: this.pid }, `worker hung: ${reason}`);
+    this.child?.kill('SIGKILL');
   }
 
   private clearWatchdog(): void {

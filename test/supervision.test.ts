@@ -8,7 +8,7 @@ import { join } from 'node:path';
 
 type Json = Record<string, any>;
 const tile = cellularPng(31);
-const fast = { restart_initial_delay_ms: 50, restart_max_delay_ms: 400, heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500 };
+const fast = { restart_initial_delay_ms: 50, restart_max_delay_ms: 400, heartbeat_interval_ms: 100, heartbeat_timeout_ms: 3000 };
 
 async function workers(server: TestServer): Promise<Json[]> {
   return ((await (await server.get('/diagnostics')).json()) as Json).workers;

@@ -24,11 +24,14 @@ export interface TileJob {
 export interface StageTimes {
   base64: number;
   decode: number;
+  /** This tile's share of writing the batch tensor. */
   preprocess: number;
-  /** Wait in the batch queue before session.run started. */
+  /** Wait in the batch queue before its batch started. */
   queue: number;
-  /** session.run wall time, shared by the batch. */
+  /** session.run wall time of the whole batch. */
   inference: number;
+  /** Everything in the worker, from receiving the job to answering it. */
+  worker: number;
 }
 
 export interface WorkerInfo {

@@ -12,7 +12,7 @@ interface Pending {
   id: number;
   job: TileJob;
   rgba: Buffer;
-  times: { base64: number; decode: number; enqueuedAt: number };
+  times: { receivedAt: number; base64: number; decode: number; enqueuedAt: number };
 }
 
 const config = JSON.parse(process.env.TILE_WORKER ?? 'null') as WorkerConfig;
@@ -33,19 +33,20 @@ class ModelWorker {
   }
 
   accept(id: number, job: TileJob): void {
+    const receivedAt = performance.now();
     const decoded = decodeTile(job);
     if ('errors' in decoded) {
       send({ type: 'invalid', id, errors: decoded.errors });
       return;
     }
-    this.batcher.push({ id, job, rgba: decoded.rgba, times: { base64: decoded.base64Ms, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
+    this.batcher.push({ id, job, rgba: decoded.rgba, times: { receivedAt, base64: decoded.base64Ms, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
   }
 
   /** Runs a zero tile through the model before reporting ready. */
   async warmup(iterations: number): Promise<void> {
     const { width, height } = this.pkg.manifest.tile;
     const job: TileJob = { task: this.pkg.manifest.tasks[0], withEmbedding: false, imageBase64: '', width, height, bulk: null };
-    for (let i = 0; i < iterations; i++) await this.infer([{ id: -1, job, rgba: Buffer.alloc(width * height * 4), times: { base64: 0, decode: 0, enqueuedAt: 0 } }]);
+    for (let i = 0; i < iterations; i++) await this.infer([{ id: -1, job, rgba: Buffer.alloc(width * height * 4), times: { receivedAt: 0, base64: 0, decode: 0, enqueuedAt: 0 } }]);
   }
 
   idle(): Promise<void> {
@@ -94,7 +95,14 @@ class ModelWorker {
       return data.slice(i * size, (i + 1) * size);
     };
     return batch.map((item, i): WorkerMessage => {
-      const times = { base64: item.times.base64, decode: item.times.decode, preprocess: (t1 - t0) / n, queue: t0 - item.times.enqueuedAt, inference: t2 - t1 };
+      const times = {
+        base64: item.times.base64,
+        decode: item.times.decode,
+        preprocess: (t1 - t0) / n,
+        queue: t0 - item.times.enqueuedAt,
+        inference: t2 - t1,
+        worker: performance.now() - item.times.receivedAt,
+      };
       const embedding = rows(tensors.embedding, i) as Float32Array | null;
       if (item.job.task === 'segmentation') {
         const mask = toMask(rows(tensors.mask, i)!, manifest.mask_threshold);
@@ -146,7 +154,8 @@ async function main(): Promise<void> {
   process.on('disconnect', () => process.exit(0));
   // Ctrl-C reaches the whole process group; the supervisor drains and stops its workers itself.
   process.on('SIGINT', () => {});
-  // Heartbeats from the start: a worker whose event loop stalls, loading or serving, is replaced.
+  // Heartbeats from the start (the supervisor checks them once the worker is ready; while it
+  // loads, a load timeout applies instead, since ONNX Runtime parses the graph synchronously).
   setInterval(() => send({ type: 'heartbeat' }), config.heartbeatMs);
 
   try {

@@ -8,6 +8,13 @@ import type { WorkerProcess } from '../../../supervisor/worker-process.js';
 import { modelRoute } from '../model-route.js';
 import { requireAdminToken } from '../admin-token.js';
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Records one tile's milliseconds per stage. */
+    observeStages(model: string, times: Record<string, number>): void;
+  }
+}
+
 async function metrics(app: FastifyInstance, { supervisor, token }: { supervisor: Supervisor; token: string | null }): Promise<void> {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
@@ -39,6 +46,17 @@ async function metrics(app: FastifyInstance, { supervisor, token }: { supervisor
       this.reset();
       for (const pool of supervisor.pools.values()) pool.workers.forEach((w, i) => this.set({ model: pool.name, instance: String(i) }, w.state === 'ready' ? 1 : 0));
     },
+  });
+
+  const stages = new Histogram({
+    name: 'tile_stage_seconds',
+    help: 'Per-tile time in each stage: parse (body read, JSON, schema), base64, decode (PNG), preprocess, queue (batch wait), inference (session.run share), ipc (supervisor<->worker), serialize',
+    labelNames: ['model', 'stage'],
+    buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1],
+    registers: [registry],
+  });
+  app.decorate('observeStages', (model: string, times: Record<string, number>) => {
+    for (const [stage, ms] of Object.entries(times)) stages.observe({ model, stage }, ms / 1000);
   });
 
   const observe = (worker: WorkerProcess) => {

@@ -7,7 +7,7 @@ import type { ModelPool } from '../../../supervisor/model-pool.js';
 import { ModelLoadingError } from '../../../supervisor/errors.js';
 import type { Task } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
-import type { WorkerInfo } from '../../ipc/protocol.js';
+import type { TileJob, WorkerInfo } from '../../ipc/protocol.js';
 import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../schemas/tile.js';
 import { checkTile } from '../tile-checks.js';
 import { tileResponseJson } from '../response-writer.js';
@@ -52,6 +52,29 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
     const tasks = plannedTasks(supervisor.config.models.find((m) => m.name === name)!.path!);
     const tags = ['Models'];
 
+    /** Sends the job to a worker and writes the response, timing each stage for /metrics. */
+    const run = async (reply: FastifyReply, body: TileRequest, job: TileJob) => {
+      const parse = reply.elapsedTime;
+      const sent = performance.now();
+      const result = await supervisor.infer(name, job);
+      const received = performance.now();
+      const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
+      const json = tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
+      const t = result.times;
+      const inference = t.inference / result.batchSize;
+      fastify.observeStages(name, {
+        parse,
+        base64: t.base64,
+        decode: t.decode,
+        preprocess: t.preprocess,
+        queue: t.queue,
+        inference,
+        ipc: received - sent - t.worker,
+        serialize: performance.now() - received,
+      });
+      return sendJson(reply, json);
+    };
+
     if (tasks.includes('prediction') || tasks.includes('segmentation')) {
       app.post(
         `/api/predict/${name}`,
@@ -69,7 +92,7 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
           const errors = checkTile(request.body, manifest, true, maxTilePixels);
           if (errors.length) return sendValidationError(reply, errors);
           const body = request.body;
-          const result = await supervisor.infer(name, {
+          return run(reply, body, {
             task: segmentation ? 'segmentation' : 'prediction',
             withEmbedding: mode === 'prediction_with_embedding',
             imageBase64: body.image_data,
@@ -77,8 +100,6 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
             height: body.height,
             bulk: body.bulk_rna ?? null,
           });
-          const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
-          return sendJson(reply, tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio }));
         },
       );
     }
@@ -92,8 +113,7 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
           const errors = checkTile(request.body, manifest, false, maxTilePixels);
           if (errors.length) return sendValidationError(reply, errors);
           const body = request.body;
-          const result = await supervisor.infer(name, { task: 'embedding', withEmbedding: false, imageBase64: body.image_data, width: body.width, height: body.height, bulk: null });
-          return sendJson(reply, tileResponseJson(body, { output: result.output, embedding: null, tissueRatio: body.tissue_ratio ?? null }));
+          return run(reply, body, { task: 'embedding', withEmbedding: false, imageBase64: body.image_data, width: body.width, height: body.height, bulk: null });
         },
       );
     }

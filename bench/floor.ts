@@ -1,0 +1,37 @@
+// The floor: the same model package run by onnxruntime-node in this one process on ready
+// (pre-decoded, preprocessed) batches. Everything the service adds is overhead above it.
+import { availableParallelism } from 'node:os';
+import ort from 'onnxruntime-node';
+import { PNG } from 'pngjs';
+import type { ModelPackage } from '../src/model-package/model-package.js';
+import { makePreprocessor } from '../src/worker/tile-decoder.js';
+
+export interface Floor {
+  batch: number;
+  threads: number;
+  tilesPerSec: number;
+  msPerBatch: number;
+}
+
+export async function measureFloor(pkg: ModelPackage, pngs: Buffer[], batch: number, seconds: number): Promise<Floor> {
+  const { manifest } = pkg;
+  const threads = availableParallelism();
+  const session = await ort.InferenceSession.create(pkg.modelPath, { intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all', executionMode: 'sequential' });
+  const preprocess = makePreprocessor(manifest);
+  const image = new Float32Array(batch * preprocess.size);
+  for (let i = 0; i < batch; i++) preprocess.write(PNG.sync.read(pngs[i % pngs.length]).data, image, i * preprocess.size);
+  const feeds: Record<string, ort.Tensor> = { [manifest.tensors.image]: new ort.Tensor('float32', image, [batch, 3, manifest.tile.height, manifest.tile.width]) };
+  if (manifest.tensors.bulk && manifest.genes) {
+    feeds[manifest.tensors.bulk] = new ort.Tensor('float32', new Float32Array(batch * manifest.genes.input.length), [batch, manifest.genes.input.length]);
+  }
+  for (let i = 0; i < 2; i++) await session.run(feeds);
+  let runs = 0;
+  const started = performance.now();
+  while (performance.now() - started < seconds * 1000 || runs < 3) {
+    await session.run(feeds);
+    runs++;
+  }
+  const elapsed = performance.now() - started;
+  await session.release();
+  return { batch, threads, tilesPerSec: (runs * batch * 1000) / elapsed, msPerBatch: elapsed / runs };
+}

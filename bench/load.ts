@@ -1,0 +1,76 @@
+// Drives one endpoint over keep-alive HTTP with autocannon, rotating through distinct tiles, and
+// reads the server's own stage and batch metrics around the run.
+import autocannon from 'autocannon';
+
+export interface LoadResult {
+  concurrency: number;
+  seconds: number;
+  tilesPerSec: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  meanBatch: number;
+  /** Mean milliseconds per tile in each server stage. */
+  stages: Record<string, number>;
+}
+
+type Sums = Map<string, { sum: number; count: number }>;
+
+async function scrape(url: string, model: string): Promise<Sums> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const sums: Sums = new Map();
+  const line = /^(tile_stage_seconds|model_batch_size)_(sum|count)\{([^}]*)\} (\S+)$/gm;
+  for (const m of text.matchAll(line)) {
+    const labels = Object.fromEntries([...m[3].matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1], l[2]]));
+    if (labels.model !== model) continue;
+    const key = m[1] === 'model_batch_size' ? 'batch' : labels.stage;
+    const entry = sums.get(key) ?? { sum: 0, count: 0 };
+    entry[m[2] as 'sum' | 'count'] = Number(m[4]);
+    sums.set(key, entry);
+  }
+  return sums;
+}
+
+function delta(before: Sums, after: Sums, key: string): number {
+  const a = after.get(key);
+  const b = before.get(key) ?? { sum: 0, count: 0 };
+  if (!a || a.count === b.count) return 0;
+  return (a.sum - b.sum) / (a.count - b.count);
+}
+
+function fire(url: string, path: string, bodies: string[], concurrency: number, seconds: number): Promise<autocannon.Result> {
+  let next = 0;
+  return new Promise((resolve, reject) => {
+    autocannon(
+      {
+        url: url + path,
+        connections: concurrency,
+        pipelining: 1,
+        duration: seconds,
+        timeout: 60,
+        requests: [{ method: 'POST', headers: { 'content-type': 'application/json' }, setupRequest: (req) => ({ ...req, body: bodies[next++ % bodies.length] }) }],
+      },
+      (err, result) => (err ? reject(err) : resolve(result)),
+    );
+  });
+}
+
+export async function drive(url: string, model: string, path: string, bodies: string[], concurrency: number, seconds: number): Promise<LoadResult> {
+  await fire(url, path, bodies, concurrency, Math.min(2, seconds)); // warm-up: JIT, batcher, caches
+  const before = await scrape(url, model);
+  const result = await fire(url, path, bodies, concurrency, seconds);
+  const after = await scrape(url, model);
+  const stages: Record<string, number> = {};
+  for (const key of after.keys()) if (key !== 'batch') stages[key] = delta(before, after, key) * 1000;
+  const ok = result.requests.total - result.non2xx;
+  return {
+    concurrency,
+    seconds,
+    tilesPerSec: ok / seconds,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.errors + result.non2xx + result.timeouts,
+    meanBatch: delta(before, after, 'batch'),
+    stages,
+  };
+}

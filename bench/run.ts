@@ -1,0 +1,136 @@
+// `npm run bench`: the real service driven over HTTP with distinct synthetic H&E tiles at several
+// concurrencies, against the floor (the same package in one process on ready tensors), with the
+// per-stage cost of a tile, the mask serializer, and the supervisor's memory over a soak run.
+// `npm run bench -- --smoke` runs it for seconds (CI: no thresholds, it only has to work).
+// Writes bench/results/<date>.json and .md.
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import pidusage from 'pidusage';
+import { readPackage } from '../src/model-package/model-package.js';
+import { cellularTile, encodePng, slideTile } from '../src/synthetic/tissue.js';
+import { maskJson } from '../src/http/response-writer.js';
+import { startServer, MODELS, ROOT } from '../test/helpers/server.js';
+import { measureFloor, type Floor } from './floor.js';
+import { drive, type LoadResult } from './load.js';
+
+const args = process.argv.slice(2);
+const smoke = args.includes('--smoke');
+const option = (name: string, fallback: number) => Number(args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1] ?? fallback);
+const seconds = option('seconds', smoke ? 1 : 8);
+const soakSeconds = option('soak', smoke ? 0 : 300);
+const outDir = args.find((a) => a.startsWith('--out='))?.split('=')[1] ?? join(ROOT, 'bench/results');
+const concurrencies = smoke ? [1, 8] : [1, 8, 16, 32];
+
+interface Target {
+  model: string;
+  path: string;
+  size: 224 | 512;
+}
+const TARGETS: Target[] = [
+  { model: 'tissue-seg', path: '/api/predict/tissue-seg', size: 512 },
+  { model: 'gene-expr', path: '/api/predict/gene-expr', size: 224 },
+  { model: 'gene-expr', path: '/api/embed/gene-expr', size: 224 },
+  { model: 'tile-embed', path: '/api/embed/tile-embed', size: 224 },
+];
+
+function tiles(size: 224 | 512, count: number): Buffer[] {
+  return Array.from({ length: count }, (_, i) =>
+    encodePng(size === 224 ? cellularTile(1000 + i) : slideTile({ size: 512, seed: 2000 + i, stain: i % 3 ? 'he' : 'ihc', tissue: 0.3 + (i % 5) * 0.1, pale: 0.4, fat: 0.2, dust: 20 })),
+  );
+}
+
+function body(png: Buffer, i: number, size: number): string {
+  return JSON.stringify({ image_data: png.toString('base64'), slide_name: `bench-slide`, x: i * size, y: 0, width: size, height: size, patch_idx: i, resolution: size === 512 ? 8.0 : 0.5 });
+}
+
+/** Median milliseconds of fn over n runs. */
+function median(fn: () => unknown, n = 30): number {
+  const times = Array.from({ length: n }, () => {
+    const t = performance.now();
+    fn();
+    return performance.now() - t;
+  }).sort((a, b) => a - b);
+  return times[Math.floor(n / 2)];
+}
+
+async function main(): Promise<void> {
+  const count = smoke ? 4 : 32;
+  const pngs = { 224: tiles(224, count), 512: tiles(512, smoke ? 4 : 16) };
+  const bodies = { 224: pngs[224].map((p, i) => body(p, i, 224)), 512: pngs[512].map((p, i) => body(p, i, 512)) };
+
+  const mask = Uint8Array.from({ length: 512 * 512 }, (_, i) => ((i >> 9) + (i & 511)) % 7 < 3 ? 1 : 0);
+  const serialization = { fastMs: median(() => maskJson(mask)), jsonStringifyMs: median(() => JSON.stringify(Array.from(mask))) };
+
+  // The service with its shipped configuration.
+  const server = await startServer({ config: JSON.parse(readFileSync(join(ROOT, 'config/default.json'), 'utf8')) });
+  const runs: (LoadResult & Target)[] = [];
+  for (const target of TARGETS) {
+    for (const c of concurrencies) {
+      const r = await drive(server.url, target.model, target.path, bodies[target.size], c, seconds);
+      runs.push({ ...target, ...r });
+      console.log(`${target.path} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}`);
+    }
+  }
+
+  let soak: { seconds: number; concurrency: number; rssMb: number[]; tilesPerSec: number; errors: number } | null = null;
+  if (soakSeconds > 0) {
+    const rss: number[] = [];
+    const sample = setInterval(() => void pidusage(server.proc.pid!).then((u) => rss.push(Math.round(u.memory / 1e6))), 10000);
+    const r = await drive(server.url, 'gene-expr', '/api/predict/gene-expr', bodies[224], 32, soakSeconds);
+    clearInterval(sample);
+    soak = { seconds: soakSeconds, concurrency: 32, rssMb: rss, tilesPerSec: r.tilesPerSec, errors: r.errors };
+    console.log(`soak ${soakSeconds}s c=32: supervisor RSS MB ${rss.join(' ')}`);
+  }
+  await server.stop();
+
+  // Floors, with the server gone so they have the machine to themselves: one per model and
+  // batch size the server actually formed (rounded), plus batch 1 for the latency comparison.
+  const floors = new Map<string, Floor>();
+  const floorFor = async (model: string, batch: number) => {
+    const pkg = readPackage(join(MODELS, model));
+    const b = Math.max(1, Math.min(pkg.manifest.batch.max, Math.round(batch)));
+    const key = `${model}@${b}`;
+    if (!floors.has(key)) floors.set(key, await measureFloor(pkg, pngs[pkg.manifest.tile.width as 224 | 512], b, smoke ? 1 : 5));
+    return floors.get(key)!;
+  };
+  const rows = [];
+  for (const r of runs) {
+    const floor = await floorFor(r.model, r.meanBatch);
+    const single = await floorFor(r.model, 1);
+    rows.push({ ...r, floor: floor.tilesPerSec, floorBatch: floor.batch, ratio: r.tilesPerSec / floor.tilesPerSec, p50OverModel: r.p50 - single.msPerBatch });
+  }
+
+  const date = new Date().toISOString().slice(0, 10);
+  const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;
+  const report = { date, smoke, machine, seconds, serialization, runs: rows, floors: Object.fromEntries(floors), soak };
+  mkdirSync(outDir, { recursive: true });
+  const name = smoke ? 'smoke' : date;
+  writeFileSync(join(outDir, `${name}.json`), JSON.stringify(report, null, 2) + '\n');
+  writeFileSync(join(outDir, `${name}.md`), markdown(report));
+  console.log(markdown(report));
+}
+
+function markdown(report: { date: string; machine: string; seconds: number; serialization: { fastMs: number; jsonStringifyMs: number }; runs: any[]; soak: any }): string {
+  const f = (n: number, d = 1) => n.toFixed(d);
+  const stageNames = ['parse', 'base64', 'decode', 'preprocess', 'ipc', 'queue', 'inference', 'serialize'];
+  const lines = [
+    `Benchmark ${report.date} on ${report.machine}; ${report.seconds} s per run after a warm-up, autocannon over keep-alive connections, distinct synthetic tiles.`,
+    '',
+    '| endpoint | conc. | tiles/s | p50 ms | p99 ms | errors | mean batch | floor tiles/s (batch) | server/floor | p50 - model ms |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+    ...report.runs.map((r) => `| ${r.path} | ${r.concurrency} | ${f(r.tilesPerSec)} | ${r.p50} | ${r.p99} | ${r.errors} | ${f(r.meanBatch, 2)} | ${f(r.floor)} (${r.floorBatch}) | ${f(r.ratio, 2)} | ${f(r.p50OverModel)} |`),
+    '',
+    'Per-tile cost of each server stage, ms (inference is the tile\'s share of its batch\'s session.run; queue is time waiting for a batch):',
+    '',
+    `| endpoint | conc. | ${stageNames.join(' | ')} |`,
+    `|---|---|${stageNames.map(() => '---').join('|')}|`,
+    ...report.runs.map((r) => `| ${r.path} | ${r.concurrency} | ${stageNames.map((s) => f(r.stages[s] ?? 0, 2)).join(' | ')} |`),
+    '',
+    `512x512 mask response: ${f(report.serialization.fastMs, 2)} ms with the response writer, ${f(report.serialization.jsonStringifyMs, 2)} ms with JSON.stringify.`,
+  ];
+  if (report.soak) lines.push('', `Soak: ${report.soak.seconds} s at concurrency 32 on /api/predict/gene-expr, ${f(report.soak.tilesPerSec)} tiles/s, ${report.soak.errors} errors; supervisor RSS every 10 s (MB): ${report.soak.rssMb.join(', ')}.`);
+  return lines.join('\n') + '\n';
+}
+
+await main();

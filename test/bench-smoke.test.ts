@@ -1,0 +1,22 @@
+// CI runs the benchmark in its seconds-long smoke mode: it must run end to end and report every
+// endpoint. No thresholds: benchmarks are not timed tests.
+import t from 'tap';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ROOT } from './helpers/server.js';
+
+t.test('npm run bench -- --smoke', async (t) => {
+  const out = mkdtempSync(join(tmpdir(), 'bench-'));
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_OPTIONS'));
+  const run = spawnSync('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/bench/run.js'), '--smoke', `--out=${out}`], { env, encoding: 'utf8', timeout: 180000 });
+  t.equal(run.status, 0, run.stderr);
+  const report = JSON.parse(readFileSync(join(out, 'smoke.json'), 'utf8'));
+  t.same([...new Set(report.runs.map((r: { path: string }) => r.path))], ['/api/predict/tissue-seg', '/api/predict/gene-expr', '/api/embed/gene-expr', '/api/embed/tile-embed']);
+  for (const r of report.runs) {
+    t.equal(r.errors, 0, `${r.path} c=${r.concurrency}: no errors`);
+    t.ok(r.tilesPerSec > 0 && r.floor > 0 && r.stages.inference > 0, `${r.path} c=${r.concurrency}: throughput, floor and stages reported`);
+  }
+  t.match(readFileSync(join(out, 'smoke.md'), 'utf8'), /\| endpoint \| conc\. \| tiles\/s/);
+});
