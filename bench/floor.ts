@@ -2,9 +2,9 @@
 // (pre-decoded, preprocessed) batches. Everything the service adds is overhead above it.
 import { availableParallelism } from 'node:os';
 import ort from 'onnxruntime-node';
-import { PNG } from 'pngjs';
 import type { ModelPackage } from '../src/model-package/model-package.js';
-import { makePreprocessor } from '../src/worker/tile-decoder.js';
+import { makePreprocessor } from '../src/worker/preprocess.js';
+import { decodePng } from '../src/tile/png.js';
 
 export interface Floor {
   batch: number;
@@ -17,10 +17,8 @@ export async function measureFloor(pkg: ModelPackage, pngs: Buffer[], batch: num
   const { manifest } = pkg;
   const threads = availableParallelism();
   const session = await ort.InferenceSession.create(pkg.modelPath, { intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all', executionMode: 'sequential' });
-  const preprocess = makePreprocessor(manifest);
-  const image = new Float32Array(batch * preprocess.size);
-  for (let i = 0; i < batch; i++) preprocess.write(PNG.sync.read(pngs[i % pngs.length]).data, image, i * preprocess.size);
-  const feeds: Record<string, ort.Tensor> = { [manifest.tensors.image]: new ort.Tensor('float32', image, [batch, 3, manifest.tile.height, manifest.tile.width]) };
+  const tiles = Array.from({ length: batch }, (_, i) => decodePng(pngs[i % pngs.length]));
+  const feeds: Record<string, ort.Tensor> = { [manifest.tensors.image]: makePreprocessor(manifest).tensor(tiles) };
   if (manifest.tensors.bulk && manifest.genes) {
     feeds[manifest.tensors.bulk] = new ort.Tensor('float32', new Float32Array(batch * manifest.genes.input.length), [batch, manifest.genes.input.length]);
   }

@@ -20,7 +20,12 @@ const option = (name: string, fallback: number) => Number(args.find((a) => a.sta
 const seconds = option('seconds', smoke ? 1 : 8);
 const soakSeconds = option('soak', smoke ? 0 : 300);
 const outDir = args.find((a) => a.startsWith('--out='))?.split('=')[1] ?? join(ROOT, 'bench/results');
-const concurrencies = smoke ? [1, 8] : [1, 8, 16, 32];
+const list = (name: string) => args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1].split(',');
+const concurrencies = list('concurrency')?.map(Number) ?? (smoke ? [1, 8] : [1, 8, 16, 32]);
+/** --only=tissue-seg,embed runs the endpoints whose path contains any of the words. */
+const only = list('only');
+/** --config=FILE benchmarks another service configuration (default: config/default.json). */
+const configFile = args.find((a) => a.startsWith('--config='))?.split('=')[1] ?? join(ROOT, 'config/default.json');
 
 interface Target {
   model: string;
@@ -63,9 +68,9 @@ async function main(): Promise<void> {
   const serialization = { fastMs: median(() => maskJson(mask)), jsonStringifyMs: median(() => JSON.stringify(Array.from(mask))) };
 
   // The service with its shipped configuration.
-  const server = await startServer({ config: JSON.parse(readFileSync(join(ROOT, 'config/default.json'), 'utf8')) });
+  const server = await startServer({ config: JSON.parse(readFileSync(configFile, 'utf8')) });
   const runs: (LoadResult & Target)[] = [];
-  for (const target of TARGETS) {
+  for (const target of TARGETS.filter((t) => !only || only.some((word) => t.path.includes(word)))) {
     for (const c of concurrencies) {
       const r = await drive(server.url, target.model, target.path, bodies[target.size], c, seconds);
       runs.push({ ...target, ...r });

@@ -13,7 +13,7 @@ const ModelEntry = Type.Object({
   instances: Type.Integer({ minimum: 1, default: 1 }),
   /** GPU ids to pin instances to (round-robin), or "auto" to use those nvidia-smi lists. */
   gpus: Type.Union([Type.Literal('auto'), Type.Array(Type.String())], { default: 'auto' }),
-  /** ONNX Runtime intra-op threads per worker; default: cores / workers, at least 1. */
+  /** ONNX Runtime intra-op threads per worker; default: every core (idle threads sleep). */
   intra_op_threads: Type.Optional(Type.Integer({ minimum: 1 })),
   /** Largest batch; default the manifest's batch.max. */
   max_batch: Type.Optional(Type.Integer({ minimum: 1 })),
@@ -106,8 +106,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
   return config;
 }
 
-/** Threads per worker when not configured: share the cores among all workers. */
-export function defaultIntraOpThreads(config: ServiceConfig, cores = availableParallelism()): number {
-  const workers = config.models.reduce((n, m) => n + m.instances, 0);
-  return Math.max(1, Math.floor(cores / Math.max(1, workers)));
-}
+/** Threads per worker when not configured: every core. A model busy alone (the common case:
+ *  a pipeline runs one model over a slide) then uses the whole machine; ONNX Runtime's idle
+ *  threads sleep (allow_spinning 0), so busy models sharing cores do not burn them. */
+export const defaultIntraOpThreads = (): number => availableParallelism();

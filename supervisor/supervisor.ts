@@ -19,7 +19,7 @@ export class Supervisor extends EventEmitter<{ worker: [WorkerProcess] }> {
   ) {
     super();
     const plan = assignGpus(config.models, gpus);
-    const threads = defaultIntraOpThreads(config);
+    const threads = defaultIntraOpThreads();
     for (const entry of config.models) {
       this.pools.set(
         entry.name,

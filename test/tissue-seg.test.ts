@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { PNG } from 'pngjs';
 import ort from 'onnxruntime-node';
 import { readPackage } from '../src/model-package/model-package.js';
-import { makePreprocessor } from '../src/worker/tile-decoder.js';
+import { makePreprocessor } from '../src/worker/preprocess.js';
 import { TISSUE_FIXTURES } from '../src/synthetic/build-fixtures.js';
 import { slideTile, encodePng, encodeMaskPng } from '../src/synthetic/tissue.js';
 import { FIXTURES } from './helpers/tiles.js';
@@ -57,9 +57,7 @@ const preprocess = makePreprocessor(pkg.manifest);
 const session = await ort.InferenceSession.create(pkg.modelPath);
 
 async function detect(rgba: Buffer): Promise<Uint8Array> {
-  const input = new Float32Array(preprocess.size);
-  preprocess.write(rgba, input, 0);
-  const out = await session.run({ image: new ort.Tensor('float32', input, [1, 3, 512, 512]) });
+  const out = await session.run({ [pkg.manifest.tensors.image]: preprocess.tensor([{ width: 512, height: 512, channels: 4, data: rgba }]) });
   return out.mask.data as Uint8Array;
 }
 

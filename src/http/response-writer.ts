@@ -5,15 +5,19 @@ import type { TileRequest } from './schemas/tile.js';
 const COMMA = 0x2c;
 const ZERO = 0x30;
 
+const LITTLE_ENDIAN = new Uint8Array(Uint16Array.of(1).buffer)[0] === 1;
+/** "0," and "1," as one 16-bit store each. */
+const PAIR = LITTLE_ENDIAN ? [ZERO | (COMMA << 8), (ZERO + 1) | (COMMA << 8)] : [(ZERO << 8) | COMMA, ((ZERO + 1) << 8) | COMMA];
+
 /** A 0/1 mask as a JSON array. */
 export function maskJson(mask: Uint8Array): Buffer {
   if (mask.length === 0) return Buffer.from('[]');
-  const out = Buffer.allocUnsafe(mask.length * 2 + 1);
+  // Pairs start at byte 2 so the 16-bit view is aligned; '[' goes in byte 1.
+  const bytes = new ArrayBuffer(mask.length * 2 + 2);
+  const pairs = new Uint16Array(bytes, 2, mask.length);
+  for (let i = 0; i < mask.length; i++) pairs[i] = PAIR[mask[i] ? 1 : 0];
+  const out = Buffer.from(bytes, 1);
   out[0] = 0x5b;
-  for (let i = 0, j = 1; i < mask.length; i++, j += 2) {
-    out[j] = ZERO + (mask[i] ? 1 : 0);
-    out[j + 1] = COMMA;
-  }
   out[out.length - 1] = 0x5d;
   return out;
 }

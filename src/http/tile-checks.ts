@@ -1,14 +1,19 @@
 // Checks of a tile request against the model that will run it, done in the front because they
-// need no pixels: tile size, resolution, bulk_rna, and the PNG header (read from the first
-// base64 characters, so a PNG declaring huge dimensions is refused before anything inflates it).
+// need no pixels: tile size, resolution, bulk_rna, base64, and the PNG header (so a PNG declaring
+// huge dimensions is refused before anything inflates it). The decoded PNG bytes go to the
+// worker as a Buffer: 25% fewer bytes over IPC than the base64 text.
 import type { FieldError } from '../ipc/protocol.js';
 import type { Manifest } from '../model-package/manifest.js';
-import { readPngHeaderBase64 } from '../tile/png.js';
+import { decodeBase64Strict, readPngHeader } from '../tile/png.js';
 import type { TileRequest } from './schemas/tile.js';
 
-const BASE64_PREFIX = /^[A-Za-z0-9+/]{0,32}/;
+export interface CheckedTile {
+  errors: FieldError[];
+  /** The PNG bytes, when image_data is base64. */
+  png: Buffer | null;
+}
 
-export function checkTile(body: TileRequest, manifest: Manifest, usesBulk: boolean, maxPixels: number): FieldError[] {
+export function checkTile(body: TileRequest, manifest: Manifest, usesBulk: boolean, maxPixels: number): CheckedTile {
   const errors: FieldError[] = [];
   const { tile, name } = manifest;
   const fail = (field: string, msg: string, ctx?: Record<string, unknown>) => errors.push({ loc: ['body', field], msg: `Value error, ${msg}`, type: 'value_error', ...(ctx && { ctx }) });
@@ -35,15 +40,16 @@ export function checkTile(body: TileRequest, manifest: Manifest, usesBulk: boole
     }
   }
 
-  const header = readPngHeaderBase64(body.image_data);
-  if (!header) {
-    const isBase64 = BASE64_PREFIX.exec(body.image_data)![0].length === Math.min(32, body.image_data.length) && body.image_data.length > 0;
-    if (isBase64) fail('image_data', 'image_data should be a base64-encoded PNG (PNG signature and IHDR chunk not found)');
-    else errors.push({ loc: ['body', 'image_data'], msg: 'Base64 decoding error: image_data should be standard base64 text (A-Z a-z 0-9 + /, padded with =)', type: 'base64_decode' });
+  const png = decodeBase64Strict(body.image_data);
+  const header = png && readPngHeader(png);
+  if (!png) {
+    errors.push({ loc: ['body', 'image_data'], msg: 'Base64 decoding error: image_data should be standard base64 text (A-Z a-z 0-9 + /, padded with = to a multiple of 4)', type: 'base64_decode' });
+  } else if (!header) {
+    fail('image_data', 'image_data should be a base64-encoded PNG (PNG signature and IHDR chunk not found)');
   } else if (header.width * header.height > maxPixels) {
     fail('image_data', `PNG declares ${header.width}x${header.height} pixels, more than the limit of ${maxPixels}; refused before decoding`);
   } else if (header.width !== body.width || header.height !== body.height) {
     fail('image_data', `PNG is ${header.width}x${header.height} pixels, expected width x height = ${body.width}x${body.height}`);
   }
-  return errors;
+  return { errors, png };
 }

@@ -14,7 +14,8 @@ export interface TileJob {
   task: Task;
   /** prediction_with_embedding: also return the embedding of the same forward pass. */
   withEmbedding: boolean;
-  imageBase64: string;
+  /** The tile's PNG bytes (the front has decoded the base64). */
+  png: Uint8Array;
   width: number;
   height: number;
   bulk: number[] | null;
@@ -22,7 +23,7 @@ export interface TileJob {
 
 /** Milliseconds spent per stage in the worker, for the benchmark's breakdown. */
 export interface StageTimes {
-  base64: number;
+  /** PNG to pixels. */
   decode: number;
   /** This tile's share of writing the batch tensor. */
   preprocess: number;

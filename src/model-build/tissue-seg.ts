@@ -11,40 +11,51 @@
 //   3. tissue where chroma > 0.03 or OD > 0.7;
 //   4. closing (9 px, 72 um) fills fat vacuoles and gaps in loose tissue; opening (5 px, 40 um)
 //      removes dust specks and fibres smaller than a small tissue fragment.
-// Morphology uses separable max-pooling (k + k instead of k^2 comparisons per pixel).
-import { Graph, DType, int, ints } from './onnx-graph.js';
+// The mean filter and the morphology are separable (k + k instead of k^2 operations per pixel),
+// and the graph takes the decoded uint8 RGB tile [N, H, W, 3] and scales it itself.
+import { Graph, DType, int, ints, type Attr } from './onnx-graph.js';
 import type { Manifest } from '../model-package/manifest.js';
 import type { PackageBuild } from './package-build.js';
 
 export const DETECTOR = { blur: 5, chroma: 0.03, opticalDensity: 0.7, close: 9, open: 5 };
 
-function maxPool(g: Graph, x: string, k: number): string {
+/** A k x k pooling as a 1 x k pass then a k x 1 pass; exact for max, and for a mean that counts
+ *  only pixels inside the image (the clipped window is still a rectangle). */
+function separable(g: Graph, op: 'MaxPool' | 'AveragePool', x: string, k: number): string {
   const p = Math.floor(k / 2);
-  const rows = g.op('MaxPool', [x], { kernel_shape: ints([1, k]), pads: ints([0, p, 0, p]) });
-  return g.op('MaxPool', [rows], { kernel_shape: ints([k, 1]), pads: ints([p, 0, p, 0]) });
+  const extra: Record<string, Attr> = op === 'AveragePool' ? { count_include_pad: int(0) } : {};
+  const rows = g.op(op, [x], { kernel_shape: ints([1, k]), pads: ints([0, p, 0, p]), ...extra });
+  return g.op(op, [rows], { kernel_shape: ints([k, 1]), pads: ints([p, 0, p, 0]), ...extra });
 }
+const maxPool = (g: Graph, x: string, k: number) => separable(g, 'MaxPool', x, k);
 const dilate = maxPool;
+/** A kernel of k full-resolution pixels at half resolution (odd, so it stays centred). */
+const HALF = (k: number) => Math.floor(k / 2) | 1;
 const erode = (g: Graph, x: string, k: number) => g.op('Neg', [maxPool(g, g.op('Neg', [x]), k)]);
 
 export function buildTissueSeg(): PackageBuild {
   const g = new Graph('tissue_seg');
-  const image = g.input('image', DType.FLOAT, ['N', 3, 'H', 'W']);
-  const b = DETECTOR.blur;
-  const p = Math.floor(b / 2);
-  const smooth = g.op('AveragePool', [image], { kernel_shape: ints([b, b]), pads: ints([p, p, p, p]), count_include_pad: int(0) });
-  const chroma = g.op('Sub', [
-    g.op('ReduceMax', [smooth], { axes: ints([1]), keepdims: int(1) }),
-    g.op('ReduceMin', [smooth], { axes: ints([1]), keepdims: int(1) }),
-  ]);
-  const brightness = g.op('ReduceMean', [smooth], { axes: ints([1]), keepdims: int(1) });
-  const density = g.op('Neg', [g.op('Log', [g.op('Max', [brightness, g.scalar('floor', 1 / 255)])])]);
-  const evidence = g.op('Max', [
-    g.op('Mul', [chroma, g.scalar('chroma_gain', 1 / DETECTOR.chroma)]),
-    g.op('Mul', [density, g.scalar('density_gain', 1 / DETECTOR.opticalDensity)]),
-  ]);
-  let m = g.op('Cast', [g.op('Greater', [evidence, g.scalar('one', 1)])], { to: int(DType.FLOAT) });
-  m = erode(g, dilate(g, m, DETECTOR.close), DETECTOR.close);
-  m = dilate(g, erode(g, m, DETECTOR.open), DETECTOR.open);
+  const image = g.input('image', DType.UINT8, ['N', 'H', 'W', 3]);
+  // Channels sliced off the NHWC tile; [N, H, W, 1] re-labelled [N, 1, H, W] costs no copy.
+  // Values stay in 0..255: the thresholds are scaled instead of every pixel.
+  const pixels = g.op('Cast', [image], { to: int(DType.FLOAT) });
+  const [r, gr, b] = ['r', 'g', 'b'].map((c, i) => {
+    const channel = g.op('Slice', [pixels, g.shape(`${c}_start`, [i]), g.shape(`${c}_end`, [i + 1]), g.shape(`${c}_axis`, [3])]);
+    const nchw = g.op('Unsqueeze', [g.op('Squeeze', [channel, g.shape(`${c}_last`, [3])]), g.shape(`${c}_second`, [1])]);
+    return separable(g, 'AveragePool', nchw, DETECTOR.blur);
+  });
+  const chroma = g.op('Sub', [g.op('Max', [r, gr, b]), g.op('Min', [r, gr, b])]);
+  // OD = -ln(mean brightness / 255) > t  <=>  R + G + B < 3 * 255 * exp(-t).
+  const dark = g.op('Less', [g.op('Sum', [r, gr, b]), g.scalar('dark', 3 * 255 * Math.exp(-DETECTOR.opticalDensity))]);
+  const stained = g.op('Greater', [chroma, g.scalar('stained', 255 * DETECTOR.chroma)]);
+  let m = g.op('Cast', [g.op('Or', [stained, dark])], { to: int(DType.FLOAT) });
+  // Morphology at half resolution (a 2x2 cell is tissue when at least half its pixels are),
+  // then back up: 4x fewer pixels for the eight pooling passes.
+  const cells = g.op('AveragePool', [m], { kernel_shape: ints([2, 2]), strides: ints([2, 2]) });
+  m = g.op('Cast', [g.op('Greater', [cells, g.scalar('half', 0.4)])], { to: int(DType.FLOAT) });
+  m = erode(g, dilate(g, m, HALF(DETECTOR.close)), HALF(DETECTOR.close));
+  m = dilate(g, erode(g, m, HALF(DETECTOR.open)), HALF(DETECTOR.open));
+  m = g.op('Resize', [m, '', g.constant('scales', Float32Array.of(1, 1, 2, 2), [4])], { mode: { s: 'nearest' } });
   g.op('Cast', [m], { to: int(DType.UINT8) }, 'mask');
   g.output('mask', DType.UINT8, ['N', 1, 'H', 'W']);
 
@@ -56,7 +67,7 @@ export function buildTissueSeg(): PackageBuild {
     license: 'Apache-2.0',
     tasks: ['segmentation'],
     tile: { width: 512, height: 512, mpp: 8.0, mpp_tolerance: 0.1 },
-    preprocess: { scale: 1 / 255, mean: [0, 0, 0], std: [1, 1, 1], channel_order: 'RGB' },
+    preprocess: { input: 'uint8', channel_order: 'RGB' },
     tensors: { image: 'image', mask: 'mask' },
     batch: { max: 8 },
     provenance: { trained: false, method },

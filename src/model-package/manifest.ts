@@ -12,6 +12,7 @@ export type BulkTransform = Static<typeof BulkTransform>;
 
 const Name = Type.String({ pattern: '^[a-z0-9][a-z0-9-]*$' });
 const Rgb = Type.Array(Type.Number(), { minItems: 3, maxItems: 3 });
+const ChannelOrder = Type.Union([Type.Literal('RGB'), Type.Literal('BGR')]);
 
 export const Manifest = Type.Object({
   name: Name,
@@ -26,14 +27,23 @@ export const Manifest = Type.Object({
     /** Relative tolerance on `resolution`: 0.1 accepts mpp +-10%. */
     mpp_tolerance: Type.Number({ minimum: 0 }),
   }),
-  preprocess: Type.Object({
-    /** Pixel value v (0..255) becomes (v * scale - mean[c]) / std[c]. */
-    scale: Type.Number(),
-    mean: Rgb,
-    std: Rgb,
-    channel_order: Type.Union([Type.Literal('RGB'), Type.Literal('BGR')]),
-  }),
-  /** ONNX tensor name for each role. The image input is always [N, 3, height, width] float32. */
+  /** How pixels become the image tensor. */
+  preprocess: Type.Union([
+    Type.Object({
+      /** float32 (default): image [N, 3, height, width], pixel v (0..255) as (v * scale - mean[c]) / std[c]. */
+      input: Type.Optional(Type.Literal('float32')),
+      scale: Type.Number(),
+      mean: Rgb,
+      std: Rgb,
+      channel_order: ChannelOrder,
+    }),
+    Type.Object({
+      /** uint8: image [N, height, width, 3], the decoded bytes as they are; the graph normalizes. */
+      input: Type.Literal('uint8'),
+      channel_order: ChannelOrder,
+    }),
+  ]),
+  /** ONNX tensor name for each role (image and bulk inputs; mask, prediction, embedding outputs). */
   tensors: Type.Object({
     image: Type.String(),
     bulk: Type.Optional(Type.String()),

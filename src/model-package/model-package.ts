@@ -96,8 +96,11 @@ export function checkSignature(pkg: ModelPackage, session: SessionSignature): vo
   if (extra.length) fail('tensors', `model.onnx input(s) ${extra.join(', ')} have no role in the manifest`);
 
   const image = meta(session.inputMetadata, roles.image);
-  if (image?.type && image.type !== 'float32') fail('tensors.image', `"${roles.image}" has type ${image.type}, expected float32`);
-  expectDims('tensors.image', image, [null, 3, manifest.tile.height, manifest.tile.width]);
+  const { height, width } = manifest.tile;
+  const uint8 = manifest.preprocess.input === 'uint8';
+  const imageType = uint8 ? 'uint8' : 'float32';
+  if (image?.type && image.type !== imageType) fail('tensors.image', `"${roles.image}" has type ${image.type}, expected ${imageType} (preprocess.input)`);
+  expectDims('tensors.image', image, uint8 ? [null, height, width, 3] : [null, 3, height, width]);
   if (roles.bulk) expectDims('tensors.bulk', meta(session.inputMetadata, roles.bulk), [null, manifest.genes!.input.length]);
   if (roles.prediction && manifest.genes) expectDims('genes.output', meta(session.outputMetadata, roles.prediction), [null, manifest.genes.output.length]);
   if (roles.embedding) {

@@ -4,15 +4,17 @@ import ort from 'onnxruntime-node';
 import type { SupervisorMessage, TileJob, WorkerConfig, WorkerMessage } from '../ipc/protocol.js';
 import { readPackage, type ModelPackage } from '../model-package/model-package.js';
 import { openSession, type OpenedSession } from './model-session.js';
-import { decodeTile, makePreprocessor, type Preprocessor } from './tile-decoder.js';
+import { decodeTile } from './tile-decoder.js';
+import { makePreprocessor, type Preprocessor } from './preprocess.js';
+import type { Pixels } from '../tile/png.js';
 import { writeBulk } from './bulk.js';
 import { Batcher } from './batcher.js';
 
 interface Pending {
   id: number;
   job: TileJob;
-  rgba: Buffer;
-  times: { receivedAt: number; base64: number; decode: number; enqueuedAt: number };
+  pixels: Pixels;
+  times: { receivedAt: number; decode: number; enqueuedAt: number };
 }
 
 const config = JSON.parse(process.env.TILE_WORKER ?? 'null') as WorkerConfig;
@@ -39,14 +41,15 @@ class ModelWorker {
       send({ type: 'invalid', id, errors: decoded.errors });
       return;
     }
-    this.batcher.push({ id, job, rgba: decoded.rgba, times: { receivedAt, base64: decoded.base64Ms, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
+    this.batcher.push({ id, job, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
   }
 
   /** Runs a zero tile through the model before reporting ready. */
   async warmup(iterations: number): Promise<void> {
     const { width, height } = this.pkg.manifest.tile;
-    const job: TileJob = { task: this.pkg.manifest.tasks[0], withEmbedding: false, imageBase64: '', width, height, bulk: null };
-    for (let i = 0; i < iterations; i++) await this.infer([{ id: -1, job, rgba: Buffer.alloc(width * height * 4), times: { receivedAt: 0, base64: 0, decode: 0, enqueuedAt: 0 } }]);
+    const job: TileJob = { task: this.pkg.manifest.tasks[0], withEmbedding: false, png: new Uint8Array(0), width, height, bulk: null };
+    const pixels: Pixels = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
+    for (let i = 0; i < iterations; i++) await this.infer([{ id: -1, job, pixels, times: { receivedAt: 0, decode: 0, enqueuedAt: 0 } }]);
   }
 
   idle(): Promise<void> {
@@ -73,12 +76,10 @@ class ModelWorker {
 
   private async infer(batch: Pending[]): Promise<WorkerMessage[]> {
     const { manifest } = this.pkg;
-    const { tensors, tile } = manifest;
+    const { tensors } = manifest;
     const n = batch.length;
     const t0 = performance.now();
-    const image = new Float32Array(n * this.preprocess.size);
-    batch.forEach((item, i) => this.preprocess.write(item.rgba, image, i * this.preprocess.size));
-    const feeds: Record<string, ort.Tensor> = { [tensors.image]: new ort.Tensor('float32', image, [n, 3, tile.height, tile.width]) };
+    const feeds: Record<string, ort.Tensor> = { [tensors.image]: this.preprocess.tensor(batch.map((item) => item.pixels)) };
     if (tensors.bulk && manifest.genes) {
       const genes = manifest.genes.input.length;
       const bulk = new Float32Array(n * genes);
@@ -95,35 +96,40 @@ class ModelWorker {
       return data.slice(i * size, (i + 1) * size);
     };
     return batch.map((item, i): WorkerMessage => {
+      const embedding = rows(tensors.embedding, i) as Float32Array | null;
+      let output: Float32Array | Uint8Array;
+      let tissueFraction: number | null = null;
+      if (item.job.task === 'segmentation') {
+        const mask = readMask(rows(tensors.mask, i)!, manifest.mask_threshold);
+        if (mask.mask.length !== item.job.width * item.job.height) throw new Error(`mask has ${mask.mask.length} pixels, tile has ${item.job.width * item.job.height}`);
+        ({ mask: output, tissueFraction } = mask);
+      } else {
+        output = item.job.task === 'embedding' ? embedding! : (rows(tensors.prediction, i) as Float32Array);
+      }
       const times = {
-        base64: item.times.base64,
         decode: item.times.decode,
         preprocess: (t1 - t0) / n,
         queue: t0 - item.times.enqueuedAt,
         inference: t2 - t1,
         worker: performance.now() - item.times.receivedAt,
       };
-      const embedding = rows(tensors.embedding, i) as Float32Array | null;
-      if (item.job.task === 'segmentation') {
-        const mask = toMask(rows(tensors.mask, i)!, manifest.mask_threshold);
-        if (mask.length !== item.job.width * item.job.height) throw new Error(`mask has ${mask.length} pixels, tile has ${item.job.width * item.job.height}`);
-        let tissue = 0;
-        for (let p = 0; p < mask.length; p++) tissue += mask[p];
-        return { type: 'result', id: item.id, output: mask, embedding: null, tissueFraction: tissue / mask.length, batchSize: n, times };
-      }
-      const output = item.job.task === 'embedding' ? embedding! : (rows(tensors.prediction, i) as Float32Array);
       const withEmbedding = item.job.task === 'prediction' && item.job.withEmbedding;
-      return { type: 'result', id: item.id, output, embedding: withEmbedding ? embedding : null, tissueFraction: null, batchSize: n, times };
+      return { type: 'result', id: item.id, output, embedding: withEmbedding ? embedding : null, tissueFraction, batchSize: n, times };
     });
   }
 }
 
-/** A uint8/bool mask passes through as 0/1; a float mask is thresholded. */
-function toMask(values: Float32Array | Uint8Array, threshold = 0.5): Uint8Array {
-  if (values instanceof Uint8Array) return values.map((v) => (v ? 1 : 0));
-  const mask = new Uint8Array(values.length);
-  for (let i = 0; i < values.length; i++) mask[i] = values[i] > threshold ? 1 : 0;
-  return mask;
+/** The mask as 0/1 bytes (uint8/bool outputs as they are, floats thresholded) and its tissue
+ *  fraction, in one pass. */
+function readMask(values: Float32Array | Uint8Array, threshold = 0.5): { mask: Uint8Array; tissueFraction: number } {
+  const mask = values instanceof Uint8Array ? values : new Uint8Array(values.length);
+  let tissue = 0;
+  for (let i = 0; i < values.length; i++) {
+    const on = values instanceof Uint8Array ? values[i] !== 0 : values[i] > threshold;
+    mask[i] = on ? 1 : 0;
+    tissue += mask[i];
+  }
+  return { mask, tissueFraction: values.length ? tissue / values.length : 0 };
 }
 
 async function main(): Promise<void> {

@@ -5,9 +5,9 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { Supervisor } from '../../../supervisor/supervisor.js';
 import type { ModelPool } from '../../../supervisor/model-pool.js';
 import { ModelLoadingError } from '../../../supervisor/errors.js';
-import type { Task } from '../../model-package/manifest.js';
+import type { Manifest, Task } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
-import type { TileJob, WorkerInfo } from '../../ipc/protocol.js';
+import type { WorkerInfo } from '../../ipc/protocol.js';
 import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../schemas/tile.js';
 import { checkTile } from '../tile-checks.js';
 import { tileResponseJson } from '../response-writer.js';
@@ -52,23 +52,26 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
     const tasks = plannedTasks(supervisor.config.models.find((m) => m.name === name)!.path!);
     const tags = ['Models'];
 
-    /** Sends the job to a worker and writes the response, timing each stage for /metrics. */
-    const run = async (reply: FastifyReply, body: TileRequest, job: TileJob) => {
+    /** Checks the tile, has a worker run it and writes the response, timing each stage. */
+    const run = async (reply: FastifyReply, body: TileRequest, manifest: Manifest, task: Task, withEmbedding = false) => {
       const parse = reply.elapsedTime;
+      const checkedAt = performance.now();
+      const { errors, png } = checkTile(body, manifest, task === 'prediction', maxTilePixels);
+      if (errors.length) return sendValidationError(reply, errors);
+      const bulk = task === 'prediction' ? (body.bulk_rna ?? null) : null;
       const sent = performance.now();
-      const result = await supervisor.infer(name, job);
+      const result = await supervisor.infer(name, { task, withEmbedding, png: png!, width: body.width, height: body.height, bulk });
       const received = performance.now();
       const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
       const json = tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
       const t = result.times;
-      const inference = t.inference / result.batchSize;
       fastify.observeStages(name, {
         parse,
-        base64: t.base64,
+        base64: sent - checkedAt,
         decode: t.decode,
         preprocess: t.preprocess,
         queue: t.queue,
-        inference,
+        inference: t.inference / result.batchSize,
         ipc: received - sent - t.worker,
         serialize: performance.now() - received,
       });
@@ -89,17 +92,7 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
           if (mode === 'prediction_with_embedding' && (segmentation || !manifest.tasks.includes('embedding'))) {
             return sendValidationError(reply, [{ loc: ['query', 'mode'], msg: "Input should be 'prediction'", type: 'literal_error', ctx: { expected: "'prediction'" }, input: mode }]);
           }
-          const errors = checkTile(request.body, manifest, true, maxTilePixels);
-          if (errors.length) return sendValidationError(reply, errors);
-          const body = request.body;
-          return run(reply, body, {
-            task: segmentation ? 'segmentation' : 'prediction',
-            withEmbedding: mode === 'prediction_with_embedding',
-            imageBase64: body.image_data,
-            width: body.width,
-            height: body.height,
-            bulk: body.bulk_rna ?? null,
-          });
+          return run(reply, request.body, manifest, segmentation ? 'segmentation' : 'prediction', mode === 'prediction_with_embedding');
         },
       );
     }
@@ -108,13 +101,7 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
       app.post(
         `/api/embed/${name}`,
         { schema: { summary: `${name} embedding`, tags, body: TileRequest, response: { 200: TileResponse, ...errorResponses } }, config: { model: { name, endpoint: 'embed' } } },
-        async (request, reply) => {
-          const { manifest } = ready(pool);
-          const errors = checkTile(request.body, manifest, false, maxTilePixels);
-          if (errors.length) return sendValidationError(reply, errors);
-          const body = request.body;
-          return run(reply, body, { task: 'embedding', withEmbedding: false, imageBase64: body.image_data, width: body.width, height: body.height, bulk: null });
-        },
+        async (request, reply) => run(reply, request.body, ready(pool).manifest, 'embedding'),
       );
     }
 
