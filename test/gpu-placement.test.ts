@@ -27,10 +27,8 @@ t.test('workers are pinned with CUDA_VISIBLE_DEVICES and fall back to CPU with a
     env: { PATH: `${bin}:${process.env.PATH}` },
   });
   t.teardown(() => server.stop());
-  // /health/ready needs one ready instance per model; this test needs every instance.
-  const diagnostics = async () => (await (await server.get('/diagnostics')).json()) as Record<string, any>;
-  await server.waitFor(async () => (await diagnostics()).workers.every((w: Record<string, any>) => w.state === 'ready'));
-  const diag = await diagnostics();
+  await server.allWorkersReady();
+  const diag = (await (await server.get('/diagnostics')).json()) as Record<string, any>;
   const byId = Object.fromEntries(diag.workers.map((w: Record<string, any>) => [w.id, w]));
   t.match(byId['gene-expr#0'], { gpu: '0', cuda_visible_devices: '0', provider: 'cpu', provider_warning: /GPU 0 assigned but the CUDA execution provider is unavailable .*; running on CPU/ });
   t.match(byId['gene-expr#1'], { gpu: '1', cuda_visible_devices: '1', provider: 'cpu' });

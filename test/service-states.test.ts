@@ -7,8 +7,8 @@ import { cellularPng, tileRequest } from './helpers/tiles.js';
 const tile = cellularPng(21);
 
 t.test('a slow-loading model answers 503 loading with Retry-After; the others serve', async (t) => {
-  // Warm-up runs before the worker reports ready: 400 batches make this load take seconds.
-  const slow = copyPackage('gene-expr', (m) => (m.warmup = { iterations: 400 }));
+  // Warm-up runs before the worker reports ready: 150 runs make this load take seconds.
+  const slow = copyPackage('gene-expr', (m) => (m.warmup = { iterations: 150 }));
   const server = await startServer({ models: [{ name: 'gene-expr', path: slow }, { name: 'tile-embed' }], waitReady: false });
   t.teardown(() => server.stop());
 

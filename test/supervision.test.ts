@@ -70,6 +70,7 @@ t.test('SIGKILL a worker under load: only 200 and 503 loading, then it serves ag
 t.test('a second instance takes over requests in flight when one dies', async (t) => {
   const server = await startServer({ models: [{ name: 'gene-expr', instances: 2, max_queue_delay_ms: 5 }], config: { supervisor: fast } });
   t.teardown(() => server.stop());
+  await server.allWorkersReady();
   const gene = load(server, '/api/predict/gene-expr', tile, 8);
   await new Promise((r) => setTimeout(r, 400));
   process.kill(await pidOf(server, 'gene-expr#1'), 'SIGKILL');
@@ -83,6 +84,7 @@ t.test('a second instance takes over requests in flight when one dies', async (t
 t.test('least-outstanding routing spreads load over instances', async (t) => {
   const server = await startServer({ models: [{ name: 'tile-embed', instances: 2, max_queue_delay_ms: 0, max_batch: 1 }] });
   t.teardown(() => server.stop());
+  await server.allWorkersReady();
   const statuses = await Promise.all(Array.from({ length: 24 }, () => server.post('/api/embed/tile-embed', tileRequest(tile)).then((r) => r.status)));
   t.ok(statuses.every((s) => s === 200));
   const tiles = (await workers(server)).map((w) => w.probe.tiles);
@@ -181,6 +183,7 @@ t.test('SIGHUP reloads packages one worker at a time without dropping requests',
   const dir = copyPackage('gene-expr');
   const server = await startServer({ models: [{ name: 'gene-expr', path: dir, instances: 2 }] });
   t.teardown(() => server.stop());
+  await server.allWorkersReady();
   const before = (await workers(server)).map((w) => w.pid);
   const manifest = JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8'));
   manifest.description = 'reloaded package';

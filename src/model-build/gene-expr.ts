@@ -15,8 +15,10 @@ export function buildGeneExpr(): PackageBuild {
   const image = g.input('image', DType.FLOAT, ['N', 3, 224, 224]);
   const bulk = g.input('bulk', DType.FLOAT, ['N', PAM50.length]);
 
-  // Patchify stem to 56x56, then three stages of 3x3 convolutions (56 -> 28 -> 14).
-  let x = conv(g, rng, image, 3, 48, 4, 4);
+  // Stem to 112x112, then three stages of 3x3 convolutions (112 -> 56 -> 28): about 4 GFLOPs
+  // per tile, the cost of the light end of real tile encoders (DenseNet-121, ResNet-50), with
+  // under a million weights so the package stays small.
+  let x = conv(g, rng, image, 3, 48, 2, 2);
   for (let i = 0; i < 3; i++) x = conv(g, rng, x, 48, 48, 3, 1);
   x = conv(g, rng, x, 48, 96, 3, 2);
   for (let i = 0; i < 2; i++) x = conv(g, rng, x, 96, 96, 3, 1);

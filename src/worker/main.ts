@@ -3,7 +3,7 @@
 import ort from 'onnxruntime-node';
 import type { SupervisorMessage, TileJob, WorkerConfig, WorkerMessage } from '../ipc/protocol.js';
 import { readPackage, type ModelPackage } from '../model-package/model-package.js';
-import { openSession, type OpenedSession } from './model-session.js';
+import { ModelSession } from './model-session.js';
 import { decodeTile } from './tile-decoder.js';
 import { makePreprocessor, type Preprocessor } from './preprocess.js';
 import type { Pixels } from '../tile/png.js';
@@ -27,7 +27,7 @@ class ModelWorker {
 
   constructor(
     private readonly pkg: ModelPackage,
-    private readonly opened: OpenedSession,
+    private readonly session: ModelSession,
   ) {
     this.preprocess = makePreprocessor(pkg.manifest);
     const maxBatch = Math.min(config.maxBatch || Infinity, pkg.manifest.batch.max);
@@ -48,8 +48,11 @@ class ModelWorker {
   async warmup(iterations: number): Promise<void> {
     const { width, height } = this.pkg.manifest.tile;
     const job: TileJob = { task: this.pkg.manifest.tasks[0], withEmbedding: false, png: new Uint8Array(0), width, height, bulk: null };
-    const pixels: Pixels = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
-    for (let i = 0; i < iterations; i++) await this.infer([{ id: -1, job, pixels, times: { receivedAt: 0, decode: 0, enqueuedAt: 0 } }]);
+    for (let i = 0; i < iterations; i++) {
+      // A fresh tile each time: its buffer is handed to the session thread.
+      const pixels: Pixels = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
+      await this.infer([{ id: -1, job, pixels, times: { receivedAt: 0, decode: 0, enqueuedAt: 0 } }]);
+    }
   }
 
   idle(): Promise<void> {
@@ -87,7 +90,7 @@ class ModelWorker {
       feeds[tensors.bulk] = new ort.Tensor('float32', bulk, [n, genes]);
     }
     const t1 = performance.now();
-    const outputs = await this.opened.session.run(feeds);
+    const outputs = await this.session.run(feeds);
     const t2 = performance.now();
     const rows = (name: string | undefined, i: number) => {
       if (!name) return null;
@@ -136,7 +139,7 @@ async function main(): Promise<void> {
   const started = performance.now();
   let worker: ModelWorker | null = null;
   let pkg: ModelPackage;
-  let opened: OpenedSession;
+  let session: ModelSession;
   let stopping = false;
 
   process.on('message', (message: SupervisorMessage) => {
@@ -166,9 +169,9 @@ async function main(): Promise<void> {
 
   try {
     pkg = readPackage(config.dir);
-    opened = await openSession(pkg, config);
-    if (opened.providerWarning) send({ type: 'log', level: 'warn', msg: opened.providerWarning });
-    const candidate = new ModelWorker(pkg, opened);
+    session = await ModelSession.open(pkg, config);
+    if (session.providerWarning) send({ type: 'log', level: 'warn', msg: session.providerWarning });
+    const candidate = new ModelWorker(pkg, session);
     await candidate.warmup(pkg.manifest.warmup?.iterations ?? 1);
     worker = candidate;
   } catch (err) {
@@ -184,8 +187,8 @@ async function main(): Promise<void> {
       model: config.model,
       sha256: pkg.sha256,
       manifest: pkg.manifest,
-      provider: opened.provider,
-      providerWarning: opened.providerWarning,
+      provider: session.provider,
+      providerWarning: session.providerWarning,
       cudaVisibleDevices: process.env.CUDA_VISIBLE_DEVICES ?? null,
       onnxruntime: ort.env.versions.node ?? 'unknown',
       intraOpThreads: config.intraOpThreads,

@@ -1,38 +1,72 @@
-// The worker's one ONNX Runtime session: provider choice (CUDA when pinned to a GPU, CPU
-// otherwise or as fallback), the manifest-vs-graph check, and batched runs by tensor role.
-import ort from 'onnxruntime-node';
-import { checkSignature, type ModelPackage } from '../model-package/model-package.js';
+// The worker's model session as seen from its main thread: the session itself lives on a
+// thread of its own (session-thread.ts); this side checks the manifest against the graph and
+// sends batches over, handing their buffers across without a copy.
+import { Worker } from 'node:worker_threads';
+import type ort from 'onnxruntime-node';
+import { checkSignature, type ModelPackage, type SessionSignature } from '../model-package/model-package.js';
 import type { WorkerConfig } from '../ipc/protocol.js';
+import type { SessionThreadData, ThreadReply, ThreadRequest, WireTensor } from './session-thread.js';
 
-export interface OpenedSession {
-  session: ort.InferenceSession;
-  provider: 'cuda' | 'cpu';
-  providerWarning: string | null;
-}
+const THREAD_ENTRY = new URL('./session-thread.js', import.meta.url);
 
-export async function openSession(pkg: ModelPackage, config: WorkerConfig): Promise<OpenedSession> {
-  const options: ort.InferenceSession.SessionOptions = {
-    graphOptimizationLevel: 'all',
-    intraOpNumThreads: config.intraOpThreads,
-    interOpNumThreads: 1,
-    executionMode: 'sequential',
-    // Idle intra-op threads sleep instead of spinning: the worker's JS thread decodes the next
-    // tiles between runs, and spinning threads took that CPU (measured: 2.0 cores busy for the
-    // same throughput as 1.6 with spinning off on gene-expr).
-    extra: { session: { intra_op: { allow_spinning: '0' } } },
-  };
-  let provider: OpenedSession['provider'] = 'cpu';
-  let providerWarning: string | null = null;
-  let session: ort.InferenceSession | null = null;
-  if (config.gpu !== null) {
-    try {
-      session = await ort.InferenceSession.create(pkg.modelPath, { ...options, executionProviders: ['cuda'] });
-      provider = 'cuda';
-    } catch (err) {
-      providerWarning = `GPU ${config.gpu} assigned but the CUDA execution provider is unavailable (${(err as Error).message.split('\n')[0]}); running on CPU`;
-    }
+/** Only a buffer the tensor has to itself can be handed over; anything else is copied. */
+const ownBuffer = (t: ort.Tensor) => {
+  const view = t.data as ArrayBufferView;
+  return view.byteOffset === 0 && view.byteLength === view.buffer.byteLength && view.buffer instanceof ArrayBuffer ? [view.buffer] : [];
+};
+
+export class ModelSession {
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve: (o: Record<string, WireTensor>) => void; reject: (e: Error) => void }>();
+
+  private constructor(
+    private readonly thread: Worker,
+    readonly signature: SessionSignature,
+    readonly provider: 'cuda' | 'cpu',
+    readonly providerWarning: string | null,
+  ) {
+    thread.on('message', (message: ThreadReply) => {
+      if (message.type !== 'result' && message.type !== 'failed') return;
+      const waiter = this.pending.get(message.id);
+      this.pending.delete(message.id);
+      if (message.type === 'result') waiter?.resolve(message.outputs);
+      else waiter?.reject(new Error(message.reason));
+    });
+    // The session thread dying takes the model with it: let the supervisor restart us.
+    thread.on('error', (err) => {
+      console.error(`session thread failed: ${err.stack}`);
+      process.exit(4);
+    });
   }
-  session ??= await ort.InferenceSession.create(pkg.modelPath, { ...options, executionProviders: ['cpu'] });
-  checkSignature(pkg, session);
-  return { session, provider, providerWarning };
+
+  /** Loads the package's graph on a session thread and checks it against the manifest. */
+  static async open(pkg: ModelPackage, config: WorkerConfig): Promise<ModelSession> {
+    const data: SessionThreadData = { modelPath: pkg.modelPath, intraOpThreads: config.intraOpThreads, gpu: config.gpu };
+    const thread = new Worker(THREAD_ENTRY, { workerData: data });
+    const ready = await new Promise<ThreadReply>((resolve, reject) => {
+      thread.once('message', resolve);
+      thread.once('error', reject);
+    });
+    if (ready.type === 'load-failed') {
+      await thread.terminate();
+      throw new Error(ready.reason);
+    }
+    if (ready.type !== 'ready') throw new Error(`session thread sent ${ready.type} before ready`);
+    checkSignature(pkg, ready);
+    return new ModelSession(thread, ready, ready.provider, ready.providerWarning);
+  }
+
+  run(feeds: Record<string, ort.Tensor>): Promise<Record<string, WireTensor>> {
+    const id = this.nextId++;
+    const wire: Record<string, WireTensor> = {};
+    const transfer: ArrayBuffer[] = [];
+    for (const [name, t] of Object.entries(feeds)) {
+      wire[name] = { type: t.type, data: t.data, dims: t.dims };
+      transfer.push(...(ownBuffer(t) as ArrayBuffer[]));
+    }
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.thread.postMessage({ id, feeds: wire } satisfies ThreadRequest, transfer);
+    });
+  }
 }

@@ -34,6 +34,8 @@ export interface TestServer {
   get(path: string, headers?: Record<string, string>): Promise<Response>;
   waitFor(predicate: () => Promise<boolean> | boolean, timeoutMs?: number): Promise<void>;
   workerPids(model?: string): Promise<number[]>;
+  /** Waits until every worker instance is ready (/health/ready needs one per model). */
+  allWorkersReady(): Promise<void>;
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
@@ -102,6 +104,12 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     waitFor,
     async workerPids(model?: string) {
       return lines.filter((l) => l.msg === 'worker ready' && (!model || l.model === model)).map((l) => Number(l.workerPid));
+    },
+    async allWorkersReady() {
+      await waitFor(async () => {
+        const { workers } = (await (await fetch(url + '/diagnostics')).json()) as { workers: { state: string }[] };
+        return workers.every((w) => w.state === 'ready');
+      });
     },
     async stop(signal: NodeJS.Signals = 'SIGTERM') {
       if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
