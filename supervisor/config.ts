@@ -17,7 +17,9 @@ const ModelEntry = Type.Object({
   intra_op_threads: Type.Optional(Type.Integer({ minimum: 1 })),
   /** Largest batch; default the manifest's batch.max. */
   max_batch: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_queue_delay_ms: Type.Number({ minimum: 0, default: 2 }),
+  /** Wait for a batch to fill when the worker is idle; 0 (as Triton) runs at once, and batches
+   *  still form from what arrives while a batch runs. */
+  max_queue_delay_ms: Type.Number({ minimum: 0, default: 0 }),
   /** Requests outstanding for the model (all instances) before new ones get 503. */
   max_queue: Type.Integer({ minimum: 1, default: 64 }),
   request_timeout_ms: Type.Integer({ minimum: 1, default: 30000 }),
