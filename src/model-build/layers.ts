@@ -1,5 +1,5 @@
 // Layer helpers over Graph: the building blocks the shipped models are assembled from.
-import { type Graph, type Rng, int, ints, float } from './onnx-graph.js';
+import { type Graph, type Rng, DType, int, ints, float } from './onnx-graph.js';
 
 export function conv(g: Graph, rng: Rng, x: string, cin: number, cout: number, k: number, stride: number, relu = true): string {
   const w = g.constant('conv_w', rng.he(cout * cin * k * k, cin * k * k), [cout, cin, k, k]);
@@ -26,4 +26,13 @@ export function layerNorm(g: Graph, x: string, dim: number): string {
 export function l2normalize(g: Graph, x: string, out: string): string {
   const norm = g.op('ReduceL2', [x], { axes: ints([-1]), keepdims: int(1) });
   return g.op('Div', [x, g.op('Max', [norm, g.scalar('eps', 1e-6)])], {}, out);
+}
+
+/** A uint8 RGB tile [N, H, W, 3] as the float [N, 3, H, W] input of a network trained on
+ *  (v / 255 - mean) / std: the normalization runs in ONNX Runtime instead of the worker's JS. */
+export function normalizedImage(g: Graph, image: string, mean: number[], std: number[]): string {
+  const nchw = g.op('Transpose', [g.op('Cast', [image], { to: int(DType.FLOAT) })], { perm: ints([0, 3, 1, 2]) });
+  const scale = g.constant('norm_scale', Float32Array.from(std, (s) => 1 / (255 * s)), [1, 3, 1, 1]);
+  const shift = g.constant('norm_shift', Float32Array.from(mean, (m, c) => -m / std[c]), [1, 3, 1, 1]);
+  return g.op('Add', [g.op('Mul', [nchw, scale]), shift]);
 }

@@ -2,7 +2,7 @@
 // mean-pooled tokens) giving a 160-d embedding: about 3 GFLOPs per tile, CTransPath-sized work,
 // with few weights. A different backbone from gene-expr's CNN. Not trained.
 import { Graph, Rng, DType, int, ints } from './onnx-graph.js';
-import { linear, layerNorm, l2normalize } from './layers.js';
+import { linear, layerNorm, l2normalize, normalizedImage } from './layers.js';
 import type { Manifest } from '../model-package/manifest.js';
 import type { PackageBuild } from './package-build.js';
 
@@ -37,7 +37,7 @@ function mlp(g: Graph, rng: Rng, x: string): string {
 export function buildTileEmbed(): PackageBuild {
   const rng = new Rng(SEED);
   const g = new Graph('tile_embed');
-  const image = g.input('pixel_values', DType.FLOAT, ['batch', 3, 224, 224]);
+  const image = normalizedImage(g, g.input('pixel_values', DType.UINT8, ['batch', 224, 224, 3]), [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]);
   const patchW = g.constant('patch_w', rng.he(DIM * 3 * PATCH * PATCH, 3 * PATCH * PATCH), [DIM, 3, PATCH, PATCH]);
   const patches = g.op('Conv', [image, patchW], { kernel_shape: ints([PATCH, PATCH]), strides: ints([PATCH, PATCH]) });
   const tokens = g.op('Transpose', [g.op('Reshape', [patches, g.shape('tokens', [0, DIM, TOKENS])])], { perm: ints([0, 2, 1]) });
@@ -59,7 +59,8 @@ export function buildTileEmbed(): PackageBuild {
     license: 'Apache-2.0',
     tasks: ['embedding'],
     tile: { width: 224, height: 224, mpp: 0.5, mpp_tolerance: 0.1 },
-    preprocess: { scale: 1 / 255, mean: [0.5, 0.5, 0.5], std: [0.5, 0.5, 0.5], channel_order: 'RGB' },
+    // The graph maps pixels to [-1, 1] itself.
+    preprocess: { input: 'uint8', channel_order: 'RGB' },
     tensors: { image: 'pixel_values', embedding: 'last_hidden_mean' },
     embedding_dim: DIM,
     batch: { max: 16 },
