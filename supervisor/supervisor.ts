@@ -32,10 +32,6 @@ export class Supervisor extends EventEmitter<{ worker: [WorkerProcess] }> {
     for (const pool of this.pools.values()) pool.start();
   }
 
-  pool(model: string): ModelPool | undefined {
-    return this.pools.get(model);
-  }
-
   infer(model: string, job: TileJob): Promise<InferResult> {
     return this.pools.get(model)!.infer(job);
   }

@@ -33,7 +33,6 @@ export interface TestServer {
   post(path: string, body: unknown, headers?: Record<string, string>): Promise<Response>;
   get(path: string, headers?: Record<string, string>): Promise<Response>;
   waitFor(predicate: () => Promise<boolean> | boolean, timeoutMs?: number): Promise<void>;
-  workerPids(model?: string): Promise<number[]>;
   /** Waits until every worker instance is ready (/health/ready needs one per model). */
   allWorkersReady(): Promise<void>;
   stop(signal?: NodeJS.Signals): Promise<number | null>;
@@ -102,9 +101,6 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
       fetch(url + path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) }),
     get: (path, headers = {}) => fetch(url + path, { headers }),
     waitFor,
-    async workerPids(model?: string) {
-      return lines.filter((l) => l.msg === 'worker ready' && (!model || l.model === model)).map((l) => Number(l.workerPid));
-    },
     async allWorkersReady() {
       await waitFor(async () => {
         const { workers } = (await (await fetch(url + '/diagnostics')).json()) as { workers: { state: string }[] };

@@ -19,10 +19,8 @@ export interface ModelRoutesOptions {
   maxTilePixels: number;
 }
 
-const errorResponses = { 422: HTTPValidationError, 503: Type503(), 504: ErrorDetail };
-function Type503() {
-  return { description: 'Model loading ({"status": "loading"}) or queue full ({"detail": ...}); see Retry-After', anyOf: [Loading, ErrorDetail] };
-}
+const Unavailable = { description: 'Model loading ({"status": "loading"}) or queue full ({"detail": ...}); see Retry-After', anyOf: [Loading, ErrorDetail] };
+const errorResponses = { 422: HTTPValidationError, 503: Unavailable, 504: ErrorDetail };
 
 /** Tasks a package serves, read from disk at start so routes exist from the first moment. An
  *  unreadable manifest still gets every route: they answer 503 loading while the worker retries,
