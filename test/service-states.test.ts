@@ -52,3 +52,14 @@ t.test('a model removed from the config list is likewise absent', async (t) => {
 t.test('MODELS naming an unknown model stops the start with a clear message', async (t) => {
   await t.rejects(startServer({ env: { MODELS: 'gene-expr,nope' } }), /MODELS names nope, not in/);
 });
+
+t.test('under pressure (here: a heap limit the process is always over) the front answers 503 with Retry-After', async (t) => {
+  const server = await startServer({ models: [{ name: 'tile-embed' }], config: { pressure: { max_heap_used_bytes: 1024, retry_after_s: 7 } }, waitReady: false });
+  t.teardown(() => server.stop());
+  // /health/live has no loading state of its own, so its 503 can only be the pressure guard's.
+  await server.waitFor(async () => (await server.get('/health/live')).status === 503);
+  const res = await server.post('/api/embed/tile-embed', tileRequest(tile));
+  t.equal(res.status, 503);
+  t.equal(res.headers.get('retry-after'), '7');
+  t.match(await res.json(), { detail: /Service under pressure \(heapUsedBytes/ });
+});
