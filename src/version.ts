@@ -1,4 +1,6 @@
 import { readFileSync } from 'node:fs';
 
-/** The service version, from package.json (the spec's service description version). */
-export const SERVICE_VERSION: string = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')).version;
+/** The service's package.json: its version (the spec's service description version) and the
+ *  direct dependencies that /diagnostics reports. */
+export const SERVICE_PACKAGE: { version: string; dependencies: Record<string, string> } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'));
+export const SERVICE_VERSION = SERVICE_PACKAGE.version;

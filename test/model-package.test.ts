@@ -2,13 +2,14 @@
 // served from a folder, and reproducible builds of the shipped packages.
 import t from 'tap';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync, copyFileSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import ort from 'onnxruntime-node';
 import { checkSignature, readPackage, PackageError } from '../src/model-package/model-package.js';
 import { shippedPackages, writePackage } from '../src/model-build/build.js';
 import { writeForeignPackage } from './helpers/foreign-model.js';
+import { copyPackage } from './helpers/packages.js';
 import { startServer, MODELS } from './helpers/server.js';
 import { cellularPng, tileRequest } from './helpers/tiles.js';
 
@@ -19,17 +20,6 @@ async function check(dir: string) {
   const pkg = readPackage(dir);
   const session = await ort.InferenceSession.create(pkg.modelPath);
   checkSignature(pkg, session);
-}
-
-/** A copy of a shipped package with its manifest edited. */
-function variant(model: string, edit: (m: Record<string, any>) => void): string {
-  const dir = join(temp(), model);
-  mkdirSync(dir);
-  copyFileSync(join(MODELS, model, 'model.onnx'), join(dir, 'model.onnx'));
-  const manifest = JSON.parse(readFileSync(join(MODELS, model, 'manifest.json'), 'utf8'));
-  edit(manifest);
-  writeFileSync(join(dir, 'manifest.json'), JSON.stringify(manifest));
-  return dir;
 }
 
 t.test('the shipped packages pass their own checks and say they are untrained', async (t) => {
@@ -53,7 +43,7 @@ t.test('manifest errors name the file, the field and the mismatch', async (t) =>
     ['unassigned graph input', 'gene-expr', (m) => delete m.tensors.bulk, /model\.onnx input\(s\) bulk have no role/],
   ];
   for (const [name, model, edit, message] of cases) {
-    const error = await check(variant(model, edit)).then(() => null, (e) => e);
+    const error = await check(copyPackage(model, edit)).then(() => null, (e) => e);
     t.type(error, PackageError, name);
     t.match(error?.message, message, name);
   }

@@ -7,7 +7,7 @@ import pidusage from 'pidusage';
 import ort from 'onnxruntime-node';
 import { queryGpus } from '../../supervisor/gpus.js';
 import type { Supervisor } from '../../supervisor/supervisor.js';
-import { SERVICE_VERSION } from '../version.js';
+import { SERVICE_PACKAGE } from '../version.js';
 
 const ROOT = new URL('../../../', import.meta.url);
 
@@ -24,7 +24,6 @@ export async function runProbe(probe: () => unknown, timeoutMs: number): Promise
 }
 
 export function versions() {
-  const pkg = JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8')) as { dependencies: Record<string, string> };
   const installed = (name: string) => {
     try {
       return JSON.parse(readFileSync(new URL(`node_modules/${name}/package.json`, ROOT), 'utf8')).version as string;
@@ -33,10 +32,10 @@ export function versions() {
     }
   };
   return {
-    service: SERVICE_VERSION,
+    service: SERVICE_PACKAGE.version,
     node: process.versions.node,
     onnxruntime: ort.env.versions.node ?? installed('onnxruntime-node'),
-    dependencies: Object.fromEntries(Object.keys(pkg.dependencies).map((name) => [name, installed(name)])),
+    dependencies: Object.fromEntries(Object.keys(SERVICE_PACKAGE.dependencies).map((name) => [name, installed(name)])),
   };
 }
 
