@@ -5,7 +5,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ROOT } from './helpers/server.js';
+import { ROOT } from '../helpers/server.js';
 
 t.test('npm run bench -- --smoke', async (t) => {
   const out = mkdtempSync(join(tmpdir(), 'bench-'));

@@ -1,8 +1,8 @@
 // Chaos with real processes: workers killed, hung, corrupt and reloaded while requests flow.
 import t from 'tap';
-import { startServer, type TestServer } from './helpers/server.js';
-import { copyPackage, corruptPackage } from './helpers/packages.js';
-import { cellularPng, fixturePng, tileRequest } from './helpers/tiles.js';
+import { startServer, type TestServer } from '../helpers/server.js';
+import { copyPackage, corruptPackage } from '../helpers/packages.js';
+import { cellularPng, fixturePng, tileRequest } from '../helpers/tiles.js';
 import { writeFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 

@@ -1,8 +1,8 @@
 // The loading state while a model's worker starts, and models removed from the list.
 import t from 'tap';
-import { startServer } from './helpers/server.js';
-import { copyPackage } from './helpers/packages.js';
-import { cellularPng, tileRequest } from './helpers/tiles.js';
+import { startServer } from '../helpers/server.js';
+import { copyPackage } from '../helpers/packages.js';
+import { cellularPng, tileRequest } from '../helpers/tiles.js';
 
 const tile = cellularPng(21);
 
