@@ -8,7 +8,7 @@ import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import pidusage from 'pidusage';
 import { readPackage } from '../src/model-package/model-package.js';
-import { cellularTile, encodePng, slideTile } from '../src/synthetic/tissue.js';
+import { cellularTile, encodePng, slideTile } from '../tools/synthetic/tissue.js';
 import { maskJson } from '../src/http/response-writer.js';
 import { startServer, MODELS, ROOT } from '../test/helpers/server.js';
 import { measureFloor, type Floor } from './floor.js';

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import ort from 'onnxruntime-node';
 import { checkSignature, readPackage, PackageError } from '../src/model-package/model-package.js';
-import { shippedPackages, writePackage } from '../src/model-build/build.js';
+import { shippedPackages, writePackage } from '../tools/model-build/build.js';
 import { writeForeignPackage } from './helpers/foreign-model.js';
 import { copyPackage } from './helpers/packages.js';
 import { startServer, MODELS } from './helpers/server.js';

@@ -8,8 +8,8 @@ import { PNG } from 'pngjs';
 import ort from 'onnxruntime-node';
 import { readPackage } from '../src/model-package/model-package.js';
 import { makePreprocessor } from '../src/worker/preprocess.js';
-import { TISSUE_FIXTURES } from '../src/synthetic/build-fixtures.js';
-import { slideTile, encodePng, encodeMaskPng } from '../src/synthetic/tissue.js';
+import { TISSUE_FIXTURES } from '../tools/synthetic/build-fixtures.js';
+import { slideTile, encodePng, encodeMaskPng } from '../tools/synthetic/tissue.js';
 import { FIXTURES } from './helpers/tiles.js';
 import { MODELS } from './helpers/server.js';
 

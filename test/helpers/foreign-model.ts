@@ -3,8 +3,8 @@
 // weights in an ONNX external-data file.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Graph, Rng, DType, int, ints } from '../../src/model-build/onnx-graph.js';
-import { linear } from '../../src/model-build/layers.js';
+import { Graph, Rng, DType, int, ints } from '../../tools/model-build/onnx-graph.js';
+import { linear } from '../../tools/model-build/layers.js';
 import type { Manifest } from '../../src/model-package/manifest.js';
 
 export function writeForeignPackage(dir: string, name = 'foreign-vit'): Manifest {

@@ -1,7 +1,7 @@
 // Tile requests built from the synthetic tile generator.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { cellularTile, encodePng } from '../../src/synthetic/tissue.js';
+import { cellularTile, encodePng } from '../../tools/synthetic/tissue.js';
 import { ROOT } from './server.js';
 
 export const FIXTURES = join(ROOT, 'test/fixtures');

@@ -3,7 +3,7 @@
 import { Graph, Rng, DType, int } from './onnx-graph.js';
 import { conv, linear, l2normalize } from './layers.js';
 import { PAM50, ONCOTYPE_DX_21 } from './gene-panels.js';
-import type { Manifest } from '../model-package/manifest.js';
+import type { Manifest } from '../../src/model-package/manifest.js';
 import type { PackageBuild } from './package-build.js';
 
 const SEED = 20261121;
@@ -34,7 +34,7 @@ export function buildGeneExpr(): PackageBuild {
   g.output('embedding', DType.FLOAT, ['N', EMBEDDING_DIM]);
   g.output('prediction', DType.FLOAT, ['N', ONCOTYPE_DX_21.length]);
 
-  const method = `Seeded random weights (He-normal, mulberry32 seed ${SEED}) written by src/model-build/gene-expr.ts; NOT TRAINED: outputs are a deterministic function of pixels and bulk RNA with no biological validity.`;
+  const method = `Seeded random weights (He-normal, mulberry32 seed ${SEED}) written by tools/model-build/gene-expr.ts; NOT TRAINED: outputs are a deterministic function of pixels and bulk RNA with no biological validity.`;
   const manifest: Manifest = {
     name: 'gene-expr',
     version: '1.0.0',

@@ -3,7 +3,7 @@
 // with few weights. A different backbone from gene-expr's CNN. Not trained.
 import { Graph, Rng, DType, int, ints } from './onnx-graph.js';
 import { linear, layerNorm, l2normalize, normalizedImage } from './layers.js';
-import type { Manifest } from '../model-package/manifest.js';
+import type { Manifest } from '../../src/model-package/manifest.js';
 import type { PackageBuild } from './package-build.js';
 
 const SEED = 7160;
@@ -51,7 +51,7 @@ export function buildTileEmbed(): PackageBuild {
   l2normalize(g, pooled, 'last_hidden_mean');
   g.output('last_hidden_mean', DType.FLOAT, ['batch', DIM]);
 
-  const method = `Seeded random weights (ViT-style init, std ${VIT_STD}; mulberry32 seed ${SEED}) written by src/model-build/tile-embed.ts; NOT TRAINED: the embedding is a deterministic function of the pixels with no learned meaning.`;
+  const method = `Seeded random weights (ViT-style init, std ${VIT_STD}; mulberry32 seed ${SEED}) written by tools/model-build/tile-embed.ts; NOT TRAINED: the embedding is a deterministic function of the pixels with no learned meaning.`;
   const manifest: Manifest = {
     name: 'tile-embed',
     version: '1.0.0',

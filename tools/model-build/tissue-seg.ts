@@ -14,7 +14,7 @@
 // The mean filter and the morphology are separable (k + k instead of k^2 operations per pixel),
 // and the graph takes the decoded uint8 RGB tile [N, H, W, 3] and scales it itself.
 import { Graph, DType, int, ints, type Attr } from './onnx-graph.js';
-import type { Manifest } from '../model-package/manifest.js';
+import type { Manifest } from '../../src/model-package/manifest.js';
 import type { PackageBuild } from './package-build.js';
 
 export const DETECTOR = { blur: 5, chroma: 0.03, opticalDensity: 0.7, close: 9, open: 5 };
@@ -59,7 +59,7 @@ export function buildTissueSeg(): PackageBuild {
   g.op('Cast', [m], { to: int(DType.UINT8) }, 'mask');
   g.output('mask', DType.UINT8, ['N', 1, 'H', 'W']);
 
-  const method = `Hand-designed detector, no learned weights (src/model-build/tissue-seg.ts): ${JSON.stringify(DETECTOR)}. Evaluated on the synthetic H&E/IHC fixtures in test/fixtures/tissue.`;
+  const method = `Hand-designed detector, no learned weights (tools/model-build/tissue-seg.ts): ${JSON.stringify(DETECTOR)}. Evaluated on the synthetic H&E/IHC fixtures in test/fixtures/tissue.`;
   const manifest: Manifest = {
     name: 'tissue-seg',
     version: '1.0.0',

@@ -1,5 +1,5 @@
 // Writes the tissue-seg fixtures (test/fixtures/tissue): 512x512 tiles at 8 MPP with truth masks.
-// `node dist/src/synthetic/build-fixtures.js [dir]`; deterministic, so the committed files can be
+// `node dist/tools/synthetic/build-fixtures.js [dir]`; deterministic, so the committed files can be
 // regenerated and compared.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
