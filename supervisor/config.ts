@@ -35,6 +35,25 @@ export const ServiceConfig = Type.Object({
   data_dir: Type.String({ default: 'data' }),
   log_file: Type.Union([Type.String(), Type.Null()], { default: null }),
   log_level: Type.String({ default: 'info' }),
+  /** HTTP front processes sharing the port (node:cluster); 0 picks one per core, at most 4
+   *  (measured: see README "Process model"). */
+  fronts: Type.Integer({ minimum: 0, default: 0 }),
+  front: Type.Object(
+    {
+      /** Connections one front holds at once; 0 derives it from the process's open-file limit. */
+      max_connections: Type.Integer({ minimum: 0, default: 0 }),
+      /** Request bytes (bodies being read or waiting for their answer) one front holds at once:
+       *  past it, new model requests get 503 before their body is read. */
+      max_inflight_bytes: Type.Integer({ minimum: 1024, default: 256 * 1024 * 1024 }),
+      /** A client must send its headers within this time, and its whole request within
+       *  body_timeout_ms, or the connection is closed (slow-loris). */
+      headers_timeout_ms: Type.Integer({ minimum: 100, default: 10000 }),
+      body_timeout_ms: Type.Integer({ minimum: 100, default: 60000 }),
+      /** Keep-alive connections idle this long are closed. */
+      keep_alive_timeout_ms: Type.Integer({ minimum: 100, default: 72000 }),
+    },
+    { default: {} },
+  ),
   supervisor: Type.Object(
     {
       heartbeat_interval_ms: Type.Integer({ minimum: 10, default: 1000 }),
@@ -47,7 +66,14 @@ export const ServiceConfig = Type.Object({
       /** A worker up this long has its backoff reset. */
       restart_reset_after_ms: Type.Integer({ minimum: 0, default: 60000 }),
       shutdown_grace_ms: Type.Integer({ minimum: 0, default: 10000 }),
+      /** On SIGTERM, fronts report not ready for this long, still serving, before they stop
+       *  accepting: a balancer's health checks see the host go before its connections do. */
+      drain_delay_ms: Type.Integer({ minimum: 0, default: 0 }),
       probe_timeout_ms: Type.Integer({ minimum: 1, default: 2000 }),
+      /** A model whose package cannot load is `failed`: tried again when its files change
+       *  (checked every package_poll_ms), on SIGHUP, or after failed_retry_ms. */
+      failed_retry_ms: Type.Integer({ minimum: 100, default: 300000 }),
+      package_poll_ms: Type.Integer({ minimum: 10, default: 2000 }),
     },
     { default: {} },
   ),
@@ -63,6 +89,14 @@ export const ServiceConfig = Type.Object({
     {
       max_file_bytes: Type.Integer({ minimum: 1024, default: 10 * 1024 * 1024 }),
       recent_entries: Type.Integer({ minimum: 1, default: 200 }),
+    },
+    { default: {} },
+  ),
+  health: Type.Object(
+    {
+      /** As Triton's strict readiness: /health/ready is 503 while any model is failed. Off, a
+       *  failed model is listed apart and the service is ready with the others. */
+      strict_readiness: Type.Boolean({ default: true }),
     },
     { default: {} },
   ),
@@ -112,3 +146,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
  *  a pipeline runs one model over a slide) then uses the whole machine; ONNX Runtime's idle
  *  threads sleep (allow_spinning 0), so busy models sharing cores do not burn them. */
 export const defaultIntraOpThreads = (): number => availableParallelism();
+
+/** HTTP fronts when `fronts` is 0: one per core up to 4. A front costs about 0.5 ms of CPU per
+ *  224 px tile, so a few saturate the models of a host; more only add memory. */
+export const frontCount = (config: ServiceConfig): number => config.fronts || Math.min(4, availableParallelism());

@@ -1,36 +1,19 @@
-// GPU discovery (nvidia-smi) and the assignment of worker instances to GPUs.
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
-import type { ModelEntry } from './config.js';
+// GPU discovery for "auto" placement, and the assignment of worker instances to GPUs.
+import type { Logger } from 'pino';
+import { queryGpus } from '../src/diagnostics/nvidia-smi.js';
+import type { ModelEntry, ServiceConfig } from './config.js';
 
-const run = promisify(execFile);
-
-export interface GpuInfo {
-  index: string;
-  name: string;
-  memory_total_mib: number;
-  memory_used_mib: number;
-  utilization_pct: number;
-  driver: string;
-}
-
-/** GPUs as nvidia-smi lists them; null when nvidia-smi is not installed. Throws when it fails. */
-export async function queryGpus(timeoutMs = 2000): Promise<GpuInfo[] | null> {
-  let stdout: string;
+/** GPU ids for "auto" placement; none (CPU) when nvidia-smi is missing or fails. */
+export async function discoverGpus(config: ServiceConfig, logger: Logger): Promise<string[]> {
+  if (!config.models.some((m) => m.gpus === 'auto')) return [];
   try {
-    ({ stdout } = await run('nvidia-smi', ['--query-gpu=index,name,memory.total,memory.used,utilization.gpu,driver_version', '--format=csv,noheader,nounits'], { timeout: timeoutMs }));
+    const gpus = (await queryGpus()) ?? [];
+    logger.info({ gpus: gpus.map((g) => `${g.index}: ${g.name}`) }, gpus.length ? 'GPUs found' : 'no GPU found; models run on CPU');
+    return gpus.map((g) => g.index);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw new Error(`nvidia-smi failed: ${(err as Error).message.split('\n')[0]}`);
+    logger.warn({ err }, 'GPU discovery failed; models run on CPU');
+    return [];
   }
-  return stdout
-    .trim()
-    .split('\n')
-    .filter(Boolean)
-    .map((line) => {
-      const [index, name, total, used, util, driver] = line.split(',').map((s) => s.trim());
-      return { index, name, memory_total_mib: Number(total), memory_used_mib: Number(used), utilization_pct: Number(util), driver };
-    });
 }
 
 /**

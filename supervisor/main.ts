@@ -1,9 +1,11 @@
-// `npm start`: the supervisor process. Forks the workers, serves HTTP, and handles signals:
-// SIGTERM/SIGINT stop gracefully, SIGHUP reloads the model packages one worker at a time.
+// `npm start`: the supervisor, the node:cluster primary. Forks the model workers and the HTTP
+// fronts and handles signals: SIGTERM/SIGINT drain and stop gracefully, SIGHUP reloads the model
+// packages one worker at a time.
 import { ConfigError, loadConfig, type ServiceConfig } from './config.js';
 import { createLogger } from './logger.js';
-import { Supervisor, discoverGpus } from './supervisor.js';
-import { buildApp } from '../src/http/app.js';
+import { discoverGpus } from './gpus.js';
+import { Supervisor } from './supervisor.js';
+import { ExitCode } from '../src/lib/exit-codes.js';
 
 let config: ServiceConfig;
 try {
@@ -11,30 +13,29 @@ try {
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err;
   console.error(`configuration error: ${err.message}`);
-  process.exit(2);
+  process.exit(ExitCode.CONFIG);
 }
 const logger = createLogger(config);
 const supervisor = new Supervisor(config, logger, await discoverGpus(config, logger));
-const app = await buildApp({ config, supervisor, logger });
 supervisor.start();
-await app.listen({ host: config.host, port: config.port });
 
 let stopping = false;
 async function shutdown(signal: string): Promise<void> {
   if (stopping) return;
   stopping = true;
-  const grace = config.supervisor.shutdown_grace_ms;
-  logger.info({ signal, graceMs: grace }, 'stopping: no new connections, finishing requests in flight');
+  const { shutdown_grace_ms: grace, drain_delay_ms: drain } = config.supervisor;
+  logger.info({ signal, drainMs: drain, graceMs: grace }, 'stopping: not ready first, then no new connections, finishing requests in flight');
   const timer = setTimeout(() => {
     logger.error('grace period over; exiting with requests unfinished');
-    process.exit(1);
-  }, grace + 5000);
-  await app.close();
+    process.exit(ExitCode.UNFINISHED);
+  }, drain + grace + 5000);
+  supervisor.drain();
+  await new Promise((r) => setTimeout(r, drain));
   await supervisor.stop(grace);
   clearTimeout(timer);
   logger.info('stopped');
   logger.flush();
-  process.exit(0);
+  process.exit(ExitCode.OK);
 }
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));

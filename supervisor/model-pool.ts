@@ -1,12 +1,9 @@
-// All instances of one model: routing to the least-loaded ready instance, the bounded queue,
-// one retry when an instance dies mid-request, and rolling reloads.
+// All instances of one model, as the supervisor owns them: starting, the model's state, and
+// rolling reloads. Routing requests to instances is the fronts' job (src/front/model-client.ts).
 import type { Logger } from 'pino';
-import type { InferResult, TileJob, WorkerInfo } from '../src/ipc/protocol.js';
+import type { ModelState, ModelView, WorkerInfo } from '../src/ipc/protocol.js';
 import type { ModelEntry, ServiceConfig } from './config.js';
-import { ModelLoadingError, QueueFullError, WorkerGoneError } from './errors.js';
-import { WorkerProcess } from './worker-process.js';
-
-export type ModelState = 'ready' | 'loading' | 'restarting' | 'stopped';
+import { WorkerLifeCycle, type WorkerExit } from './worker-life-cycle.js';
 
 export interface PoolOptions {
   entry: ModelEntry;
@@ -14,13 +11,16 @@ export interface PoolOptions {
   intraOpThreads: number;
   config: ServiceConfig;
   logger: Logger;
-  /** Called with each new WorkerProcess, so observers (metrics) can subscribe. */
-  onWorker: (worker: WorkerProcess) => void;
+  /** Where instance sockets live (the supervisor's runtime folder). */
+  socketDir: string;
+  /** Any instance changed state. */
+  onChange: () => void;
+  onExit: (exit: WorkerExit) => void;
 }
 
 export class ModelPool {
-  workers: WorkerProcess[];
-  private queued = 0;
+  workers: WorkerLifeCycle[];
+  private reloads = 0;
 
   constructor(private readonly options: PoolOptions) {
     this.workers = options.gpus.map((gpu, instance) => this.createWorker(instance, gpu, true));
@@ -35,48 +35,40 @@ export class ModelPool {
     return this.workers.find((w) => w.state === 'ready')?.info ?? null;
   }
 
+  /** Ready with one ready instance; failed when every instance failed to load its package. */
   get state(): ModelState {
     const states = this.workers.map((w) => w.state);
     if (states.includes('ready')) return 'ready';
-    if (states.includes('loading')) return 'loading';
-    if (states.includes('restarting')) return 'restarting';
-    return 'stopped';
+    if (states.every((s) => s === 'failed')) return 'failed';
+    if (states.every((s) => s === 'stopped' || s === 'stopping')) return 'stopped';
+    return 'loading';
   }
 
-  /** Requests accepted and not yet answered, across instances. */
-  get outstanding(): number {
-    return this.queued;
+  view(): ModelView {
+    const state = this.state;
+    return {
+      name: this.name,
+      state,
+      reason: state === 'failed' ? (this.workers[0].lastError ?? 'unknown') : null,
+      info: this.info,
+      instances: this.workers.map((w) => w.view()),
+    };
   }
 
   start(): void {
     for (const worker of this.workers) worker.start();
   }
 
-  async infer(job: TileJob): Promise<InferResult> {
-    const { max_queue, request_timeout_ms } = this.options.entry;
-    if (this.queued >= max_queue) throw new QueueFullError(this.name, max_queue, this.options.config.pressure.retry_after_s);
-    this.queued++;
-    try {
-      const first = this.pick();
-      try {
-        return await first.infer(job, request_timeout_ms);
-      } catch (err) {
-        if (!(err instanceof WorkerGoneError)) throw err;
-        // Its worker died mid-request: once more on another ready instance, if there is one.
-        const second = this.pick(first);
-        return await second.infer(job, request_timeout_ms).catch((again) => {
-          throw again instanceof WorkerGoneError ? this.loading() : again;
-        });
-      }
-    } finally {
-      this.queued--;
-    }
-  }
-
-  /** Replaces instances one at a time: each replacement must be ready before the old one drains. */
+  /** Replaces instances one at a time: each replacement must be ready before the old one drains.
+   *  A failed instance simply tries again. */
   async reload(): Promise<void> {
+    this.reloads++;
     for (let i = 0; i < this.workers.length; i++) {
       const old = this.workers[i];
+      if (old.state === 'failed') {
+        old.retryNow();
+        continue;
+      }
       const next = this.createWorker(i, old.gpu, false);
       next.start();
       const loaded = await new Promise<boolean>((resolve) => {
@@ -84,12 +76,13 @@ export class ModelPool {
         next.once('exit', () => resolve(false));
       });
       if (!loaded) {
-        this.options.logger.error({ model: this.name, instance: i, error: next.lastError }, 'reload: replacement failed to load; keeping the running worker');
+        this.options.logger.error({ model: this.name, instance: i, reason: next.lastError }, 'reload: replacement failed to load; keeping the running worker');
         old.lastError = `reload failed: ${next.lastError}`;
         continue;
       }
       next.autoRestart = true;
       this.workers[i] = next;
+      this.options.onChange();
       await old.stop(this.options.config.supervisor.shutdown_grace_ms);
     }
   }
@@ -98,23 +91,10 @@ export class ModelPool {
     await Promise.all(this.workers.map((w) => w.stop(graceMs)));
   }
 
-  private pick(exclude?: WorkerProcess): WorkerProcess {
-    let best: WorkerProcess | null = null;
-    for (const w of this.workers) {
-      if (w === exclude || w.state !== 'ready') continue;
-      if (!best || w.outstanding < best.outstanding) best = w;
-    }
-    if (!best) throw this.loading();
-    return best;
-  }
-
-  private loading(): ModelLoadingError {
-    return new ModelLoadingError(this.name, this.options.config.pressure.retry_after_s);
-  }
-
-  private createWorker(instance: number, gpu: string | null, autoRestart: boolean): WorkerProcess {
-    const { entry, config } = this.options;
-    const worker = new WorkerProcess({
+  private createWorker(instance: number, gpu: string | null, autoRestart: boolean): WorkerLifeCycle {
+    const { entry, config, socketDir } = this.options;
+    const reload = this.reloads;
+    const worker = new WorkerLifeCycle({
       model: entry.name,
       dir: entry.path!,
       instance,
@@ -122,11 +102,13 @@ export class ModelPool {
       intraOpThreads: entry.intra_op_threads ?? this.options.intraOpThreads,
       maxBatch: entry.max_batch ?? 0,
       maxDelayMs: entry.max_queue_delay_ms,
+      socketPath: (generation) => `${socketDir}/${entry.name}-${instance}-${reload}-${generation}.sock`,
       config: config.supervisor,
       logger: this.options.logger,
       autoRestart,
     });
-    this.options.onWorker(worker);
+    worker.on('change', this.options.onChange);
+    worker.on('exit', this.options.onExit);
     return worker;
   }
 }

@@ -1,15 +1,34 @@
-// The supervisor owns every worker process: one ModelPool per enabled model, GPU assignment,
-// rolling reloads, and a graceful stop. The HTTP front reaches models only through it.
-import { EventEmitter } from 'node:events';
+// The supervisor: the node:cluster primary and the one owner of every process's life cycle. It
+// runs one ModelPool per enabled model and the HTTP fronts, tells every front each model's state
+// and each instance's socket, and answers the fronts' queries (diagnostics, metrics) and usage.
+// It never sees a tile.
+import type { Worker } from 'node:cluster';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import type { Logger } from 'pino';
-import type { InferResult, TileJob } from '../src/ipc/protocol.js';
-import { defaultIntraOpThreads, type ServiceConfig } from './config.js';
-import { assignGpus, queryGpus } from './gpus.js';
+import { AggregatorRegistry } from 'prom-client';
+import type { FromFront, ModelView, ToFront, UsageReport } from '../src/ipc/protocol.js';
+import { diagnostics, type DiagnosticsSource } from '../src/diagnostics/payload.js';
+import { UsageLog } from '../src/usage/usage-log.js';
+import { defaultIntraOpThreads, frontCount, type ServiceConfig } from './config.js';
+import { Fronts } from './fronts.js';
+import { assignGpus } from './gpus.js';
 import { ModelPool } from './model-pool.js';
-import type { WorkerProcess } from './worker-process.js';
+import type { WorkerExit } from './worker-life-cycle.js';
 
-export class Supervisor extends EventEmitter<{ worker: [WorkerProcess] }> {
+const RECENT_SLIDES = 1000;
+const ROOT = new URL('../../', import.meta.url).pathname;
+
+export class Supervisor implements DiagnosticsSource {
   readonly pools = new Map<string, ModelPool>();
+  readonly usage: UsageLog;
+  readonly recentSlides = new Set<string>();
+  readonly fronts: Fronts;
+  private readonly socketDir = mkdtempSync(join(tmpdir(), 'tile-infer-'));
+  private readonly aggregator = new AggregatorRegistry();
+  private readonly diagnose: (categories: string[]) => Promise<unknown>;
+  private broadcastPending = false;
 
   /** `gpus`: the GPU ids found on the host, for models configured with "gpus": "auto". */
   constructor(
@@ -17,26 +36,43 @@ export class Supervisor extends EventEmitter<{ worker: [WorkerProcess] }> {
     private readonly logger: Logger,
     gpus: string[],
   ) {
-    super();
     const plan = assignGpus(config.models, gpus);
     const threads = defaultIntraOpThreads();
     for (const entry of config.models) {
       this.pools.set(
         entry.name,
-        new ModelPool({ entry, gpus: plan.get(entry.name)!, intraOpThreads: threads, config, logger, onWorker: (w) => this.emit('worker', w) }),
+        new ModelPool({
+          entry,
+          gpus: plan.get(entry.name)!,
+          intraOpThreads: threads,
+          config,
+          logger,
+          socketDir: this.socketDir,
+          onChange: () => this.broadcastModels(),
+          onExit: (exit) => this.onWorkerExit(exit),
+        }),
       );
     }
+    this.usage = new UsageLog({ dir: config.data_dir, maxFileBytes: config.usage.max_file_bytes, recentEntries: config.usage.recent_entries, logger });
+    this.fronts = new Fronts({ count: frontCount(config), config, logger, onMessage: (front, message) => this.onFrontMessage(front, message) });
+    this.diagnose = diagnostics(this, {
+      probeTimeoutMs: config.supervisor.probe_timeout_ms,
+      logFile: config.log_file,
+      folders: { models: config.model_repository, data: config.data_dir, ...(config.log_file && { logs: dirname(config.log_file) }) },
+      installPaths: [ROOT, process.cwd(), config.model_repository, config.data_dir, this.socketDir],
+    });
   }
 
   start(): void {
     for (const pool of this.pools.values()) pool.start();
+    this.fronts.start();
   }
 
-  infer(model: string, job: TileJob): Promise<InferResult> {
-    return this.pools.get(model)!.infer(job);
+  models(): ModelView[] {
+    return [...this.pools.values()].map((p) => p.view());
   }
 
-  get workers(): WorkerProcess[] {
+  workers() {
     return [...this.pools.values()].flatMap((p) => p.workers);
   }
 
@@ -47,20 +83,56 @@ export class Supervisor extends EventEmitter<{ worker: [WorkerProcess] }> {
     this.logger.info('reload done');
   }
 
-  async stop(graceMs: number): Promise<void> {
-    await Promise.all([...this.pools.values()].map((p) => p.stop(graceMs)));
+  /** Fronts report not ready but keep serving, so a balancer takes the host out first. */
+  drain(): void {
+    this.fronts.send({ type: 'drain' });
   }
-}
 
-/** GPU ids for "auto" placement; none (CPU) when nvidia-smi is missing or fails. */
-export async function discoverGpus(config: ServiceConfig, logger: Logger): Promise<string[]> {
-  if (!config.models.some((m) => m.gpus === 'auto')) return [];
-  try {
-    const gpus = (await queryGpus()) ?? [];
-    logger.info({ gpus: gpus.map((g) => `${g.index}: ${g.name}`) }, gpus.length ? 'GPUs found' : 'no GPU found; models run on CPU');
-    return gpus.map((g) => g.index);
-  } catch (err) {
-    logger.warn({ err }, 'GPU discovery failed; models run on CPU');
-    return [];
+  /** Fronts finish their requests first (they need the workers for that), then the workers. */
+  async stop(graceMs: number): Promise<void> {
+    await this.fronts.stop(graceMs);
+    await Promise.all([...this.pools.values()].map((p) => p.stop(graceMs)));
+    await this.usage.close();
+    rmSync(this.socketDir, { recursive: true, force: true });
+  }
+
+  /** States change in bursts (a reload, a restart): one message per turn of the event loop. */
+  private broadcastModels(): void {
+    if (this.broadcastPending) return;
+    this.broadcastPending = true;
+    setImmediate(() => {
+      this.broadcastPending = false;
+      this.fronts.send({ type: 'models', models: this.models() });
+    });
+  }
+
+  private onWorkerExit(exit: WorkerExit): void {
+    if (exit.pid !== null) this.fronts.send({ type: 'worker-exit', pid: exit.pid, external: exit.external });
+  }
+
+  private onFrontMessage(front: Worker, message: FromFront): void {
+    const reply = (data: unknown) => front.isConnected() && front.send({ type: 'reply', id: (message as { id: number }).id, data } satisfies ToFront);
+    switch (message.type) {
+      case 'hello':
+        front.send({ type: 'models', models: this.models() } satisfies ToFront);
+        return;
+      case 'usage':
+        return message.entries.forEach((entry) => this.recordUsage(entry));
+      case 'query':
+        if (message.query === 'metrics') {
+          void this.aggregator.clusterMetrics().then(reply, (err: Error) => reply(`# metrics unavailable: ${err.message}\n`));
+        } else {
+          void this.diagnose(message.categories).then(reply, (err: Error) => reply({ error: err.message }));
+        }
+        return;
+    }
+  }
+
+  private recordUsage({ slide, ...entry }: UsageReport): void {
+    this.usage.record(entry);
+    if (slide === null) return;
+    this.recentSlides.delete(slide);
+    this.recentSlides.add(slide);
+    if (this.recentSlides.size > RECENT_SLIDES) this.recentSlides.delete(this.recentSlides.values().next().value!);
   }
 }

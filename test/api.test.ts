@@ -196,9 +196,10 @@ t.test('bodies over the limit answer 413', async (t) => {
   t.type(JSON.parse(text).detail, 'string');
 });
 
-t.test('unknown paths are 404', async (t) => {
+t.test('unknown paths are 404; under /api the answer names the enabled models', async (t) => {
   t.equal((await server.post('/api/predict/nope', tileRequest(tile224))).status, 404);
-  t.same(await json(await server.get('/api/metadata/nope')), { detail: 'Not Found' });
+  t.same(await json(await server.get('/api/metadata/nope')), { detail: 'Not Found; enabled models: tissue-seg, gene-expr, tile-embed (GET /api/models)' });
+  t.same(await json(await server.get('/nope')), { detail: 'Not Found' });
 });
 
 t.test('OpenAPI document and Swagger UI', async (t) => {

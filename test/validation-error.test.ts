@@ -7,7 +7,7 @@ import { jsonInvalid } from '../src/http/validation-error.js';
 
 async function app() {
   const app = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false } } });
-  await app.register(errors);
+  await app.register(errors, { retryAfterS: 1, models: () => [] });
   app.post('/tile', { schema: { body: TileRequest, querystring: PredictQuery } }, async () => ({ ok: true }));
   return app;
 }
@@ -68,7 +68,7 @@ t.test('malformed JSON', async (t) => {
 
 t.test('other failures are a plain 500 without the reason', async (t) => {
   const server = Fastify({ logger: false });
-  await server.register(errors);
+  await server.register(errors, { retryAfterS: 1, models: () => [] });
   server.get('/boom', async () => {
     throw new Error('secret internals');
   });

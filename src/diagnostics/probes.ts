@@ -3,10 +3,8 @@
 import { readFileSync, statfsSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import os from 'node:os';
-import pidusage from 'pidusage';
 import ort from 'onnxruntime-node';
-import { queryGpus } from '../../supervisor/gpus.js';
-import type { Supervisor } from '../../supervisor/supervisor.js';
+import { queryGpus } from './nvidia-smi.js';
 import { SERVICE_PACKAGE } from '../version.js';
 
 const ROOT = new URL('../../../', import.meta.url);
@@ -69,38 +67,6 @@ export function disk(folders: Record<string, string>) {
       } catch (err) {
         return [label, { path, error: (err as Error).message }];
       }
-    }),
-  );
-}
-
-export function models(supervisor: Supervisor) {
-  return Object.fromEntries(
-    [...supervisor.pools.values()].map((pool) => [
-      pool.name,
-      {
-        state: pool.state,
-        instances: pool.workers.length,
-        ready_instances: pool.workers.filter((w) => w.state === 'ready').length,
-        outstanding: pool.outstanding,
-        sha256: pool.info?.sha256 ?? null,
-        trained: pool.info?.manifest.provenance.trained ?? null,
-      },
-    ]),
-  );
-}
-
-/** Each worker: the supervisor's view, pidusage's CPU and memory, and its own IPC probe. */
-export async function workers(supervisor: Supervisor, probeTimeoutMs: number) {
-  return Promise.all(
-    supervisor.workers.map(async (w) => {
-      const snapshot = w.snapshot();
-      const usage = snapshot.pid
-        ? await pidusage(snapshot.pid).then(
-            (u) => ({ cpu_pct: u.cpu, memory_bytes: u.memory }),
-            (err: Error) => ({ error: err.message }),
-          )
-        : null;
-      return { ...snapshot, usage, probe: await w.probe(probeTimeoutMs) };
     }),
   );
 }

@@ -1,28 +1,30 @@
-// The HTTP front: a tree of small plugins over the supervisor. It validates, routes and writes
-// responses; it never runs a model.
+// The HTTP app of a front: a tree of small plugins over a ModelBackend. It reads, checks, routes
+// and answers requests; it never runs a model.
+import { createServer } from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import underPressure from '@fastify/under-pressure';
 import type { Logger } from 'pino';
 import type { ServiceConfig } from '../../supervisor/config.js';
-import type { Supervisor } from '../../supervisor/supervisor.js';
+import type { ModelBackend } from './backend.js';
 import errors from './plugins/errors.js';
-import gracefulClose from './plugins/graceful-close.js';
+import connections from './plugins/connections.js';
+import pressure from './plugins/pressure.js';
 import openapi from './plugins/openapi.js';
 import health from './plugins/health.js';
 import modelRoutes from './plugins/model-routes.js';
+import models from './plugins/models.js';
 import usage from './plugins/usage.js';
 import metrics from './plugins/metrics.js';
 import diagnostics from './plugins/diagnostics.js';
-import { UsageLog } from '../usage/usage-log.js';
 import { SERVICE_VERSION } from '../version.js';
 
 export interface AppOptions {
   config: ServiceConfig;
-  supervisor: Supervisor;
+  backend: ModelBackend;
   logger: Logger;
 }
 
-export async function buildApp({ config, supervisor, logger }: AppOptions): Promise<FastifyInstance> {
+export async function buildApp({ config, backend, logger }: AppOptions): Promise<FastifyInstance> {
+  const { front } = config;
   const app = Fastify({
     loggerInstance: logger as FastifyBaseLogger,
     // Per-request lines would dominate the log at hundreds of tiles/s; the usage log records requests.
@@ -30,22 +32,21 @@ export async function buildApp({ config, supervisor, logger }: AppOptions): Prom
     bodyLimit: config.body_limit_bytes,
     // Every error of a request at once, and no silent coercion ("5" is not an integer).
     ajv: { customOptions: { allErrors: true, coerceTypes: false } },
+    // Slow clients cannot hold connections open: headers and whole requests have deadlines,
+    // checked every second rather than Node's default 30 s.
+    serverFactory: (handler) => createServer({ headersTimeout: front.headers_timeout_ms, requestTimeout: front.body_timeout_ms, connectionsCheckingInterval: 1000, keepAliveTimeout: front.keep_alive_timeout_ms }, handler),
+    // During a stop the service answers 503 in its own shape (plugins/connections.ts).
+    return503OnClosing: false,
   });
-  await app.register(errors);
-  await app.register(gracefulClose);
+  await app.register(errors, { retryAfterS: config.pressure.retry_after_s, models: () => backend.models().map((m) => m.name) });
+  await app.register(connections, { maxConnections: front.max_connections });
+  await app.register(pressure, { config: config.pressure });
   await app.register(openapi, { version: SERVICE_VERSION });
-  await app.register(underPressure, {
-    maxEventLoopDelay: config.pressure.max_event_loop_delay_ms,
-    maxHeapUsedBytes: config.pressure.max_heap_used_bytes,
-    retryAfter: config.pressure.retry_after_s,
-    pressureHandler: (_request, reply, type, value) => {
-      reply.code(503).header('retry-after', String(config.pressure.retry_after_s)).send({ detail: `Service under pressure (${type}: ${value}); retry later` });
-    },
-  });
-  await app.register(usage, { log: new UsageLog({ dir: config.data_dir, maxFileBytes: config.usage.max_file_bytes, recentEntries: config.usage.recent_entries, logger }) });
-  await app.register(metrics, { supervisor, token: config.admin_token });
-  await app.register(health, { supervisor });
-  await app.register(diagnostics, { supervisor, config });
-  await app.register(modelRoutes, { supervisor, maxTilePixels: config.max_tile_pixels });
+  await app.register(usage, { backend });
+  await app.register(metrics, { backend, token: config.admin_token });
+  await app.register(health, { backend, strict: config.health.strict_readiness });
+  await app.register(diagnostics, { backend, token: config.admin_token });
+  await app.register(modelRoutes, { backend, config });
+  await app.register(models, { backend });
   return app;
 }

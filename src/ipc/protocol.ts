@@ -1,14 +1,18 @@
-// The one contract between the supervisor and a worker process: every IPC message, both ways.
-// Messages travel with `serialization: 'advanced'`, so typed arrays and Buffers cross as bytes.
+// The one contract between the service's processes: every message, each link a discriminated
+// union on `type`.
+//
+//   primary (supervisor) ── process IPC ──▶ model worker   WorkerControl / WorkerReport
+//   primary (supervisor) ── cluster IPC ──▶ HTTP front     ToFront / FromFront
+//   HTTP front ─────────── Unix socket ───▶ model worker   ChannelRequest / ChannelReply
+//
+// Tile bytes travel only on the last link: the primary owns life cycles and states, never data.
+// Messages cross with v8 serialization (advanced IPC, src/ipc/channel.ts), so typed arrays and
+// Buffers cross as bytes.
 import type { Manifest, Task } from '../model-package/manifest.js';
+import type { FieldError, WireError } from '../lib/errors.js';
+import type { UsageEntry } from '../usage/usage-log.js';
 
-/** A validation failure in the spec's ValidationError shape, minus `input`. */
-export interface FieldError {
-  loc: (string | number)[];
-  msg: string;
-  type: string;
-  ctx?: Record<string, unknown>;
-}
+export type { FieldError, WireError };
 
 export interface TileJob {
   task: Task;
@@ -47,6 +51,8 @@ export interface WorkerInfo {
   onnxruntime: string;
   intraOpThreads: number;
   loadMs: number;
+  /** The Unix socket fronts connect to for tiles. */
+  socket: string;
 }
 
 /** What the supervisor tells a worker at fork time, through the TILE_WORKER environment variable. */
@@ -60,12 +66,26 @@ export interface WorkerConfig {
   heartbeatMs: number;
   /** GPU id this worker is pinned to, or null for CPU. */
   gpu: string | null;
+  /** Where to listen for fronts. */
+  socket: string;
 }
 
-export type SupervisorMessage =
-  | { type: 'infer'; id: number; job: TileJob }
-  | { type: 'probe'; id: number }
-  | { type: 'stop' };
+// ── primary ⇄ model worker (process IPC) ──
+
+export type WorkerControl = { type: 'probe'; id: number } | { type: 'stop' };
+
+export type WorkerReport =
+  | { type: 'ready'; info: WorkerInfo }
+  /** `packageFault`: the package itself cannot load (manifest, graph, signature): retrying the
+   *  same files cannot help, so the model is `failed` rather than restarted at once. */
+  | { type: 'load-failed'; reason: string; packageFault: boolean }
+  | { type: 'heartbeat' }
+  | { type: 'probe'; id: number; data: Record<string, unknown> }
+  | { type: 'log'; level: 'info' | 'warn' | 'error'; msg: string };
+
+// ── HTTP front ⇄ model worker (Unix socket channel) ──
+
+export type ChannelRequest = { type: 'infer'; id: number; job: TileJob };
 
 export type InferResult = {
   type: 'result';
@@ -78,12 +98,51 @@ export type InferResult = {
   times: StageTimes;
 };
 
-export type WorkerMessage =
-  | { type: 'ready'; info: WorkerInfo }
-  | { type: 'load-failed'; reason: string }
-  | { type: 'heartbeat' }
-  | InferResult
-  | { type: 'invalid'; id: number; errors: FieldError[] }
-  | { type: 'failed'; id: number; reason: string }
-  | { type: 'probe'; id: number; data: Record<string, unknown> }
-  | { type: 'log'; level: 'info' | 'warn' | 'error'; msg: string };
+export type ChannelReply = InferResult | { type: 'error'; id: number; error: WireError };
+
+// ── primary ⇄ HTTP front (cluster IPC) ──
+
+export type ModelState = 'loading' | 'ready' | 'failed' | 'stopped';
+export type InstanceState = 'loading' | 'ready' | 'failed' | 'restarting' | 'stopping' | 'stopped';
+
+export interface InstanceView {
+  id: string;
+  pid: number | null;
+  state: InstanceState;
+  /** Where a ready instance takes tiles. */
+  socket: string | null;
+  restarts: number;
+}
+
+/** A model as every front sees it: enough to route, answer states and write metadata. */
+export interface ModelView {
+  name: string;
+  state: ModelState;
+  /** Why the model is `failed`. */
+  reason: string | null;
+  /** From a ready instance; null before the first load. */
+  info: WorkerInfo | null;
+  instances: InstanceView[];
+}
+
+/** A usage entry as a front reports it; the slide name stays in memory for scrubbing only. */
+export type UsageReport = UsageEntry & { slide: string | null };
+
+export type ToFront =
+  | { type: 'models'; models: ModelView[] }
+  /** A worker exited. `external`: killed by a signal the service did not send (an operator, the
+   *  OOM killer): its requests in flight were innocent and may be retried on another instance. */
+  | { type: 'worker-exit'; pid: number; external: boolean }
+  /** Report not ready, keep serving: the balancer takes the host out before it stops. */
+  | { type: 'drain' }
+  /** Stop accepting, finish what is in flight, exit. */
+  | { type: 'stop' }
+  | { type: 'reply'; id: number; data: unknown };
+
+export type FrontQuery = { query: 'diagnostics'; categories: string[] } | { query: 'metrics' };
+
+export type FromFront =
+  /** The front listens for messages: it needs the current states. */
+  | { type: 'hello' }
+  | { type: 'usage'; entries: UsageReport[] }
+  | ({ type: 'query'; id: number } & FrontQuery);

@@ -1,8 +1,14 @@
 // Worker process entry: owns one model session. Forked by the supervisor with its WorkerConfig in
-// TILE_WORKER and CUDA_VISIBLE_DEVICES set; talks only through the messages in ipc/protocol.ts.
+// TILE_WORKER and CUDA_VISIBLE_DEVICES set. Life cycle over process IPC with the supervisor;
+// tiles over a Unix socket that every HTTP front connects to (ipc/protocol.ts).
+import { createServer } from 'node:net';
+import { rmSync } from 'node:fs';
 import ort from 'onnxruntime-node';
-import type { SupervisorMessage, TileJob, WorkerConfig, WorkerMessage } from '../ipc/protocol.js';
-import { readPackage, type ModelPackage } from '../model-package/model-package.js';
+import type { ChannelReply, ChannelRequest, InferResult, TileJob, WorkerConfig, WorkerControl, WorkerReport } from '../ipc/protocol.js';
+import { Channel } from '../ipc/channel.js';
+import { errors, ServiceError } from '../lib/errors.js';
+import { ExitCode } from '../lib/exit-codes.js';
+import { PackageError, readPackage, type ModelPackage } from '../model-package/model-package.js';
 import { ModelSession } from './model-session.js';
 import { decodeTile } from './tile-decoder.js';
 import { makePreprocessor, type Preprocessor } from './preprocess.js';
@@ -10,15 +16,19 @@ import type { Pixels } from '../tile/png.js';
 import { writeBulk } from './bulk.js';
 import { Batcher } from './batcher.js';
 
+/** Answers the front that sent the tile. */
+type Reply = (message: ChannelReply) => void;
+
 interface Pending {
   id: number;
+  reply: Reply;
   job: TileJob;
   pixels: Pixels;
   times: { receivedAt: number; decode: number; enqueuedAt: number };
 }
 
 const config = JSON.parse(process.env.TILE_WORKER ?? 'null') as WorkerConfig;
-const send = (message: WorkerMessage, done?: () => void) => process.send!(message, undefined, undefined, done);
+const send = (message: WorkerReport, done?: () => void) => process.send!(message, undefined, undefined, done);
 const stats = { batches: 0, tiles: 0, failures: 0, lastError: null as string | null };
 
 class ModelWorker {
@@ -34,14 +44,11 @@ class ModelWorker {
     this.batcher = new Batcher({ maxBatch, maxDelayMs: config.maxDelayMs, run: (batch) => this.run(batch) });
   }
 
-  accept(id: number, job: TileJob): void {
+  accept(id: number, job: TileJob, reply: Reply): void {
     const receivedAt = performance.now();
     const decoded = decodeTile(job);
-    if ('errors' in decoded) {
-      send({ type: 'invalid', id, errors: decoded.errors });
-      return;
-    }
-    this.batcher.push({ id, job, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
+    if ('errors' in decoded) return reply({ type: 'error', id, error: errors.tileInvalid(decoded.errors).toWire() });
+    this.batcher.push({ id, reply, job, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
   }
 
   /** Runs a zero tile through the model before reporting ready. */
@@ -51,7 +58,7 @@ class ModelWorker {
     for (let i = 0; i < iterations; i++) {
       // A fresh tile each time: its buffer is handed to the session thread.
       const pixels: Pixels = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
-      await this.infer([{ id: -1, job, pixels, times: { receivedAt: 0, decode: 0, enqueuedAt: 0 } }]);
+      await this.infer([{ id: -1, reply: () => {}, job, pixels, times: { receivedAt: 0, decode: 0, enqueuedAt: 0 } }]);
     }
   }
 
@@ -68,16 +75,17 @@ class ModelWorker {
       const results = await this.infer(batch);
       stats.batches++;
       stats.tiles += batch.length;
-      results.forEach((r) => send(r));
+      results.forEach((r, i) => batch[i].reply(r));
     } catch (err) {
       stats.failures++;
       stats.lastError = (err as Error).message;
       console.error(`session.run failed for a batch of ${batch.length}: ${(err as Error).stack}`);
-      for (const item of batch) send({ type: 'failed', id: item.id, reason: (err as Error).message });
+      const error = ServiceError.from(err).toWire();
+      for (const item of batch) item.reply({ type: 'error', id: item.id, error });
     }
   }
 
-  private async infer(batch: Pending[]): Promise<WorkerMessage[]> {
+  private async infer(batch: Pending[]): Promise<InferResult[]> {
     const { manifest } = this.pkg;
     const { tensors } = manifest;
     const n = batch.length;
@@ -98,7 +106,7 @@ class ModelWorker {
       const size = data.length / n;
       return data.slice(i * size, (i + 1) * size);
     };
-    return batch.map((item, i): WorkerMessage => {
+    return batch.map((item, i): InferResult => {
       const embedding = rows(tensors.embedding, i) as Float32Array | null;
       let output: Float32Array | Uint8Array;
       let tissueFraction: number | null = null;
@@ -135,6 +143,10 @@ function readMask(values: Float32Array | Uint8Array, threshold = 0.5): { mask: U
   return { mask, tissueFraction: values.length ? tissue / values.length : 0 };
 }
 
+/** Load errors that retrying with the same files may cure (memory, the GPU); any other load
+ *  error is the package's own. */
+const TRANSIENT = /out of memory|cuda|cudnn|bad_alloc|ENOMEM|EMFILE/i;
+
 async function main(): Promise<void> {
   const started = performance.now();
   let worker: ModelWorker | null = null;
@@ -142,11 +154,20 @@ async function main(): Promise<void> {
   let session: ModelSession;
   let stopping = false;
 
-  process.on('message', (message: SupervisorMessage) => {
-    if (message.type === 'infer') {
-      if (!worker || stopping) return send({ type: 'failed', id: message.id, reason: 'worker is not serving' });
-      return worker.accept(message.id, message.job);
-    }
+  /** One channel per front; each request is answered on the channel it came from. */
+  const server = createServer((socket) => {
+    const channel = new Channel<ChannelRequest, ChannelReply>(socket);
+    const reply: Reply = (message) => {
+      if (channel.isOpen) channel.send(message);
+    };
+    channel.on('message', ({ id, job }) => {
+      // Not processed: the front routes it to another instance.
+      if (!worker || stopping) return reply({ type: 'error', id, error: errors.workerGone(`${config.model} worker ${process.pid} is stopping`).toWire() });
+      worker.accept(id, job, reply);
+    });
+  });
+
+  process.on('message', (message: WorkerControl) => {
     if (message.type === 'probe') {
       return send({
         type: 'probe',
@@ -156,13 +177,15 @@ async function main(): Promise<void> {
     }
     if (message.type === 'stop') {
       stopping = true;
-      void (worker?.idle() ?? Promise.resolve()).then(() => process.exit(0));
+      void (worker?.idle() ?? Promise.resolve()).then(() => process.exit(ExitCode.OK));
     }
   });
   // The supervisor is gone: nobody can use our answers.
-  process.on('disconnect', () => process.exit(0));
-  // Ctrl-C reaches the whole process group; the supervisor drains and stops its workers itself.
-  process.on('SIGINT', () => {});
+  process.on('disconnect', () => process.exit(ExitCode.OK));
+  process.on('exit', () => rmSync(config.socket, { force: true }));
+  // Ctrl-C and a group-wide SIGTERM reach every process; the supervisor drains and stops its
+  // workers itself, after the fronts have finished with them.
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => {});
   // Heartbeats from the start (the supervisor checks them once the worker is ready; while it
   // loads, a load timeout applies instead, since ONNX Runtime parses the graph synchronously).
   setInterval(() => send({ type: 'heartbeat' }), config.heartbeatMs);
@@ -174,10 +197,13 @@ async function main(): Promise<void> {
     const candidate = new ModelWorker(pkg, session);
     await candidate.warmup(pkg.manifest.warmup?.iterations ?? 1);
     worker = candidate;
+    rmSync(config.socket, { force: true });
+    await new Promise<void>((resolve, reject) => server.once('error', reject).listen(config.socket, resolve));
   } catch (err) {
     const reason = (err as Error).message;
+    const packageFault = err instanceof PackageError || !TRANSIENT.test(reason);
     console.error(`model ${config.model} failed to load: ${reason}`);
-    send({ type: 'load-failed', reason }, () => process.exit(3));
+    send({ type: 'load-failed', reason, packageFault }, () => process.exit(ExitCode.LOAD_FAILED));
     return;
   }
   send({
@@ -193,6 +219,7 @@ async function main(): Promise<void> {
       onnxruntime: ort.env.versions.node ?? 'unknown',
       intraOpThreads: config.intraOpThreads,
       loadMs: performance.now() - started,
+      socket: config.socket,
     },
   });
 }

@@ -6,6 +6,8 @@ import type ort from 'onnxruntime-node';
 import { checkSignature, type ModelPackage, type SessionSignature } from '../model-package/model-package.js';
 import type { WorkerConfig } from '../ipc/protocol.js';
 import type { SessionThreadData, ThreadReply, ThreadRequest, WireTensor } from './session-thread.js';
+import { RequestReply } from '../ipc/request-reply.js';
+import { ExitCode } from '../lib/exit-codes.js';
 
 const THREAD_ENTRY = new URL('./session-thread.js', import.meta.url);
 
@@ -16,8 +18,7 @@ const ownBuffer = (t: ort.Tensor) => {
 };
 
 export class ModelSession {
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (o: Record<string, WireTensor>) => void; reject: (e: Error) => void }>();
+  private readonly runs = new RequestReply<Record<string, WireTensor>>();
 
   private constructor(
     private readonly thread: Worker,
@@ -26,16 +27,13 @@ export class ModelSession {
     readonly providerWarning: string | null,
   ) {
     thread.on('message', (message: ThreadReply) => {
-      if (message.type !== 'result' && message.type !== 'failed') return;
-      const waiter = this.pending.get(message.id);
-      this.pending.delete(message.id);
-      if (message.type === 'result') waiter?.resolve(message.outputs);
-      else waiter?.reject(new Error(message.reason));
+      if (message.type === 'result') this.runs.settle(message.id, message.outputs);
+      else if (message.type === 'failed') this.runs.settle(message.id, new Error(message.reason));
     });
     // The session thread dying takes the model with it: let the supervisor restart us.
     thread.on('error', (err) => {
       console.error(`session thread failed: ${err.stack}`);
-      process.exit(4);
+      process.exit(ExitCode.SESSION_THREAD);
     });
   }
 
@@ -57,16 +55,13 @@ export class ModelSession {
   }
 
   run(feeds: Record<string, ort.Tensor>): Promise<Record<string, WireTensor>> {
-    const id = this.nextId++;
     const wire: Record<string, WireTensor> = {};
     const transfer: ArrayBuffer[] = [];
     for (const [name, t] of Object.entries(feeds)) {
       wire[name] = { type: t.type, data: t.data, dims: t.dims };
       transfer.push(...(ownBuffer(t) as ArrayBuffer[]));
     }
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
-      this.thread.postMessage({ id, feeds: wire } satisfies ThreadRequest, transfer);
-    });
+    // No timer: a session.run that never returns is the supervisor's heartbeat to catch.
+    return this.runs.request((id) => this.thread.postMessage({ id, feeds: wire } satisfies ThreadRequest, transfer));
   }
 }

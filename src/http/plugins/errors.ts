@@ -1,17 +1,16 @@
-// Every error a request can meet, mapped to the contract: 422 in the HTTPValidationError shape,
-// 503 {"status": "loading"} while a model loads, and a plain 500 whose reason stays in the log.
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+// Where every error becomes a response: ServiceErrors (src/lib/errors.ts) with their own status and
+// body, schema failures as the contract's 422, a Retry-After on every 503, and a plain 500 whose
+// reason stays in the log.
+import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
 import fp from 'fastify-plugin';
-import { DeadlineError, ModelLoadingError, QueueFullError, TileInvalidError } from '../../../supervisor/errors.js';
+import { errors as make, ServiceError } from '../../lib/errors.js';
 import { jsonInvalid, toValidationItems, type ValidationItem } from '../validation-error.js';
 
-export function sendValidationError(reply: FastifyReply, detail: ValidationItem[]): FastifyReply {
-  return reply.code(422).send({ detail });
-}
-
-export function sendLoading(reply: FastifyReply, retryAfterS: number): FastifyReply {
-  return reply.code(503).header('retry-after', String(retryAfterS)).send({ status: 'loading' });
+export interface ErrorsOptions {
+  retryAfterS: number;
+  /** The enabled models, named by a 404 under /api. */
+  models: () => string[];
 }
 
 const PARTS = [
@@ -32,22 +31,30 @@ function allValidationErrors(request: FastifyRequest, error: FastifyError): Vali
   });
 }
 
-async function errors(app: FastifyInstance): Promise<void> {
-  app.setNotFoundHandler((_request, reply) => reply.code(404).send({ detail: 'Not Found' }));
+/** fastify's own errors, as the service's. */
+function toServiceError(request: FastifyRequest, error: FastifyError): ServiceError | null {
+  if (error instanceof ServiceError) return error;
+  if (error.validation) return make.tileInvalid(allValidationErrors(request, error));
+  if (error instanceof SyntaxError || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || error.code === 'FST_ERR_CTP_INVALID_JSON_BODY') return make.tileInvalid([jsonInvalid(error.message)]);
+  return null;
+}
+
+async function errors(app: FastifyInstance, { retryAfterS, models }: ErrorsOptions): Promise<void> {
+  app.setNotFoundHandler((request) => {
+    throw make.notFound(request.url, models());
+  });
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    if (error.validation) return sendValidationError(reply, allValidationErrors(request, error));
-    if (error instanceof TileInvalidError) return sendValidationError(reply, error.errors);
-    if (error instanceof ModelLoadingError) return sendLoading(reply, error.retryAfterS);
-    if (error instanceof QueueFullError) return reply.code(503).header('retry-after', String(error.retryAfterS)).send({ detail: error.message });
-    if (error instanceof DeadlineError) return reply.code(504).send({ detail: error.message });
-    if (error instanceof SyntaxError || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || error.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
-      return sendValidationError(reply, [jsonInvalid(error.message)]);
+    const known = toServiceError(request, error);
+    if (known && known.code !== 'INTERNAL') {
+      if (known.statusCode === 503) reply.header('retry-after', String(retryAfterS));
+      return reply.code(known.statusCode).send(known.body());
     }
+    // Other client errors of fastify's (413 body too large, 415 media type, ...) keep their status.
     const status = error.statusCode ?? 500;
-    if (status >= 400 && status < 500) return reply.code(status).send({ detail: error.message });
+    if (!known && status >= 400 && status < 500) return reply.code(status).send({ detail: error.message });
     request.log.error({ err: error }, 'request failed');
-    return reply.code(500).send({ detail: 'Internal server error' });
+    return reply.code(500).send(ServiceError.from(error).body());
   });
 }
 

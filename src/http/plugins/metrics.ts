@@ -1,22 +1,27 @@
-// GET /metrics in Prometheus text format (prom-client): requests, latency, queue depth, batch
-// sizes, worker restarts and up/down, aggregated across every worker by the supervisor.
+// GET /metrics in Prometheus text format (prom-client). Each front counts what it serves in its
+// own registry; the supervisor sums every front's with prom-client's AggregatorRegistry (made for
+// node:cluster), so any front answers for the whole service. Model and instance states come from
+// the supervisor's messages, the same in every front, so those gauges take the first front's value.
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Supervisor } from '../../../supervisor/supervisor.js';
-import type { WorkerProcess } from '../../../supervisor/worker-process.js';
-import { modelRoute } from '../model-route.js';
+import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { ModelBackend } from '../backend.js';
+import { modelRoute } from '../model-route-config.js';
 import { requireAdminToken } from '../admin-token.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** Records one tile's milliseconds per stage. */
-    observeStages(model: string, times: Record<string, number>): void;
+    /** Records one served tile: the batch it ran in and its milliseconds per stage. */
+    observeTile(model: string, batchSize: number, stages: Record<string, number>): void;
   }
 }
 
-async function metrics(app: FastifyInstance, { supervisor, token }: { supervisor: Supervisor; token: string | null }): Promise<void> {
+async function metrics(app: FastifyInstance, { backend, token }: { backend: ModelBackend; token: string | null }): Promise<void> {
   const registry = new Registry();
+  // Constructing one installs the responder a cluster worker needs to answer the supervisor's
+  // aggregation; the registry it reads is this front's.
+  new AggregatorRegistry();
+  AggregatorRegistry.setRegistries([registry]);
   collectDefaultMetrics({ register: registry });
   const requests = new Counter({ name: 'tile_requests_total', help: 'Model requests by model, endpoint and status', labelNames: ['model', 'endpoint', 'status'], registers: [registry] });
   const latency = new Histogram({
@@ -26,48 +31,50 @@ async function metrics(app: FastifyInstance, { supervisor, token }: { supervisor
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [registry],
   });
-  const batches = new Histogram({ name: 'model_batch_size', help: 'Tiles per session.run', labelNames: ['model'], buckets: [1, 2, 4, 8, 16, 32], registers: [registry] });
-  const restarts = new Counter({ name: 'worker_restarts_total', help: 'Worker processes that exited and were restarted', labelNames: ['model'], registers: [registry] });
+  const batches = new Histogram({ name: 'model_batch_size', help: 'Size of the batch each tile ran in', labelNames: ['model'], buckets: [1, 2, 4, 8, 16, 32], registers: [registry] });
   new Gauge({
     name: 'model_queue_depth',
-    help: 'Requests accepted and not yet answered',
+    help: 'Requests admitted and not yet answered, summed over fronts',
     labelNames: ['model'],
     registers: [registry],
     collect() {
-      for (const pool of supervisor.pools.values()) this.set({ model: pool.name }, pool.outstanding);
+      for (const m of backend.models()) this.set({ model: m.name }, backend.queued(m.name));
     },
   });
   new Gauge({
     name: 'worker_up',
     help: '1 when the worker instance is ready to serve',
     labelNames: ['model', 'instance'],
+    aggregator: 'first',
     registers: [registry],
     collect() {
       this.reset();
-      for (const pool of supervisor.pools.values()) pool.workers.forEach((w, i) => this.set({ model: pool.name, instance: String(i) }, w.state === 'ready' ? 1 : 0));
+      for (const m of backend.models()) m.instances.forEach((w, i) => this.set({ model: m.name, instance: String(i) }, w.state === 'ready' ? 1 : 0));
+    },
+  });
+  new Gauge({
+    name: 'worker_restarts',
+    help: 'Times each worker instance exited and was restarted',
+    labelNames: ['model', 'instance'],
+    aggregator: 'first',
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const m of backend.models()) m.instances.forEach((w, i) => this.set({ model: m.name, instance: String(i) }, w.restarts));
     },
   });
 
   const stages = new Histogram({
     name: 'tile_stage_seconds',
-    help: 'Per-tile time in each stage: parse (body read, JSON, schema), base64, decode (PNG), preprocess, queue (batch wait), inference (session.run share), ipc (supervisor<->worker), serialize',
+    help: 'Per-tile time in each stage: parse (body read, JSON, schema), base64, decode (PNG), preprocess, queue (batch wait), inference (session.run share), ipc (front<->worker), serialize',
     labelNames: ['model', 'stage'],
     buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1],
     registers: [registry],
   });
-  app.decorate('observeStages', (model: string, times: Record<string, number>) => {
+  app.decorate('observeTile', (model: string, batchSize: number, times: Record<string, number>) => {
+    batches.observe({ model }, batchSize);
     for (const [stage, ms] of Object.entries(times)) stages.observe({ model, stage }, ms / 1000);
   });
-
-  const observe = (worker: WorkerProcess) => {
-    const model = worker.snapshot().model;
-    worker.on('batch', (size) => batches.observe({ model }, size));
-    worker.on('exit', () => {
-      if (worker.autoRestart) restarts.inc({ model });
-    });
-  };
-  supervisor.workers.forEach(observe);
-  supervisor.on('worker', observe);
 
   app.addHook('onResponse', async (request, reply) => {
     const route = modelRoute(request);
@@ -77,7 +84,7 @@ async function metrics(app: FastifyInstance, { supervisor, token }: { supervisor
   });
 
   app.get('/metrics', { schema: { tags: ['Diagnostics'], summary: 'Prometheus metrics' }, preHandler: requireAdminToken(token) }, async (_request, reply) => {
-    return reply.type(registry.contentType).send(await registry.metrics());
+    return reply.type(registry.contentType).send(await backend.metrics(registry));
   });
 }
 

@@ -1,30 +1,31 @@
 // The model endpoints: POST /api/predict/<model>, POST /api/embed/<model> and
-// GET /api/metadata/<model>, for each enabled model whose package serves that task.
-import type { FastifyInstance, FastifyReply } from 'fastify';
+// GET /api/metadata/<model>, for each enabled model whose package serves that task. A request is
+// admitted (model state, this front's queue share, bytes held) before its body is read.
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { Supervisor } from '../../../supervisor/supervisor.js';
-import type { ModelPool } from '../../../supervisor/model-pool.js';
-import { ModelLoadingError } from '../../../supervisor/errors.js';
+import type { ServiceConfig } from '../../../supervisor/config.js';
 import type { Manifest, Task } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
 import type { WorkerInfo } from '../../ipc/protocol.js';
+import { errors } from '../../lib/errors.js';
+import type { ModelBackend } from '../backend.js';
 import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../schemas/tile.js';
 import { checkTile } from '../tile-checks.js';
 import { tileResponseJson } from '../response-writer.js';
-import { sendValidationError } from './errors.js';
-import '../model-route.js';
+import '../model-route-config.js';
 
 export interface ModelRoutesOptions {
-  supervisor: Supervisor;
-  maxTilePixels: number;
+  backend: ModelBackend;
+  config: ServiceConfig;
 }
 
-const Unavailable = { description: 'Model loading ({"status": "loading"}) or queue full ({"detail": ...}); see Retry-After', anyOf: [Loading, ErrorDetail] };
-const errorResponses = { 422: HTTPValidationError, 503: Unavailable, 504: ErrorDetail };
+const Unavailable = { description: 'Model loading ({"status": "loading"}), failed to load, queue full or service busy ({"detail": ...}); see Retry-After', anyOf: [Loading, ErrorDetail] };
+const errorResponses = { 404: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 500: ErrorDetail, 503: Unavailable, 504: ErrorDetail };
 
 /** Tasks a package serves, read from disk at start so routes exist from the first moment. An
- *  unreadable manifest still gets every route: they answer 503 loading while the worker retries,
- *  and /diagnostics shows why it cannot load. */
+ *  unreadable manifest still gets every route: they answer 503 while the model is loading or
+ *  failed, and /api/models says why. */
 function plannedTasks(dir: string): Task[] {
   try {
     return readManifest(dir).tasks;
@@ -36,34 +37,44 @@ function plannedTasks(dir: string): Task[] {
 /** The response is already JSON text (response-writer.ts), so fastify's serializer is bypassed. */
 const sendJson = (reply: FastifyReply, body: Buffer) => reply.type('application/json').send(body);
 
-export default async function modelRoutes(fastify: FastifyInstance, { supervisor, maxTilePixels }: ModelRoutesOptions): Promise<void> {
+async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelRoutesOptions): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  fastify.decorate('modelEndpoints', new Map<string, string[]>());
 
-  const ready = (pool: ModelPool): WorkerInfo => {
-    const info = pool.info;
-    if (!info) throw new ModelLoadingError(pool.name, supervisor.config.pressure.retry_after_s);
+  const ready = (name: string): WorkerInfo => {
+    const info = backend.model(name)?.info;
+    if (!info) throw errors.modelLoading(name);
     return info;
   };
 
-  for (const pool of supervisor.pools.values()) {
-    const name = pool.name;
-    const tasks = plannedTasks(supervisor.config.models.find((m) => m.name === name)!.path!);
+  for (const entry of config.models) {
+    const { name } = entry;
+    const tasks = plannedTasks(entry.path!);
     const tags = ['Models'];
+    const endpoints: string[] = [];
+    fastify.modelEndpoints.set(name, endpoints);
+
+    /** Decided before the body is read: a request that cannot be served costs no memory. */
+    const admit = async (request: FastifyRequest, reply: FastifyReply) => {
+      const declared = Number(request.headers['content-length']);
+      const release = backend.admit(name, Number.isFinite(declared) ? Math.min(declared, config.body_limit_bytes) : config.body_limit_bytes);
+      reply.raw.once('close', release);
+    };
 
     /** Checks the tile, has a worker run it and writes the response, timing each stage. */
     const run = async (reply: FastifyReply, body: TileRequest, manifest: Manifest, task: Task, withEmbedding = false) => {
       const parse = reply.elapsedTime;
       const checkedAt = performance.now();
-      const { errors, png } = checkTile(body, manifest, task === 'prediction', maxTilePixels);
-      if (errors.length) return sendValidationError(reply, errors);
+      const { errors: invalid, png } = checkTile(body, manifest, task === 'prediction', config.max_tile_pixels);
+      if (invalid.length) throw errors.tileInvalid(invalid);
       const bulk = task === 'prediction' ? (body.bulk_rna ?? null) : null;
       const sent = performance.now();
-      const result = await supervisor.infer(name, { task, withEmbedding, png: png!, width: body.width, height: body.height, bulk });
+      const result = await backend.infer(name, { task, withEmbedding, png: png!, width: body.width, height: body.height, bulk });
       const received = performance.now();
       const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
       const json = tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
       const t = result.times;
-      fastify.observeStages(name, {
+      fastify.observeTile(name, result.batchSize, {
         parse,
         base64: sent - checkedAt,
         decode: t.decode,
@@ -77,18 +88,20 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
     };
 
     if (tasks.includes('prediction') || tasks.includes('segmentation')) {
+      endpoints.push(`POST /api/predict/${name}`);
       app.post(
         `/api/predict/${name}`,
         {
           schema: { summary: `${name} prediction`, tags, body: TileRequest, querystring: PredictQuery, response: { 200: TileResponse, ...errorResponses } },
           config: { model: { name, endpoint: 'predict' } },
+          onRequest: admit,
         },
         async (request, reply) => {
-          const { manifest } = ready(pool);
+          const { manifest } = ready(name);
           const mode = request.query.mode ?? 'prediction';
           const segmentation = manifest.tasks.includes('segmentation');
           if (mode === 'prediction_with_embedding' && (segmentation || !manifest.tasks.includes('embedding'))) {
-            return sendValidationError(reply, [{ loc: ['query', 'mode'], msg: "Input should be 'prediction'", type: 'literal_error', ctx: { expected: "'prediction'" }, input: mode }]);
+            throw errors.tileInvalid([{ loc: ['query', 'mode'], msg: "Input should be 'prediction'", type: 'literal_error', ctx: { expected: "'prediction'" }, input: mode }]);
           }
           return run(reply, request.body, manifest, segmentation ? 'segmentation' : 'prediction', mode === 'prediction_with_embedding');
         },
@@ -96,15 +109,19 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
     }
 
     if (tasks.includes('embedding')) {
+      endpoints.push(`POST /api/embed/${name}`);
       app.post(
         `/api/embed/${name}`,
-        { schema: { summary: `${name} embedding`, tags, body: TileRequest, response: { 200: TileResponse, ...errorResponses } }, config: { model: { name, endpoint: 'embed' } } },
-        async (request, reply) => run(reply, request.body, ready(pool).manifest, 'embedding'),
+        { schema: { summary: `${name} embedding`, tags, body: TileRequest, response: { 200: TileResponse, ...errorResponses } }, config: { model: { name, endpoint: 'embed' } }, onRequest: admit },
+        async (request, reply) => run(reply, request.body, ready(name).manifest, 'embedding'),
       );
     }
 
-    app.get(`/api/metadata/${name}`, { schema: { summary: `${name} metadata`, tags, response: { 200: ModelMetadata, 503: Loading } } }, async () => {
-      const { manifest, sha256 } = ready(pool);
+    endpoints.push(`GET /api/metadata/${name}`);
+    app.get(`/api/metadata/${name}`, { schema: { summary: `${name} metadata`, tags, response: { 200: ModelMetadata, 503: Unavailable } } }, async () => {
+      const view = backend.model(name);
+      if (view?.state === 'failed') throw errors.modelFailed(name, view.reason ?? 'unknown');
+      const { manifest, sha256 } = ready(name);
       return {
         model: manifest.name,
         version: manifest.version,
@@ -126,3 +143,5 @@ export default async function modelRoutes(fastify: FastifyInstance, { supervisor
     });
   }
 }
+
+export default fp(modelRoutes, { name: 'model-routes', dependencies: ['errors', 'metrics'], decorators: { fastify: ['observeTile'] } });

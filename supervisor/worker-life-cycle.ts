@@ -1,26 +1,25 @@
-// One worker child process of one model instance: fork, state, requests in flight, heartbeats,
-// restarts with backoff, and the tail of its output. The supervisor side of ipc/protocol.ts.
+// The life cycle of one model instance's worker process (TorchServe's WorkerLifeCycle): fork,
+// state, heartbeats, restarts with backoff, the `failed` state for a package that cannot load,
+// probes, and the tail of its output. Requests never pass through here: fronts send tiles to the
+// worker's own socket.
 import { fork, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
+import { readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Logger } from 'pino';
-import type { InferResult, SupervisorMessage, TileJob, WorkerConfig, WorkerInfo, WorkerMessage } from '../src/ipc/protocol.js';
+import type { InstanceState, InstanceView, WorkerConfig, WorkerControl, WorkerInfo, WorkerReport } from '../src/ipc/protocol.js';
+import { RequestReply } from '../src/ipc/request-reply.js';
 import type { ServiceConfig } from './config.js';
-import { DeadlineError, InferenceFailedError, TileInvalidError, WorkerGoneError } from './errors.js';
 import { RestartPolicy } from './restart-policy.js';
-
-export type WorkerState = 'loading' | 'ready' | 'restarting' | 'stopping' | 'stopped';
 
 const WORKER_ENTRY = new URL('../src/worker/main.js', import.meta.url);
 const TAIL_LINES = 100;
+/** Signals the service never sends itself: a worker ended by one was killed from outside (an
+ *  operator, the OOM killer), so its requests in flight were innocent. */
+const EXTERNAL_SIGNALS = new Set(['SIGKILL', 'SIGTERM', 'SIGINT', 'SIGQUIT', 'SIGHUP']);
 
-interface InFlight {
-  resolve: (result: InferResult) => void;
-  reject: (err: Error) => void;
-  timer: NodeJS.Timeout;
-}
-
-export interface WorkerProcessOptions {
+export interface WorkerLifeCycleOptions {
   model: string;
   dir: string;
   instance: number;
@@ -28,6 +27,8 @@ export interface WorkerProcessOptions {
   intraOpThreads: number;
   maxBatch: number;
   maxDelayMs: number;
+  /** The Unix socket path this instance listens on (one per generation). */
+  socketPath: (generation: number) => string;
   config: ServiceConfig['supervisor'];
   logger: Logger;
   /** Restart after an exit; off for a reload candidate until it proves it loads. */
@@ -35,15 +36,18 @@ export interface WorkerProcessOptions {
 }
 
 export interface WorkerExit {
+  pid: number | null;
   code: number | null;
   signal: string | null;
   at: string;
+  /** Killed from outside rather than crashed, hung or failed. */
+  external: boolean;
   /** The worker's last stderr lines before it exited. */
   stderr_tail: string[];
 }
 
-export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [WorkerExit]; batch: [number] }> {
-  state: WorkerState = 'loading';
+export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [WorkerExit]; change: [] }> {
+  state: InstanceState = 'loading';
   info: WorkerInfo | null = null;
   restarts = 0;
   lastError: string | null = null;
@@ -51,19 +55,20 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
   autoRestart: boolean;
   readonly tail: string[] = [];
   private child: ChildProcess | null = null;
+  private generation = 0;
   private startedAt = 0;
   private lastBeat = 0;
-  private nextId = 1;
-  private readonly inFlight = new Map<number, InFlight>();
-  private readonly probes = new Map<number, (data: Record<string, unknown>) => void>();
+  private readonly probes = new RequestReply<Record<string, unknown>>();
   private readonly policy: RestartPolicy;
   /** Why the current process is about to exit, when we know better than its exit code. */
   private exitReason: string | null = null;
+  /** The package is at fault: wait for its files to change (or a slow retry, or SIGHUP). */
+  private packageFault = false;
   private watchdog: NodeJS.Timeout | null = null;
   private restartTimer: NodeJS.Timeout | null = null;
   private readonly log: Logger;
 
-  constructor(private readonly options: WorkerProcessOptions) {
+  constructor(private readonly options: WorkerLifeCycleOptions) {
     super();
     this.autoRestart = options.autoRestart;
     this.log = options.logger.child({ model: options.model, instance: options.instance });
@@ -83,14 +88,14 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
   get pid(): number | null {
     return this.child?.pid ?? null;
   }
-  get outstanding(): number {
-    return this.inFlight.size;
-  }
   get uptimeMs(): number {
     return this.child ? Date.now() - this.startedAt : 0;
   }
 
   start(): void {
+    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.restartTimer = null;
+    const socket = this.options.socketPath(this.generation++);
     const config: WorkerConfig = {
       model: this.options.model,
       dir: this.options.dir,
@@ -99,6 +104,7 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
       maxDelayMs: this.options.maxDelayMs,
       heartbeatMs: this.options.config.heartbeat_interval_ms,
       gpu: this.options.gpu,
+      socket,
     };
     const child = fork(WORKER_ENTRY, [], {
       serialization: 'advanced',
@@ -108,48 +114,31 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
       env: { ...process.env, CUDA_VISIBLE_DEVICES: this.options.gpu ?? '', TILE_WORKER: JSON.stringify(config) },
     });
     this.child = child;
-    this.state = 'loading';
+    this.packageFault = false;
+    this.setState('loading');
     this.startedAt = Date.now();
     this.lastBeat = Date.now();
-    this.log.info({ workerPid: child.pid, gpu: this.options.gpu }, 'worker forked');
-    for (const [stream, name] of [[child.stdout!, 'stdout'], [child.stderr!, 'stderr']] as const) {
-      createInterface({ input: stream }).on('line', (line) => this.record(name, line));
-    }
-    child.on('message', (message: WorkerMessage) => this.onMessage(message));
+    this.log.debug({ workerPid: child.pid, gpu: this.options.gpu }, 'worker forked');
+    createInterface({ input: child.stdout! }).on('line', (line) => this.record('stdout', line, 'info'));
+    createInterface({ input: child.stderr! }).on('line', (line) => this.record('stderr', line, 'warn'));
+    child.on('message', (message: WorkerReport) => this.onReport(message));
     child.on('exit', (code, signal) => this.onExit(child, code, signal));
     child.on('error', (err) => this.log.error({ err }, 'worker process error'));
     this.watchdog ??= setInterval(() => this.checkHeartbeat(), this.options.config.heartbeat_interval_ms);
   }
 
-  infer(job: TileJob, timeoutMs: number): Promise<InferResult> {
+  /** The worker's own probe, or an error entry when it does not answer in time. */
+  async probe(timeoutMs: number): Promise<Record<string, unknown>> {
     const child = this.child;
-    if (!child || this.state !== 'ready') return Promise.reject(new WorkerGoneError(`${this.id} is ${this.state}`));
-    const id = this.nextId++;
-    return new Promise<InferResult>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.inFlight.delete(id);
-        reject(new DeadlineError(this.options.model, timeoutMs));
-      }, timeoutMs);
-      this.inFlight.set(id, { resolve, reject, timer });
-      this.send({ type: 'infer', id, job });
-    });
+    if (!child?.connected || (this.state !== 'ready' && this.state !== 'loading')) return { error: `worker is ${this.state}` };
+    return this.probes
+      .request((id) => child.send({ type: 'probe', id } satisfies WorkerControl), { ms: timeoutMs, error: () => new Error(`worker did not answer its probe within ${timeoutMs} ms`) })
+      .catch((err: Error) => ({ error: err.message }));
   }
 
-  /** The worker's own probe, or an error entry when it does not answer in time. */
-  probe(timeoutMs: number): Promise<Record<string, unknown>> {
-    if (!this.child || (this.state !== 'ready' && this.state !== 'loading')) return Promise.resolve({ error: `worker is ${this.state}` });
-    const id = this.nextId++;
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.probes.delete(id);
-        resolve({ error: `worker did not answer its probe within ${timeoutMs} ms` });
-      }, timeoutMs);
-      this.probes.set(id, (data) => {
-        clearTimeout(timer);
-        resolve(data);
-      });
-      this.send({ type: 'probe', id });
-    });
+  /** A failed instance tries again now (SIGHUP, changed files). */
+  retryNow(): void {
+    if (this.state === 'failed') this.start();
   }
 
   /** Lets requests in flight finish (up to graceMs), then stops the process for good. */
@@ -157,99 +146,110 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
     this.autoRestart = false;
     if (this.restartTimer) clearTimeout(this.restartTimer);
     const child = this.child;
-    if (!child || this.state === 'stopped') {
-      this.state = 'stopped';
+    if (!child) {
+      this.setState('stopped');
       this.clearWatchdog();
       return;
     }
-    this.state = 'stopping';
-    const deadline = Date.now() + graceMs;
-    while (this.inFlight.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    this.setState('stopping');
     const exited = new Promise<void>((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', () => resolve())));
-    this.send({ type: 'stop' });
-    const killer = setTimeout(() => child.kill('SIGKILL'), Math.max(1000, deadline - Date.now()));
+    // The worker answers every tile it has, then exits; fronts route new tiles elsewhere.
+    if (child.connected) child.send({ type: 'stop' } satisfies WorkerControl);
+    const killer = setTimeout(() => child.kill('SIGKILL'), Math.max(1000, graceMs));
     await exited;
     clearTimeout(killer);
   }
 
-  private send(message: SupervisorMessage): void {
-    if (this.child?.connected) this.child.send(message);
+  private setState(state: InstanceState): void {
+    if (this.state === state) return;
+    this.state = state;
+    this.emit('change');
   }
 
-  private record(stream: string, line: string): void {
+  private record(stream: 'stdout' | 'stderr' | 'log', line: string, level: 'info' | 'warn' | 'error'): void {
     this.tail.push(`${new Date().toISOString()} ${stream} ${line}`);
     if (this.tail.length > TAIL_LINES) this.tail.shift();
-    this.log.info({ workerPid: this.pid, stream }, line);
+    this.log[level]({ workerPid: this.pid, stream }, line);
   }
 
-  private onMessage(message: WorkerMessage): void {
+  private onReport(message: WorkerReport): void {
     switch (message.type) {
       case 'heartbeat':
         this.lastBeat = Date.now();
         return;
       case 'ready':
         this.info = message.info;
-        this.state = 'ready';
         this.lastBeat = Date.now();
+        this.lastError = null;
         this.log.info({ workerPid: message.info.pid, provider: message.info.provider, loadMs: Math.round(message.info.loadMs) }, 'worker ready');
+        this.setState('ready');
         this.emit('ready', message.info);
         return;
       case 'load-failed':
         this.exitReason = `load failed: ${message.reason}`;
-        this.log.error({ workerPid: this.pid }, `model failed to load: ${message.reason}`);
+        this.packageFault = message.packageFault;
         return;
       case 'log':
-        this.record('log', message.msg);
-        return;
+        return this.record('log', message.msg, message.level);
       case 'probe':
-        this.probes.get(message.id)?.(message.data);
-        this.probes.delete(message.id);
+        this.probes.settle(message.id, message.data);
         return;
-      case 'result':
-        this.emit('batch', message.batchSize);
-        return this.settle(message.id, (p) => p.resolve(message));
-      case 'invalid':
-        return this.settle(message.id, (p) => p.reject(new TileInvalidError(message.errors)));
-      case 'failed':
-        return this.settle(message.id, (p) => p.reject(new InferenceFailedError(message.reason)));
     }
-  }
-
-  private settle(id: number, fn: (p: InFlight) => void): void {
-    const pending = this.inFlight.get(id);
-    if (!pending) return; // past its deadline: already answered
-    this.inFlight.delete(id);
-    clearTimeout(pending.timer);
-    fn(pending);
   }
 
   private onExit(child: ChildProcess, code: number | null, signal: string | null): void {
     if (child !== this.child) return;
     const uptime = Date.now() - this.startedAt;
+    const ours = this.exitReason !== null || this.state === 'stopping';
     this.child = null;
     this.info = null;
     const stderr = this.tail.filter((line) => line.includes(' stderr ')).slice(-5);
-    this.lastExit = { code, signal, at: new Date().toISOString(), stderr_tail: stderr };
+    this.lastExit = { pid: child.pid ?? null, code, signal, at: new Date().toISOString(), external: !ours && signal !== null && EXTERNAL_SIGNALS.has(signal), stderr_tail: stderr };
     if (this.state !== 'stopping') this.lastError = this.exitReason ?? `exited with ${signal ? `signal ${signal}` : `code ${code}`}`;
     this.exitReason = null;
-    for (const [id, pending] of this.inFlight) {
-      clearTimeout(pending.timer);
-      pending.reject(new WorkerGoneError(`${this.id} exited with ${signal ?? code} while request ${id} was in flight`));
-    }
-    this.inFlight.clear();
-    for (const resolve of this.probes.values()) resolve({ error: 'worker exited' });
-    this.probes.clear();
+    this.probes.rejectAll(() => new Error('worker exited'));
     this.emit('exit', this.lastExit);
     if (!this.autoRestart) {
-      this.state = 'stopped';
+      this.setState('stopped');
       this.clearWatchdog();
       return;
     }
-    const delay = this.policy.nextDelay(uptime);
-    this.state = 'restarting';
     this.restarts++;
-    this.log.warn({ code, signal, uptimeMs: uptime, restartInMs: delay }, 'worker exited; restarting');
+    if (this.packageFault) return this.fail();
+    const delay = this.policy.nextDelay(uptime);
+    this.log.warn({ code, signal, uptimeMs: uptime, restartInMs: delay, reason: this.lastError }, 'worker exited; restarting');
+    this.setState('restarting');
     this.restartTimer = setTimeout(() => this.start(), delay);
+  }
+
+  /** The package cannot load: retried when its files change, on SIGHUP, or after a long wait. */
+  private fail(): void {
+    const { failed_retry_ms, package_poll_ms } = this.options.config;
+    this.log.error({ reason: this.lastError, retryInMs: failed_retry_ms }, 'model failed to load; waiting for its files to change, SIGHUP, or the retry');
+    this.setState('failed');
+    const seen = this.packageStamp();
+    const since = Date.now();
+    const check = () => {
+      if (this.state !== 'failed') return;
+      if (this.packageStamp() !== seen || Date.now() - since >= failed_retry_ms) return this.start();
+      this.restartTimer = setTimeout(check, package_poll_ms);
+    };
+    this.restartTimer = setTimeout(check, package_poll_ms);
+  }
+
+  /** Names, sizes and times of the package's files: changes when anything in it does. */
+  private packageStamp(): string {
+    try {
+      return readdirSync(this.options.dir)
+        .sort()
+        .map((name) => {
+          const s = statSync(join(this.options.dir, name));
+          return `${name}:${s.size}:${s.mtimeMs}`;
+        })
+        .join('|');
+    } catch (err) {
+      return `unreadable: ${(err as Error).message}`;
+    }
   }
 
   private checkHeartbeat(): void {
@@ -264,7 +264,7 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
 
   private kill(reason: string): void {
     this.exitReason = reason;
-    this.log.error({ workerPid: this.pid }, `worker hung: ${reason}`);
+    this.log.error({ workerPid: this.pid, reason }, 'worker hung; killed');
     this.child?.kill('SIGKILL');
   }
 
@@ -273,7 +273,12 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
     this.watchdog = null;
   }
 
-  /** State for /diagnostics and /health. */
+  /** What fronts need to route to this instance. */
+  view(): InstanceView {
+    return { id: this.id, pid: this.pid, state: this.state, socket: this.state === 'ready' ? (this.info?.socket ?? null) : null, restarts: this.restarts };
+  }
+
+  /** State for /diagnostics. */
   snapshot() {
     return {
       id: this.id,
@@ -288,7 +293,6 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
       intra_op_threads: this.options.intraOpThreads,
       restarts: this.restarts,
       uptime_s: Math.round(this.uptimeMs / 100) / 10,
-      outstanding: this.outstanding,
       last_error: this.lastError,
       last_exit: this.lastExit,
       sha256: this.info?.sha256 ?? null,

@@ -1,0 +1,36 @@
+// An HTTP front: a node:cluster worker of the supervisor, serving the HTTP API on the shared port.
+// It reads, checks and answers requests and sends tiles to model workers over their sockets; it
+// never runs a model and owns no process. Told by the supervisor (TILE_FRONT, then messages).
+import process from 'node:process';
+import { createLogger } from '../../supervisor/logger.js';
+import type { ToFront } from '../ipc/protocol.js';
+import { buildApp } from '../http/app.js';
+import { ExitCode } from '../lib/exit-codes.js';
+import type { FrontConfig } from './front-config.js';
+import { ModelClient } from './model-client.js';
+
+const { service: config, index, fronts } = JSON.parse(process.env.TILE_FRONT ?? 'null') as FrontConfig;
+const logger = createLogger(config).child({ front: index });
+const client = new ModelClient(config, fronts, (message) => process.send!(message));
+const app = await buildApp({ config, backend: client, logger });
+
+let stopping = false;
+async function stop(): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  // Stops accepting; requests in flight finish (graceful-close asks keep-alive clients to go).
+  await app.close();
+  logger.flush();
+  process.exit(ExitCode.OK);
+}
+
+process.on('message', (message: ToFront) => {
+  if (message.type === 'stop') return void stop();
+  client.onMessage(message);
+});
+// The supervisor is gone (killed): nobody restarts the workers we route to.
+process.on('disconnect', () => process.exit(ExitCode.OK));
+// Signals reach the whole process group; the supervisor coordinates the stop.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => {});
+process.send!({ type: 'hello' });
+await app.listen({ host: config.host, port: config.port });

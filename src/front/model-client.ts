@@ -1,0 +1,213 @@
+// An HTTP front's way to the models: the states the supervisor sends, one socket channel per
+// ready worker instance, least-outstanding routing, this front's share of each model's queue, a
+// bound on the request bytes it holds, deadlines, and the one retry on another instance.
+import { connect } from 'node:net';
+import type { Registry } from 'prom-client';
+import type { ServiceConfig } from '../../supervisor/config.js';
+import { Channel } from '../ipc/channel.js';
+import type { ChannelReply, ChannelRequest, FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
+import { RequestReply } from '../ipc/request-reply.js';
+import { errors, ServiceError } from '../lib/errors.js';
+import type { ModelBackend } from '../http/backend.js';
+
+/** How long requests of a closed channel wait for the supervisor to say why their worker died. */
+const EXIT_NEWS_MS = 1000;
+/** Worker exits remembered for channels that close after the news arrives. */
+const EXITS_KEPT = 256;
+
+/** The request never reached a worker: another instance may take it. */
+class NotSent extends Error {}
+/** The worker died with the request in flight; `external` when it was killed from outside. */
+class WorkerLost extends Error {
+  constructor(readonly external: boolean) {
+    super(external ? 'worker killed from outside' : 'worker died');
+  }
+}
+
+/** One front's channel to one worker process. */
+class WorkerLink {
+  readonly requests = new RequestReply<InferResult>();
+  connected = false;
+
+  constructor(
+    readonly pid: number,
+    readonly channel: Channel<ChannelReply, ChannelRequest>,
+  ) {
+    channel.socket.once('connect', () => (this.connected = true));
+    channel.on('message', (m) => this.requests.settle(m.id, m.type === 'result' ? m : ServiceError.fromWire(m.error)));
+  }
+
+  infer(model: string, job: TileJob, timeoutMs: number): Promise<InferResult> {
+    if (!this.channel.isOpen) return Promise.reject(new NotSent());
+    return this.requests.request((id) => this.channel.send({ type: 'infer', id, job }), { ms: timeoutMs, error: () => errors.deadline(model, timeoutMs) });
+  }
+}
+
+export class ModelClient implements ModelBackend {
+  private views = new Map<string, ModelView>();
+  private readonly links = new Map<number, WorkerLink>();
+  /** Channels closed before the news of their worker's exit. */
+  private readonly lostLinks = new Map<number, WorkerLink>();
+  private readonly exits = new Map<number, boolean>();
+  private readonly outstanding = new Map<string, number>();
+  private inflightBytes = 0;
+  private readonly queries = new RequestReply<unknown>();
+  private usageBatch: UsageReport[] = [];
+  draining = false;
+
+  constructor(
+    private readonly config: ServiceConfig,
+    /** How many fronts share each model's queue. */
+    private readonly fronts: number,
+    private readonly send: (message: FromFront) => void,
+  ) {}
+
+  /** Messages from the supervisor. */
+  onMessage(message: ToFront): void {
+    switch (message.type) {
+      case 'models':
+        this.views = new Map(message.models.map((m) => [m.name, m]));
+        for (const m of message.models) for (const i of m.instances) if (i.state === 'ready' && i.socket && i.pid && !this.links.has(i.pid)) this.open(i.pid, i.socket);
+        return;
+      case 'worker-exit':
+        this.exits.set(message.pid, message.external);
+        if (this.exits.size > EXITS_KEPT) this.exits.delete(this.exits.keys().next().value!);
+        this.lost(message.pid);
+        return;
+      case 'reply':
+        this.queries.settle(message.id, message.data);
+        return;
+      case 'drain':
+        this.draining = true;
+        return;
+    }
+  }
+
+  models(): ModelView[] {
+    return [...this.views.values()];
+  }
+
+  model(name: string): ModelView | undefined {
+    return this.views.get(name);
+  }
+
+  /** Requests this front holds for `model`. */
+  queued(model: string): number {
+    return this.outstanding.get(model) ?? 0;
+  }
+
+  admit(model: string, bytes: number): () => void {
+    this.available(model);
+    // Each front may hold its share of the model's queue: together never more than max_queue.
+    const share = Math.max(1, Math.ceil(this.entry(model).max_queue / this.fronts));
+    const held = this.queued(model);
+    if (held >= share) throw errors.queueFull(model, share);
+    const limit = this.config.front.max_inflight_bytes;
+    if (this.inflightBytes + bytes > limit && this.inflightBytes > 0) throw errors.frontBusy(limit);
+    this.outstanding.set(model, held + 1);
+    this.inflightBytes += bytes;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.outstanding.set(model, this.queued(model) - 1);
+      this.inflightBytes -= bytes;
+    };
+  }
+
+  async infer(model: string, job: TileJob): Promise<InferResult> {
+    const timeoutMs = this.entry(model).request_timeout_ms;
+    const deadline = Date.now() + timeoutMs;
+    const first = this.pick(model);
+    try {
+      return await first.infer(model, job, timeoutMs);
+    } catch (err) {
+      if (!this.retryable(err)) throw this.answer(model, err);
+      // Once more on another instance: the request never reached the first one, or the first was
+      // killed from outside. A worker that died of the request itself is not given another.
+      const second = this.pick(model, first);
+      return await second.infer(model, job, Math.max(1, deadline - Date.now())).catch((again) => {
+        throw this.answer(model, again);
+      });
+    }
+  }
+
+  diagnostics(categories: string[]): Promise<unknown> {
+    return this.query({ query: 'diagnostics', categories });
+  }
+
+  /** The supervisor aggregates every front's registry (prom-client's AggregatorRegistry). */
+  async metrics(_local: Registry): Promise<string> {
+    return (await this.query({ query: 'metrics' })) as string;
+  }
+
+  /** Usage goes to the supervisor's one log, a batch per turn of the event loop. */
+  recordUsage(entry: UsageReport): void {
+    if (this.usageBatch.push(entry) > 1) return;
+    setImmediate(() => {
+      const entries = this.usageBatch;
+      this.usageBatch = [];
+      this.send({ type: 'usage', entries });
+    });
+  }
+
+  private query(query: FrontQuery): Promise<unknown> {
+    const ms = this.config.supervisor.probe_timeout_ms + 2000;
+    return this.queries.request((id) => this.send({ type: 'query', id, ...query }), { ms, error: () => new Error(`the supervisor did not answer within ${ms} ms`) });
+  }
+
+  private entry(model: string) {
+    return this.config.models.find((m) => m.name === model)!;
+  }
+
+  /** Throws what to answer when no instance of the model can take a request. */
+  private available(model: string): void {
+    const view = this.views.get(model);
+    if (view?.state === 'failed') throw errors.modelFailed(model, view.reason ?? 'unknown');
+    if (view?.state !== 'ready') throw errors.modelLoading(model);
+  }
+
+  /** The ready instance with the fewest requests from this front. */
+  private pick(model: string, exclude?: WorkerLink): WorkerLink {
+    let best: WorkerLink | null = null;
+    for (const instance of this.views.get(model)?.instances ?? []) {
+      if (instance.state !== 'ready' || !instance.pid) continue;
+      const link = this.links.get(instance.pid);
+      if (!link || link === exclude || !link.channel.isOpen) continue;
+      if (!best || link.requests.size < best.requests.size) best = link;
+    }
+    if (best) return best;
+    this.available(model);
+    throw errors.modelLoading(model);
+  }
+
+  private retryable(err: unknown): boolean {
+    return err instanceof NotSent || (err instanceof WorkerLost && err.external) || (err instanceof ServiceError && err.code === 'WORKER_GONE');
+  }
+
+  private answer(model: string, err: unknown): ServiceError {
+    if (err instanceof NotSent || err instanceof WorkerLost) return errors.workerGone(`${model}: ${err.message} with the request in flight`);
+    return ServiceError.from(err);
+  }
+
+  private open(pid: number, path: string): void {
+    const link = new WorkerLink(pid, new Channel<ChannelReply, ChannelRequest>(connect(path)));
+    this.links.set(pid, link);
+    link.channel.on('close', () => {
+      if (this.links.get(pid) === link) this.links.delete(pid);
+      // Never connected: nothing reached the worker.
+      if (!link.connected) return link.requests.rejectAll(() => new NotSent());
+      if (this.exits.has(pid)) return this.lost(pid, link);
+      this.lostLinks.set(pid, link);
+      setTimeout(() => this.lost(pid), EXIT_NEWS_MS);
+    });
+  }
+
+  /** Requests in flight on a dead worker's channel learn why it died. */
+  private lost(pid: number, link = this.lostLinks.get(pid)): void {
+    if (!link) return;
+    this.lostLinks.delete(pid);
+    const external = this.exits.get(pid) ?? false;
+    link.requests.rejectAll(() => new WorkerLost(external));
+  }
+}

@@ -1,0 +1,43 @@
+// Connections a front holds, and its stop: at most max_connections at once (derived from the
+// open-file limit, so a flood of idle or stalled connections cannot exhaust file descriptors), and
+// during a stop new requests get the service's 503 while responses in flight carry
+// `Connection: close`, so keep-alive clients let go and the front can finish closing.
+import { readFileSync } from 'node:fs';
+import type { FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
+import { errors } from '../../lib/errors.js';
+
+/** Descriptors kept for everything but client connections: worker sockets, files, the IPC pipe. */
+const RESERVED_FDS = 128;
+
+/** The soft open-file limit (Node raises it to the hard limit at start), from /proc; 1024 where
+ *  /proc is not there. */
+export function openFileLimit(): number {
+  try {
+    const line = readFileSync('/proc/self/limits', 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const soft = line?.split(/\s{2,}/)[1];
+    return soft && /^\d+$/.test(soft) ? Number(soft) : Infinity;
+  } catch {
+    return 1024;
+  }
+}
+
+async function connections(app: FastifyInstance, { maxConnections }: { maxConnections: number }): Promise<void> {
+  const limit = maxConnections || Math.max(16, Math.min(openFileLimit(), 1 << 20) - RESERVED_FDS);
+  app.server.maxConnections = limit;
+  app.log.debug({ maxConnections: limit }, 'connection limit');
+
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onRequest', async () => {
+    if (closing) throw errors.shuttingDown();
+  });
+  app.addHook('onSend', async (_request, reply, payload) => {
+    if (closing) reply.header('connection', 'close');
+    return payload;
+  });
+}
+
+export default fp(connections, { name: 'connections' });

@@ -1,0 +1,80 @@
+// The HTTP fronts: node:cluster workers sharing the service port. The supervisor (the cluster
+// primary) forks them, restarts one that dies (the others keep serving), tells every front the
+// models' states, and answers their queries. Fronts reach model workers directly over Unix sockets.
+import cluster, { type Worker } from 'node:cluster';
+import type { Logger } from 'pino';
+import type { FromFront, ToFront } from '../src/ipc/protocol.js';
+import type { FrontConfig } from '../src/front/front-config.js';
+import { RestartPolicy } from './restart-policy.js';
+import type { ServiceConfig } from './config.js';
+
+const FRONT_ENTRY = new URL('../src/front/main.js', import.meta.url).pathname;
+
+export interface FrontsOptions {
+  count: number;
+  config: ServiceConfig;
+  logger: Logger;
+  onMessage: (front: Worker, message: FromFront) => void;
+}
+
+export class Fronts {
+  private readonly fronts = new Set<Worker>();
+  private stopping = false;
+  private readonly policy: RestartPolicy;
+  private readonly log: Logger;
+
+  constructor(private readonly options: FrontsOptions) {
+    this.log = options.logger.child({ role: 'fronts' });
+    const s = options.config.supervisor;
+    this.policy = new RestartPolicy({ initialDelayMs: s.restart_initial_delay_ms, maxDelayMs: s.restart_max_delay_ms, resetAfterMs: s.restart_reset_after_ms });
+    cluster.setupPrimary({ exec: FRONT_ENTRY, args: [], execArgv: [], serialization: 'advanced' });
+  }
+
+  get pids(): number[] {
+    return [...this.fronts].map((f) => f.process.pid!).filter(Boolean);
+  }
+
+  start(): void {
+    for (let i = 0; i < this.options.count; i++) this.fork(i);
+  }
+
+  send(message: ToFront): void {
+    for (const front of this.fronts) if (front.isConnected()) front.send(message);
+  }
+
+  /** Each front stops accepting, finishes its requests in flight and exits. */
+  async stop(graceMs: number): Promise<void> {
+    this.stopping = true;
+    await Promise.all(
+      [...this.fronts].map(
+        (front) =>
+          new Promise<void>((resolve) => {
+            if (front.isDead()) return resolve();
+            const killer = setTimeout(() => front.process.kill('SIGKILL'), graceMs + 1000);
+            front.once('exit', () => {
+              clearTimeout(killer);
+              resolve();
+            });
+            if (front.isConnected()) front.send({ type: 'stop' } satisfies ToFront);
+          }),
+      ),
+    );
+  }
+
+  private fork(index: number): void {
+    const frontConfig: FrontConfig = { service: this.options.config, index, fronts: this.options.count };
+    const front = cluster.fork({ TILE_FRONT: JSON.stringify(frontConfig) });
+    const startedAt = Date.now();
+    this.fronts.add(front);
+    front.on('message', (message: FromFront) => this.options.onMessage(front, message));
+    // A send racing the front's death fails here; its exit is handled below.
+    front.on('error', (err) => this.log.warn({ front: index, err: err.message }, 'HTTP front channel error'));
+    front.on('exit', (code, signal) => {
+      this.fronts.delete(front);
+      if (this.stopping) return;
+      const delay = this.policy.nextDelay(Date.now() - startedAt);
+      this.log.error({ front: index, frontPid: front.process.pid, code, signal, restartInMs: delay }, 'HTTP front exited; restarting it');
+      setTimeout(() => !this.stopping && this.fork(index), delay);
+    });
+  }
+}
