@@ -180,7 +180,6 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       case 'ready':
         this.info = message.info;
         this.lastBeat = Date.now();
-        this.lastError = null;
         this.log.info({ workerPid: message.info.pid, provider: message.info.provider, loadMs: Math.round(message.info.loadMs) }, 'worker ready');
         this.setState('ready');
         this.emit('ready', message.info);

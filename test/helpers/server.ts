@@ -61,6 +61,8 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
   const config = {
     host: '127.0.0.1',
     port: 0,
+    // One HTTP front unless a test is about several: fewer processes, faster tests.
+    fronts: 1,
     model_repository: MODELS,
     data_dir: join(dir, 'data'),
     models: options.models ?? DEFAULT_MODELS,
