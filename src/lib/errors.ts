@@ -105,8 +105,9 @@ export const errors = {
   shuttingDown: () => new ServiceError('SHUTTING_DOWN', 'the service is shutting down; retry on another host or later'),
   deadline: (model: string, timeoutMs: number) => new ServiceError('DEADLINE', `model ${model} did not answer within the ${timeoutMs} ms request deadline`),
   workerGone: (why: string) => new ServiceError('WORKER_GONE', why),
-  /** Under /api the answer names the enabled models, the likely mistake being a model's name. */
+  /** Under /api and /health/ready the answer names the enabled models, the likely mistake being
+   *  a model's name. */
   notFound: (url: string, models: string[]) =>
-    new ServiceError('NOT_FOUND', url.startsWith('/api/') ? `Not Found; enabled models: ${models.join(', ') || 'none'} (GET /api/models)` : 'Not Found'),
+    new ServiceError('NOT_FOUND', /^\/(api|health\/ready)\//.test(url) ? `Not Found; enabled models: ${models.join(', ') || 'none'} (GET /api/models)` : 'Not Found'),
   internal: (reason: string) => new ServiceError('INTERNAL', reason),
 };

@@ -3,9 +3,9 @@ import t from 'tap';
 import { appendFileSync, mkdtempSync } from 'node:fs';
 import { hostname, homedir, tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
-import { startServer, ROOT, type TestServer } from './helpers/server.js';
-import { fakeNvidiaSmi } from './helpers/packages.js';
-import { cellularPng, tileRequest } from './helpers/tiles.js';
+import { startServer, ROOT, type TestServer } from '../helpers/server.js';
+import { fakeNvidiaSmi } from '../helpers/packages.js';
+import { cellularPng, tileRequest } from '../helpers/tiles.js';
 
 type Json = Record<string, any>;
 const tile = cellularPng(41);

@@ -6,8 +6,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PNG } from 'pngjs';
 import { request } from 'node:http';
-import { startServer, MODELS, type TestServer } from './helpers/server.js';
-import { cellularPng, fixturePng, tileRequest, FIXTURES } from './helpers/tiles.js';
+import { startServer, MODELS, type TestServer } from '../helpers/server.js';
+import { cellularPng, fixturePng, tileRequest, FIXTURES } from '../helpers/tiles.js';
 
 type Json = Record<string, any>;
 

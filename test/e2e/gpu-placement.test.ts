@@ -1,24 +1,7 @@
 // GPU pinning with fake GPUs: the environment and execution provider each worker reports.
 import t from 'tap';
-import { assignGpus } from '../supervisor/gpus.js';
-import { RestartPolicy } from '../supervisor/restart-policy.js';
-import { startServer } from './helpers/server.js';
-import { fakeNvidiaSmi } from './helpers/packages.js';
-
-const entry = (name: string, instances: number, gpus: 'auto' | string[]) => ({ name, instances, gpus, max_queue_delay_ms: 2, max_queue: 64, request_timeout_ms: 1000 });
-
-t.test('assignGpus: explicit lists per model, auto round-robin across models, CPU without GPUs', async (t) => {
-  const plan = assignGpus([entry('a', 3, 'auto'), entry('b', 2, ['7']), entry('c', 2, 'auto'), entry('d', 1, [])], ['0', '1']);
-  t.same(Object.fromEntries(plan), { a: ['0', '1', '0'], b: ['7', '7'], c: ['1', '0'], d: [null] });
-  t.same(Object.fromEntries(assignGpus([entry('a', 2, 'auto')], [])), { a: [null, null] });
-});
-
-t.test('restart backoff doubles to a cap and resets after a long run', async (t) => {
-  const policy = new RestartPolicy({ initialDelayMs: 100, maxDelayMs: 1000, resetAfterMs: 60000 });
-  t.same([0, 0, 0, 0, 0, 0].map(() => policy.nextDelay(10)), [100, 200, 400, 800, 1000, 1000]);
-  t.equal(policy.nextDelay(60000), 100, 'a worker that stayed up a minute starts over');
-  t.equal(policy.nextDelay(5), 200);
-});
+import { startServer } from '../helpers/server.js';
+import { fakeNvidiaSmi } from '../helpers/packages.js';
 
 t.test('workers are pinned with CUDA_VISIBLE_DEVICES and fall back to CPU with a warning', async (t) => {
   const bin = fakeNvidiaSmi(['0, NVIDIA H100 80GB HBM3, 81559, 1024, 3, 550.54.15', '1, NVIDIA H100 80GB HBM3, 81559, 2048, 7, 550.54.15']);

@@ -1,0 +1,108 @@
+// A ModelBackend for the in-process tier: the real HTTP app (src/http/app.ts) driven with
+// fastify.inject, over models whose states a test sets and whose "inference" is a cheap function
+// of the tile's bytes. Processes are the point of the e2e tier, not of this one.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import type { Registry } from 'prom-client';
+import type { FastifyInstance } from 'fastify';
+import { loadConfig, type ServiceConfig } from '../../supervisor/config.js';
+import { buildApp } from '../../src/http/app.js';
+import type { ModelBackend } from '../../src/http/backend.js';
+import type { InferResult, ModelState, ModelView, TileJob, UsageReport } from '../../src/ipc/protocol.js';
+import { errors } from '../../src/lib/errors.js';
+import { readManifest } from '../../src/model-package/model-package.js';
+import { MODELS, ROOT } from './server.js';
+
+export class FakeBackend implements ModelBackend {
+  readonly usage: UsageReport[] = [];
+  readonly jobs: TileJob[] = [];
+  draining = false;
+  /** Resolves inference; a test may hold it. */
+  gate: Promise<void> = Promise.resolve();
+  private readonly views = new Map<string, ModelView>();
+  private readonly held = new Map<string, number>();
+
+  constructor(private readonly config: ServiceConfig) {
+    for (const entry of config.models) {
+      const manifest = readManifest(entry.path!);
+      this.views.set(entry.name, {
+        name: entry.name,
+        state: 'ready',
+        reason: null,
+        info: { pid: 1, model: entry.name, sha256: 'f'.repeat(64), manifest, provider: 'cpu', providerWarning: null, cudaVisibleDevices: null, onnxruntime: 'fake', intraOpThreads: 1, loadMs: 0, socket: '' },
+        instances: [{ id: `${entry.name}#0`, pid: 1, state: 'ready', socket: '', restarts: 0 }],
+      });
+    }
+  }
+
+  setState(model: string, state: ModelState, reason: string | null = null): void {
+    const view = this.views.get(model)!;
+    view.state = state;
+    view.reason = reason;
+    view.instances[0].state = state === 'stopped' ? 'stopped' : state;
+  }
+
+  models(): ModelView[] {
+    return [...this.views.values()];
+  }
+  model(name: string): ModelView | undefined {
+    return this.views.get(name);
+  }
+  queued(model: string): number {
+    return this.held.get(model) ?? 0;
+  }
+
+  admit(model: string, _bytes: number): () => void {
+    const view = this.views.get(model)!;
+    if (view.state === 'failed') throw errors.modelFailed(model, view.reason ?? 'unknown');
+    if (view.state !== 'ready') throw errors.modelLoading(model);
+    const limit = this.config.models.find((m) => m.name === model)!.max_queue;
+    if (this.queued(model) >= limit) throw errors.queueFull(model, limit);
+    this.held.set(model, this.queued(model) + 1);
+    let done = false;
+    return () => {
+      if (!done) this.held.set(model, this.queued(model) - 1);
+      done = true;
+    };
+  }
+
+  /** Output from the tile: a mask of the PNG's bytes' low bits, or their mean per output. */
+  async infer(model: string, job: TileJob): Promise<InferResult> {
+    this.jobs.push(job);
+    await this.gate;
+    const manifest = this.views.get(model)!.info!.manifest;
+    const mean = job.png.reduce((a, b) => a + b, 0) / job.png.length;
+    const values = (n: number) => Float32Array.from({ length: n }, (_, i) => mean + i);
+    const times = { decode: 0, preprocess: 0, queue: 0, inference: 0, worker: 0 };
+    if (job.task === 'segmentation') {
+      const mask = Uint8Array.from({ length: job.width * job.height }, (_, i) => job.png[i % job.png.length] & 1);
+      return { type: 'result', id: 0, output: mask, embedding: null, tissueFraction: mask.reduce((a, b) => a + b, 0) / mask.length, batchSize: 1, times };
+    }
+    const embedding = values(manifest.embedding_dim ?? 4);
+    const output = job.task === 'embedding' ? embedding : values(manifest.genes?.output.length ?? 2);
+    return { type: 'result', id: 0, output, embedding: job.withEmbedding ? embedding : null, tissueFraction: null, batchSize: 1, times };
+  }
+
+  async diagnostics(categories: string[]): Promise<unknown> {
+    return { categories };
+  }
+  metrics(local: Registry): Promise<string> {
+    return local.metrics();
+  }
+  recordUsage(entry: UsageReport): void {
+    this.usage.push(entry);
+  }
+}
+
+/** The real app over a FakeBackend, with the shipped models' manifests and `config` on top. */
+export async function fakeService(config: Record<string, unknown> = {}): Promise<{ app: FastifyInstance; backend: FakeBackend; config: ServiceConfig }> {
+  const dir = mkdtempSync(join(tmpdir(), 'http-'));
+  const file = join(dir, 'config.json');
+  writeFileSync(file, JSON.stringify({ model_repository: MODELS, data_dir: join(dir, 'data'), models: [{ name: 'tissue-seg' }, { name: 'gene-expr' }, { name: 'tile-embed' }], ...config }));
+  const service = loadConfig({ CONFIG: file }, ROOT);
+  const backend = new FakeBackend(service);
+  const app = await buildApp({ config: service, backend, logger: pino({ level: 'silent' }) });
+  return { app, backend, config: service };
+}

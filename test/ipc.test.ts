@@ -1,0 +1,48 @@
+// The request/reply helper and the socket channel every front-worker link uses.
+import t from 'tap';
+import { createServer, connect, type AddressInfo } from 'node:net';
+import { Channel } from '../src/ipc/channel.js';
+import { RequestReply } from '../src/ipc/request-reply.js';
+
+t.test('request/reply: replies match ids, timers answer for a silent peer, a dead peer rejects all', async (t) => {
+  const rr = new RequestReply<string>();
+  const sent: number[] = [];
+  const a = rr.request((id) => sent.push(id));
+  const b = rr.request((id) => sent.push(id), { ms: 20, error: () => new Error('too slow') });
+  const c = rr.request((id) => sent.push(id));
+  t.equal(rr.size, 3);
+  t.ok(rr.settle(sent[0], 'first'));
+  t.equal(await a, 'first');
+  await t.rejects(b, /too slow/);
+  t.notOk(rr.settle(sent[1], 'late'), 'a late reply finds nobody waiting');
+  rr.rejectAll(() => new Error('peer gone'));
+  await t.rejects(c, /peer gone/);
+  await t.rejects(rr.request(() => { throw new Error('cannot send'); }), /cannot send/);
+  t.equal(rr.size, 0);
+});
+
+t.test('channel: framed messages with typed arrays survive any split of the stream', async (t) => {
+  const received: unknown[] = [];
+  const server = createServer((socket) => {
+    // Echo byte by byte at first, to split frames anywhere.
+    socket.on('data', (d) => {
+      for (const byte of d) socket.write(Buffer.from([byte]));
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => server.close());
+  const channel = new Channel<{ n: number; data: Float32Array }, { n: number; data: Float32Array }>(connect((server.address() as AddressInfo).port, '127.0.0.1'));
+  channel.on('message', (m) => received.push(m));
+  const data = Float32Array.from({ length: 1000 }, (_, i) => i / 3);
+  for (let n = 0; n < 3; n++) channel.send({ n, data });
+  await new Promise<void>((r) => {
+    const check = () => (received.length === 3 ? r() : setTimeout(check, 5));
+    check();
+  });
+  t.same(received.map((m: any) => m.n), [0, 1, 2]);
+  t.same((received[2] as any).data, data);
+  channel.close();
+  await new Promise<void>((r) => channel.once('close', () => r()));
+  t.notOk(channel.isOpen);
+  t.throws(() => channel.send({ n: 9, data }), /channel closed/);
+});
