@@ -38,7 +38,7 @@ function delta(before: Sums, after: Sums, key: string): number {
   return (a.sum - b.sum) / (a.count - b.count);
 }
 
-function fire(url: string, path: string, bodies: string[], concurrency: number, seconds: number): Promise<autocannon.Result> {
+export function fire(url: string, path: string, bodies: string[], concurrency: number, seconds: number): Promise<autocannon.Result> {
   let next = 0;
   return new Promise((resolve, reject) => {
     autocannon(

@@ -1,8 +1,11 @@
-// `npm run bench`: the real service driven over HTTP with distinct synthetic H&E tiles at several
-// concurrencies, against the floor (the same package in one process on ready tensors), with the
-// per-stage cost of a tile, the mask serializer, and the supervisor's memory over a soak run.
-// `npm run bench -- --smoke` runs it for seconds (CI: no thresholds, it only has to work).
-// Writes bench/results/<date>.json and .md.
+// `npm run bench`: (1) the service's own ceiling: null models against the irreducible-work server
+// (bench/ceiling.ts), with CPU per process role; (2) the real service with the shipped models
+// driven over HTTP with distinct synthetic H&E tiles at several concurrencies, against the floor
+// (the same package in one process on ready tensors), with the per-stage cost of a tile, the mask
+// serializer, and the supervisor's memory over a soak run.
+// `npm run bench -- --smoke` runs it for seconds (CI: no thresholds, it only has to work);
+// `--sections=ceiling,models`, `--baseline=DIR` (another built checkout, measured in the same run),
+// `--fronts=1,2`. Writes bench/results/<date>.json and .md.
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
@@ -10,15 +13,17 @@ import pidusage from 'pidusage';
 import { readPackage } from '../src/model-package/model-package.js';
 import { cellularTile, encodePng, slideTile } from '../tools/synthetic/tissue.js';
 import { maskJson } from '../src/http/response-writer.js';
-import { startServer, MODELS, ROOT } from '../test/helpers/server.js';
+import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
+import { frontCount, loadConfig } from '../supervisor/config.js';
 import { measureFloor, type Floor } from './floor.js';
+import { ceilingMarkdown, measureCeiling, type CeilingRow } from './ceiling.js';
 import { drive, type LoadResult } from './load.js';
 
 const args = process.argv.slice(2);
 const smoke = args.includes('--smoke');
 const option = (name: string, fallback: number) => Number(args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1] ?? fallback);
 const seconds = option('seconds', smoke ? 1 : 8);
-const soakSeconds = option('soak', smoke ? 0 : 300);
+
 const outDir = args.find((a) => a.startsWith('--out='))?.split('=')[1] ?? join(ROOT, 'bench/results');
 const list = (name: string) => args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1].split(',');
 const concurrencies = list('concurrency')?.map(Number) ?? (smoke ? [1, 8] : [1, 8, 16, 32]);
@@ -26,6 +31,11 @@ const concurrencies = list('concurrency')?.map(Number) ?? (smoke ? [1, 8] : [1, 
 const only = list('only');
 /** --config=FILE benchmarks another service configuration (default: config/default.json). */
 const configFile = args.find((a) => a.startsWith('--config='))?.split('=')[1] ?? join(ROOT, 'config/default.json');
+const sections = list('sections') ?? ['ceiling', 'models'];
+/** The soak (supervisor memory under load) runs when asked: --sections=...,soak [--soak=SECONDS]. */
+const soakSeconds = sections.includes('soak') ? option('soak', 300) : 0;
+const baselineRoot = args.find((a) => a.startsWith('--baseline='))?.split('=')[1];
+const MODELS = join(ROOT, 'models');
 
 interface Target {
   model: string;
@@ -67,10 +77,17 @@ async function main(): Promise<void> {
   const mask = Uint8Array.from({ length: 512 * 512 }, (_, i) => ((i >> 9) + (i & 511)) % 7 < 3 ? 1 : 0);
   const serialization = { fastMs: median(() => maskJson(mask)), jsonStringifyMs: median(() => JSON.stringify(Array.from(mask))) };
 
+  let ceiling: CeilingRow[] = [];
+  if (sections.includes('ceiling')) {
+    const fronts = list('fronts')?.map(Number) ?? [...new Set([1, frontCount(loadConfig({ CONFIG: configFile }, ROOT))])];
+    ceiling = await measureCeiling({ seconds, concurrencies: smoke ? [16] : [16, 64], fronts, baselineRoot, smoke });
+  }
+
   // The service with its shipped configuration.
-  const server = await startServer({ config: JSON.parse(readFileSync(configFile, 'utf8')) });
+  const server = await spawnService({ ...JSON.parse(readFileSync(configFile, 'utf8')), model_repository: MODELS });
+  await waitFor(async () => (await fetch(`${server.url}/health/ready`)).status === 200, 120000);
   const runs: (LoadResult & Target)[] = [];
-  for (const target of TARGETS.filter((t) => !only || only.some((word) => t.path.includes(word)))) {
+  for (const target of TARGETS.filter((t) => sections.includes('models') && (!only || only.some((word) => t.path.includes(word))))) {
     for (const c of concurrencies) {
       const r = await drive(server.url, target.model, target.path, bodies[target.size], c, seconds);
       runs.push({ ...target, ...r });
@@ -87,7 +104,8 @@ async function main(): Promise<void> {
     soak = { seconds: soakSeconds, concurrency: 32, rssMb: rss, tilesPerSec: r.tilesPerSec, errors: r.errors };
     console.log(`soak ${soakSeconds}s c=32: supervisor RSS MB ${rss.join(' ')}`);
   }
-  await server.stop();
+  server.proc.kill('SIGTERM');
+  await server.exited;
 
   // Floors, with the server gone so they have the machine to themselves: one per model and
   // batch size the server actually formed (rounded), plus batch 1 for the latency comparison.
@@ -108,7 +126,7 @@ async function main(): Promise<void> {
 
   const date = new Date().toISOString().slice(0, 10);
   const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;
-  const report = { date, smoke, machine, seconds, serialization, runs: rows, floors: Object.fromEntries(floors), soak };
+  const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, floors: Object.fromEntries(floors), soak };
   mkdirSync(outDir, { recursive: true });
   const name = smoke ? 'smoke' : date;
   writeFileSync(join(outDir, `${name}.json`), JSON.stringify(report, null, 2) + '\n');
@@ -116,7 +134,7 @@ async function main(): Promise<void> {
   console.log(markdown(report));
 }
 
-function markdown(report: { date: string; machine: string; seconds: number; serialization: { fastMs: number; jsonStringifyMs: number }; runs: any[]; soak: any }): string {
+function markdown(report: { date: string; machine: string; seconds: number; serialization: { fastMs: number; jsonStringifyMs: number }; ceiling: CeilingRow[]; runs: any[]; soak: any }): string {
   const f = (n: number, d = 1) => n.toFixed(d);
   const stageNames = ['parse', 'base64', 'decode', 'preprocess', 'ipc', 'queue', 'inference', 'serialize'];
   const lines = [
@@ -134,6 +152,7 @@ function markdown(report: { date: string; machine: string; seconds: number; seri
     '',
     `512x512 mask response: ${f(report.serialization.fastMs, 2)} ms with the response writer, ${f(report.serialization.jsonStringifyMs, 2)} ms with JSON.stringify.`,
   ];
+  if (report.ceiling.length) lines.unshift(ceilingMarkdown(report.ceiling), '');
   if (report.soak) lines.push('', `Soak: ${report.soak.seconds} s at concurrency 32 on /api/predict/gene-expr, ${f(report.soak.tilesPerSec)} tiles/s, ${report.soak.errors} errors; supervisor RSS every 10 s (MB): ${report.soak.rssMb.join(', ')}.`);
   return lines.join('\n') + '\n';
 }

@@ -1,0 +1,65 @@
+// Starts a built service (`node <root>/dist/supervisor/main.js`) as a child process on a free port
+// with its own config and data folder, and waits until it listens. Used by the tests and the
+// benchmark alike; `root` lets the benchmark run an older checkout beside this one.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+export const ROOT = new URL('../../', import.meta.url).pathname;
+
+export interface ServiceProcess {
+  url: string;
+  proc: ChildProcess;
+  dir: string;
+  /** Every line the supervisor printed, parsed when JSON. */
+  lines: Record<string, unknown>[];
+  exited: Promise<number | null>;
+}
+
+/** The environment without tap's loaders (NODE_OPTIONS) and bookkeeping, which would otherwise
+ *  be inherited by the service and every process it forks. */
+export function cleanEnv(): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_OPTIONS' && !k.startsWith('TAP') && !k.startsWith('_TAPJS')));
+}
+
+export async function spawnService(config: Record<string, unknown>, options: { env?: Record<string, string>; root?: string } = {}): Promise<ServiceProcess> {
+  const root = options.root ?? ROOT;
+  const dir = mkdtempSync(join(tmpdir(), 'tile-service-'));
+  writeFileSync(join(dir, 'config.json'), JSON.stringify({ host: '127.0.0.1', port: 0, data_dir: join(dir, 'data'), ...config }));
+  // Through sh, so that tap's spawn hooks cannot put their loaders back into NODE_OPTIONS.
+  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(root, 'dist/supervisor/main.js')], {
+    cwd: root,
+    env: { ...cleanEnv(), CONFIG: join(dir, 'config.json'), LOG_FILE: join(dir, 'service.log'), ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: Record<string, unknown>[] = [];
+  let stderr = '';
+  proc.stderr!.on('data', (d) => (stderr += d));
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    createInterface({ input: proc.stdout! }).on('line', (line) => {
+      let entry: Record<string, unknown>;
+      try {
+        entry = JSON.parse(line);
+      } catch {
+        entry = { raw: line };
+      }
+      lines.push(entry);
+      const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(String(entry.msg ?? ''));
+      if (match) resolve(match[1]);
+    });
+    void exited.then((code) => reject(new Error(`server exited with ${code} before listening: ${stderr}`)));
+  });
+  return { url, proc, dir, lines, exited };
+}
+
+export async function waitFor(predicate: () => Promise<boolean> | boolean, timeoutMs = 30000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await Promise.resolve().then(predicate).catch(() => false)) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`condition not met within ${timeoutMs} ms`);
+}
