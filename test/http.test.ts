@@ -111,6 +111,14 @@ t.test('finding one’s way: GET /api/models, and 404s under /api name the model
   t.same(missing.json(), { detail: 'Not Found; enabled models: tissue-seg, gene-expr, tile-embed (GET /api/models)' });
 });
 
+t.test('a body carrying __proto__ or constructor keys is served without them, polluting nothing', async (t) => {
+  const { app } = await fakeService();
+  const body = JSON.stringify(tileRequest(tile224)).replace(/^\{/, '{"__proto__": {"polluted": 1}, "constructor": {"prototype": {"polluted": 1}}, ');
+  const res = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', headers: { 'content-type': 'application/json' }, payload: body });
+  t.equal(res.statusCode, 200);
+  t.equal(({} as Record<string, unknown>).polluted, undefined);
+});
+
 t.test('bodies over the limit are 413 in the service shape', async (t) => {
   const { app } = await fakeService({ body_limit_bytes: 4096 });
   const res = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: tileRequest(tile224) });
