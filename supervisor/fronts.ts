@@ -30,8 +30,8 @@ export class Fronts {
     cluster.setupPrimary({ exec: FRONT_ENTRY, args: [], execArgv: [], serialization: 'advanced' });
   }
 
-  get pids(): number[] {
-    return [...this.fronts].map((f) => f.process.pid!).filter(Boolean);
+  get count(): number {
+    return this.options.count;
   }
 
   start(): void {

@@ -16,6 +16,7 @@ import { Fronts } from './fronts.js';
 import { assignGpus } from './gpus.js';
 import { ModelPool } from './model-pool.js';
 import type { WorkerExit } from './worker-life-cycle.js';
+import { sdNotify } from './systemd-notify.js';
 
 const RECENT_SLIDES = 1000;
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -29,6 +30,8 @@ export class Supervisor implements DiagnosticsSource {
   private readonly aggregator = new AggregatorRegistry();
   private readonly diagnose: (categories: string[]) => Promise<unknown>;
   private broadcastPending = false;
+  private readonly listening = new Set<Worker>();
+  private announced = false;
 
   /** `gpus`: the GPU ids found on the host, for models configured with "gpus": "auto". */
   constructor(
@@ -90,6 +93,7 @@ export class Supervisor implements DiagnosticsSource {
 
   /** Fronts finish their requests first (they need the workers for that), then the workers. */
   async stop(graceMs: number): Promise<void> {
+    sdNotify(this.logger, 'STOPPING=1');
     await this.fronts.stop(graceMs);
     await Promise.all([...this.pools.values()].map((p) => p.stop(graceMs)));
     await this.usage.close();
@@ -103,7 +107,20 @@ export class Supervisor implements DiagnosticsSource {
     setImmediate(() => {
       this.broadcastPending = false;
       this.fronts.send({ type: 'models', models: this.models() });
+      this.announceReady();
     });
+  }
+
+  /** Tells systemd the service is up once every front listens and every model has settled
+   *  (ready, or failed: waiting longer would not help). */
+  private announceReady(): void {
+    if (this.announced || this.listening.size < this.fronts.count) return;
+    const models = this.models();
+    if (models.some((m) => m.state === 'loading')) return;
+    this.announced = true;
+    const failed = models.filter((m) => m.state === 'failed').map((m) => m.name);
+    this.logger.info({ failed }, 'service ready');
+    sdNotify(this.logger, 'READY=1', `STATUS=serving ${models.length - failed.length} of ${models.length} models${failed.length ? `; failed: ${failed.join(', ')}` : ''}`);
   }
 
   private onWorkerExit(exit: WorkerExit): void {
@@ -116,6 +133,10 @@ export class Supervisor implements DiagnosticsSource {
       case 'hello':
         front.send({ type: 'models', models: this.models() } satisfies ToFront);
         return;
+      case 'listening':
+        this.listening.add(front);
+        front.once('exit', () => this.listening.delete(front));
+        return this.announceReady();
       case 'usage':
         return message.entries.forEach((entry) => this.recordUsage(entry));
       case 'query':

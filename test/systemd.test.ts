@@ -38,6 +38,8 @@ t.test('restart policy, hardening, GPU devices, user and environment file', asyn
       'StartLimitIntervalSec=300',
       'StartLimitBurst=5',
       'KillMode=mixed',
+      'Type=notify',
+      'NotifyAccess=all',
       'ExecReload=/bin/kill -HUP $MAINPID',
       'NoNewPrivileges=yes',
       'ProtectSystem=strict',

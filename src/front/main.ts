@@ -34,3 +34,4 @@ process.on('disconnect', () => process.exit(ExitCode.OK));
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => {});
 process.send!({ type: 'hello' });
 await app.listen({ host: config.host, port: config.port });
+process.send!({ type: 'listening' });

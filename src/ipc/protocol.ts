@@ -144,5 +144,7 @@ export type FrontQuery = { query: 'diagnostics'; categories: string[] } | { quer
 export type FromFront =
   /** The front listens for messages: it needs the current states. */
   | { type: 'hello' }
+  /** The front accepts connections. */
+  | { type: 'listening' }
   | { type: 'usage'; entries: UsageReport[] }
   | ({ type: 'query'; id: number } & FrontQuery);
