@@ -5,6 +5,7 @@ import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { fakeService } from './helpers/fake-backend.js';
 import { cellularPng, fixturePng, tileRequest } from './helpers/tiles.js';
+import { waitFor } from './helpers/server.js';
 
 type Json = Record<string, any>;
 const tile224 = cellularPng(3);
@@ -56,7 +57,7 @@ t.test('503s: loading, failed with its reason, queue full; each with Retry-After
   let open!: () => void;
   backend.gate = new Promise((resolve) => (open = resolve));
   const first = app.inject({ method: 'POST', url: '/api/predict/gene-expr', payload: tileRequest(tile224) });
-  await t.resolves(new Promise((r) => setTimeout(r, 50)));
+  await waitFor(() => backend.jobs.length === 1);
   const full = await app.inject({ method: 'POST', url: '/api/predict/gene-expr', payload: tileRequest(tile224) });
   t.equal(full.statusCode, 503);
   t.match(full.json(), { detail: /gene-expr has 1 requests outstanding/ });
@@ -134,7 +135,7 @@ t.test('during a stop, a request still arriving gets the service 503 with Retry-
   const { port } = app.server.address() as AddressInfo;
   const url = `http://127.0.0.1:${port}/api/embed/tile-embed`;
   const inFlight = fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(tileRequest(tile224)) });
-  await new Promise((r) => setTimeout(r, 100));
+  await waitFor(() => backend.jobs.length === 1);
   // A request whose headers are still arriving when the stop begins.
   const socket = connect(port, '127.0.0.1');
   const body = JSON.stringify(tileRequest(tile224));
@@ -181,4 +182,12 @@ t.test('OpenAPI lists every answer a model route can give', async (t) => {
   const post = doc.paths['/api/predict/gene-expr'].post;
   t.same(Object.keys(post.responses).sort(), ['200', '404', '413', '422', '500', '503', '504']);
   t.ok(doc.paths['/api/models'] && doc.paths['/health/ready/{model}']);
+  t.match(post.description, /224x224 px tiles at 0\.5 MPP .*21 values, one per gene: .*ESR1.*bulk_rna.*50 counts/s);
+  t.match(doc.paths['/api/predict/tissue-seg'].post.description, /512x512 px tiles at 8 MPP .*262144 values of 0 or 1/);
+  // The example each route shows is one that works when sent from the page.
+  for (const path of ['/api/predict/tissue-seg', '/api/predict/gene-expr', '/api/embed/gene-expr', '/api/embed/tile-embed']) {
+    const example = doc.paths[path].post.requestBody.content['application/json'].example;
+    const res = await app.inject({ method: 'POST', url: path, payload: example });
+    t.equal(res.statusCode, 200, `${path}: the documented example is served`);
+  }
 });

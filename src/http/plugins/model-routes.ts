@@ -13,6 +13,8 @@ import type { ModelBackend } from '../backend.js';
 import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../schemas/tile.js';
 import { checkTile } from '../tile-checks.js';
 import { tileResponseJson } from '../response-writer.js';
+import { describeRoute, exampleRequest } from '../route-docs.js';
+import { Type } from 'typebox';
 import '../model-route-config.js';
 
 export interface ModelRoutesOptions {
@@ -23,16 +25,22 @@ export interface ModelRoutesOptions {
 const Unavailable = { description: 'Model loading ({"status": "loading"}), failed to load, queue full or service busy ({"detail": ...}); see Retry-After', anyOf: [Loading, ErrorDetail] };
 const errorResponses = { 404: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 500: ErrorDetail, 503: Unavailable, 504: ErrorDetail };
 
-/** Tasks a package serves, read from disk at start so routes exist from the first moment. An
- *  unreadable manifest still gets every route: they answer 503 while the model is loading or
- *  failed, and /api/models says why. */
-function plannedTasks(dir: string): Task[] {
+/** The package's manifest as read from disk at start, so routes (and their docs) exist from the
+ *  first moment; null when unreadable: every route then exists and answers 503 while the model
+ *  is failed or loading, and /api/models says why. */
+function plannedManifest(dir: string): Manifest | null {
   try {
-    return readManifest(dir).tasks;
+    return readManifest(dir);
   } catch {
-    return ['segmentation', 'prediction', 'embedding'];
+    return null;
   }
 }
+
+/** The tile request schema with this model's example, for /docs. */
+const bodyFor = (manifest: Manifest | null) => {
+  const example = exampleRequest(manifest);
+  return example ? Type.Unsafe<TileRequest>({ ...TileRequest, examples: [example] }) : TileRequest;
+};
 
 /** The response is already JSON text (response-writer.ts), so fastify's serializer is bypassed. */
 const sendJson = (reply: FastifyReply, body: Buffer) => reply.type('application/json').send(body);
@@ -49,7 +57,9 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
 
   for (const entry of config.models) {
     const { name } = entry;
-    const tasks = plannedTasks(entry.path!);
+    const planned = plannedManifest(entry.path!);
+    const tasks: Task[] = planned?.tasks ?? ['segmentation', 'prediction', 'embedding'];
+    const body = bodyFor(planned);
     const tags = ['Models'];
     const endpoints: string[] = [];
     fastify.modelEndpoints.set(name, endpoints);
@@ -92,7 +102,14 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       app.post(
         `/api/predict/${name}`,
         {
-          schema: { summary: `${name} prediction`, tags, body: TileRequest, querystring: PredictQuery, response: { 200: TileResponse, ...errorResponses } },
+          schema: {
+            summary: `${name} prediction`,
+            description: describeRoute(name, planned, tasks.includes('segmentation') ? 'segmentation' : 'prediction'),
+            tags,
+            body,
+            querystring: PredictQuery,
+            response: { 200: TileResponse, ...errorResponses },
+          },
           config: { model: { name, endpoint: 'predict' } },
           onRequest: admit,
         },
@@ -112,7 +129,11 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       endpoints.push(`POST /api/embed/${name}`);
       app.post(
         `/api/embed/${name}`,
-        { schema: { summary: `${name} embedding`, tags, body: TileRequest, response: { 200: TileResponse, ...errorResponses } }, config: { model: { name, endpoint: 'embed' } }, onRequest: admit },
+        {
+          schema: { summary: `${name} embedding`, description: describeRoute(name, planned, 'embedding'), tags, body, response: { 200: TileResponse, ...errorResponses } },
+          config: { model: { name, endpoint: 'embed' } },
+          onRequest: admit,
+        },
         async (request, reply) => run(reply, request.body, ready(name).manifest, 'embedding'),
       );
     }
