@@ -34,9 +34,9 @@ class ModelWorker {
     this.batcher = new Batcher({ maxBatch, maxDelayMs: config.maxDelayMs, run: (batch) => this.run(batch) });
   }
 
-  accept(id: number, job: TileJob): void {
+  async accept(id: number, job: TileJob): Promise<void> {
     const receivedAt = performance.now();
-    const decoded = decodeTile(job);
+    const decoded = await decodeTile(job);
     if ('errors' in decoded) {
       send({ type: 'invalid', id, errors: decoded.errors });
       return;
@@ -145,7 +145,7 @@ async function main(): Promise<void> {
   process.on('message', (message: SupervisorMessage) => {
     if (message.type === 'infer') {
       if (!worker || stopping) return send({ type: 'failed', id: message.id, reason: 'worker is not serving' });
-      return worker.accept(message.id, message.job);
+      return void worker.accept(message.id, message.job);
     }
     if (message.type === 'probe') {
       return send({
