@@ -1,5 +1,6 @@
 // All instances of one model: routing to the least-loaded ready instance, the bounded queue,
 // one retry when an instance dies mid-request, and rolling reloads.
+import { availableParallelism } from 'node:os';
 import type { Logger } from 'pino';
 import type { InferResult, TileJob, WorkerInfo } from '../src/ipc/protocol.js';
 import type { ModelEntry, ServiceConfig } from './config.js';
@@ -120,6 +121,7 @@ export class ModelPool {
       instance,
       gpu,
       intraOpThreads: entry.intra_op_threads ?? this.options.intraOpThreads,
+      decodeThreads: entry.decode_threads ?? availableParallelism(),
       maxBatch: entry.max_batch ?? 0,
       maxDelayMs: entry.max_queue_delay_ms,
       config: config.supervisor,

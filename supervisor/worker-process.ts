@@ -26,6 +26,7 @@ export interface WorkerProcessOptions {
   instance: number;
   gpu: string | null;
   intraOpThreads: number;
+  decodeThreads: number;
   maxBatch: number;
   maxDelayMs: number;
   config: ServiceConfig['supervisor'];
@@ -95,6 +96,7 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
       model: this.options.model,
       dir: this.options.dir,
       intraOpThreads: this.options.intraOpThreads,
+      decodeThreads: this.options.decodeThreads,
       maxBatch: this.options.maxBatch,
       maxDelayMs: this.options.maxDelayMs,
       heartbeatMs: this.options.config.heartbeat_interval_ms,
@@ -105,7 +107,7 @@ export class WorkerProcess extends EventEmitter<{ ready: [WorkerInfo]; exit: [Wo
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       execArgv: [],
       // CUDA_VISIBLE_DEVICES pins the worker to its GPU; empty hides every GPU from a CPU worker.
-      env: { ...process.env, CUDA_VISIBLE_DEVICES: this.options.gpu ?? '', TILE_WORKER: JSON.stringify(config) },
+      env: { ...process.env, CUDA_VISIBLE_DEVICES: this.options.gpu ?? '', TILE_WORKER: JSON.stringify(config), UV_THREADPOOL_SIZE: String(config.decodeThreads) },
     });
     this.child = child;
     this.state = 'loading';
