@@ -2,6 +2,7 @@
 // the chunk structure with every CRC, the IHDR fields, the chunk order, and image data that
 // inflates to exactly the bytes the declared dimensions need. Each failure is a PngError naming
 // what is wrong; nothing here inflates more than those bytes (plus one zlib output chunk).
+import { kMaxLength } from 'node:buffer';
 import { crc32, inflate, type ZlibOptions } from 'node:zlib';
 
 export const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
@@ -180,6 +181,7 @@ export async function checkImageData(layout: PngLayout): Promise<void> {
   const { header, imageData } = layout;
   const expected = imageDataBytes(header);
   const size = `${header.width}x${header.height}${header.interlace ? ' interlaced' : ''}`;
+  if (expected > kMaxLength) fail('excess_image_data', `a ${size} PNG needs ${expected} bytes of image data, more than a buffer holds (${kMaxLength})`);
   let result: InflateInfo;
   try {
     // One output chunk for a valid stream (no concatenation); a bomb stops after that chunk.
