@@ -17,7 +17,7 @@ export async function measureFloor(pkg: ModelPackage, pngs: Buffer[], batch: num
   const { manifest } = pkg;
   const threads = availableParallelism();
   const session = await ort.InferenceSession.create(pkg.modelPath, { intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all', executionMode: 'sequential' });
-  const tiles = Array.from({ length: batch }, (_, i) => decodePng(pngs[i % pngs.length]));
+  const tiles = await Promise.all(Array.from({ length: batch }, (_, i) => decodePng(pngs[i % pngs.length])));
   const feeds: Record<string, ort.Tensor> = { [manifest.tensors.image]: makePreprocessor(manifest).tensor(tiles) };
   if (manifest.tensors.bulk && manifest.genes) {
     feeds[manifest.tensors.bulk] = new ort.Tensor('float32', new Float32Array(batch * manifest.genes.input.length), [batch, manifest.genes.input.length]);

@@ -15,6 +15,8 @@ const ModelEntry = Type.Object({
   gpus: Type.Union([Type.Literal('auto'), Type.Array(Type.String())], { default: 'auto' }),
   /** ONNX Runtime intra-op threads per worker; default: every core (idle threads sleep). */
   intra_op_threads: Type.Optional(Type.Integer({ minimum: 1 })),
+  /** Threads decoding this model's PNG tiles in each worker (its libuv pool); default: every core. */
+  decode_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: 1024 })),
   /** Largest batch; default the manifest's batch.max. */
   max_batch: Type.Optional(Type.Integer({ minimum: 1 })),
   /** Wait for a batch to fill when the worker is idle; 0 (as Triton) runs at once, and batches

@@ -1,5 +1,6 @@
 // All instances of one model, as the supervisor owns them: starting, the model's state, and
 // rolling reloads. Routing requests to instances is the fronts' job (src/front/model-client.ts).
+import { availableParallelism } from 'node:os';
 import type { Logger } from 'pino';
 import type { ModelState, ModelView, WorkerInfo } from '../src/ipc/protocol.js';
 import type { ModelEntry, ServiceConfig } from './config.js';
@@ -100,6 +101,7 @@ export class ModelPool {
       instance,
       gpu,
       intraOpThreads: entry.intra_op_threads ?? this.options.intraOpThreads,
+      decodeThreads: entry.decode_threads ?? availableParallelism(),
       maxBatch: entry.max_batch ?? 0,
       maxDelayMs: entry.max_queue_delay_ms,
       socketPath: (generation) => `${socketDir}/${entry.name}-${instance}-${reload}-${generation}.sock`,

@@ -25,6 +25,7 @@ export interface WorkerLifeCycleOptions {
   instance: number;
   gpu: string | null;
   intraOpThreads: number;
+  decodeThreads: number;
   maxBatch: number;
   maxDelayMs: number;
   /** The Unix socket path this instance listens on (one per generation). */
@@ -100,6 +101,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       model: this.options.model,
       dir: this.options.dir,
       intraOpThreads: this.options.intraOpThreads,
+      decodeThreads: this.options.decodeThreads,
       maxBatch: this.options.maxBatch,
       maxDelayMs: this.options.maxDelayMs,
       heartbeatMs: this.options.config.heartbeat_interval_ms,
@@ -111,7 +113,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       execArgv: [],
       // CUDA_VISIBLE_DEVICES pins the worker to its GPU; empty hides every GPU from a CPU worker.
-      env: { ...process.env, CUDA_VISIBLE_DEVICES: this.options.gpu ?? '', TILE_WORKER: JSON.stringify(config) },
+      env: { ...process.env, CUDA_VISIBLE_DEVICES: this.options.gpu ?? '', TILE_WORKER: JSON.stringify(config), UV_THREADPOOL_SIZE: String(config.decodeThreads) },
     });
     this.child = child;
     this.packageFault = false;

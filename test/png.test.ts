@@ -1,7 +1,12 @@
-// The PNG decoder's fast path against pngjs, for every filter type and layout, and its errors.
-import t from 'tap';
+// The PNG rules, each with the PNG that breaks it; the bombs; the decoder against pngjs for every
+// filter and layout; strict base64.
+import t, { type Test } from 'tap';
 import { PNG } from 'pngjs';
-import { decodePng, decodeBase64Strict, readPngHeader } from '../src/tile/png.js';
+import { deflateSync } from 'node:zlib';
+import { decodePng } from '../src/tile/png.js';
+import { imageDataBytes, PngError, readPngHeader, type PngRule } from '../src/tile/png-rules.js';
+import { decodeBase64Strict } from '../src/tile/base64.js';
+import { bombs, chunk, idatChunks, ihdr, noisePixels, png, rgbPng, scanlines, zeroStream } from './png-forge.js';
 
 function image(width: number, height: number): PNG {
   const png = new PNG({ width, height });
@@ -9,12 +14,28 @@ function image(width: number, height: number): PNG {
   return png;
 }
 
-t.test('fast path equals pngjs for RGB and RGBA with each filter', async (t) => {
+async function refused(t: Test, bytes: Buffer, rule: PngRule, msg: RegExp): Promise<void> {
+  const err = await decodePng(bytes).then(
+    () => null,
+    (e: unknown) => e,
+  );
+  t.type(err, PngError, `${rule}: refused with a PngError`);
+  t.match(err, { rule, message: msg }, rule);
+}
+
+const W = 16;
+const H = 12;
+const pixels = noisePixels(W, H, 3);
+const header = ihdr({ width: W, height: H });
+const data = deflateSync(scanlines(pixels, W, H, 3));
+const iend = chunk('IEND');
+
+t.test('the decoder equals pngjs for RGB and RGBA with each filter', async (t) => {
   for (const colorType of [2, 6] as const) {
     for (const filterType of [0, 1, 2, 3, 4]) {
       const bytes = PNG.sync.write(image(37, 19), { colorType, filterType });
       const ref = PNG.sync.read(bytes).data;
-      const got = decodePng(bytes);
+      const got = await decodePng(bytes);
       t.equal(got.channels, colorType === 2 ? 3 : 4);
       const expected = colorType === 6 ? ref : Buffer.from(Array.from({ length: 37 * 19 * 3 }, (_, i) => ref[Math.floor(i / 3) * 4 + (i % 3)]));
       t.ok(Buffer.from(got.data).equals(expected), `colour type ${colorType}, filter ${filterType}`);
@@ -22,27 +43,113 @@ t.test('fast path equals pngjs for RGB and RGBA with each filter', async (t) => 
   }
 });
 
-t.test('other layouts go through pngjs', async (t) => {
+t.test('interlaced (Adam7) RGB and RGBA decode to the same pixels', async (t) => {
+  for (const [w, h] of [
+    [37, 19],
+    [1, 1],
+    [5, 3],
+  ]) {
+    for (const channels of [3, 4] as const) {
+      const px = noisePixels(w, h, channels, w + channels);
+      const got = await decodePng(rgbPng(px, w, h, channels, 1));
+      t.match(got, { width: w, height: h, channels });
+      t.ok(Buffer.from(got.data).equals(Buffer.from(px)), `${w}x${h}, ${channels} channels`);
+    }
+  }
+  t.equal(imageDataBytes({ width: 1, height: 1, bitDepth: 8, colorType: 2, interlace: 1 }), 4, 'a 1x1 interlaced image has pass 1 only');
+});
+
+t.test('other layouts (greyscale) go through pngjs after the same checks', async (t) => {
   const grey = PNG.sync.write(image(8, 8), { colorType: 0 });
-  const px = decodePng(grey);
+  const px = await decodePng(grey);
   t.equal(px.channels, 4);
   t.ok(Buffer.from(px.data).equals(PNG.sync.read(grey).data));
+  const corrupt = Buffer.from(grey);
+  corrupt[45] ^= 1;
+  await refused(t, corrupt, 'crc', /chunk IDAT at byte 33 has a bad CRC/);
 });
 
-t.test('corrupt and truncated data throw with a reason', async (t) => {
-  const bytes = PNG.sync.write(image(16, 16), { colorType: 2 });
-  const corrupt = Buffer.from(bytes);
-  corrupt.fill(0x55, 41, 60);
-  t.throws(() => decodePng(corrupt));
-  t.throws(() => decodePng(bytes.subarray(0, 50)), /runs past the end|no image data|unexpected end/);
+t.test('a valid hand-built PNG passes, ancillary chunks are ignored', async (t) => {
+  const got = await decodePng(png(header, chunk('tEXt', Buffer.from('Comment\0tile')), chunk('abCd', Buffer.from('x')), chunk('IDAT', data), iend));
+  t.ok(Buffer.from(got.data).equals(Buffer.from(pixels)));
 });
 
-t.test('header and strict base64', async (t) => {
-  const bytes = PNG.sync.write(image(300, 200), { colorType: 2 });
-  t.match(readPngHeader(bytes), { width: 300, height: 200, bitDepth: 8, colorType: 2, interlace: 0 });
-  t.equal(readPngHeader(Buffer.from('GIF89a and so on, long enough')), null);
-  t.ok(decodeBase64Strict(bytes.toString('base64'))?.equals(bytes));
-  t.equal(decodeBase64Strict('abc$'), null, 'character outside the alphabet');
-  t.equal(decodeBase64Strict('abc'), null, 'not a multiple of 4');
-  t.equal(decodeBase64Strict('ab=c'), null, 'padding inside');
+t.test('each PNG rule is a PngError naming what is wrong', async (t) => {
+  const badCrc = png(header, chunk('IDAT', data, 0x12345678), iend);
+  await refused(t, badCrc, 'crc', /chunk IDAT at byte 33 has a bad CRC \(stored 0x12345678, computed 0x[0-9a-f]{8}\)/);
+  await refused(t, png(header, chunk('tEXt', Buffer.from('a\0b'), 1), chunk('IDAT', data), iend), 'crc', /chunk tEXt .* bad CRC/);
+  await refused(t, png(header, chunk('IDAT', data)), 'no_iend', /without an IEND chunk/);
+  await refused(t, png(ihdr({ width: W, height: H, compression: 1 }), chunk('IDAT', data), iend), 'ihdr', /compression method is 1, expected 0/);
+  await refused(t, png(ihdr({ width: W, height: H, filter: 1 }), chunk('IDAT', data), iend), 'ihdr', /filter method is 1, expected 0/);
+  await refused(t, png(ihdr({ width: W, height: H, interlace: 2 }), chunk('IDAT', data), iend), 'ihdr', /interlace method is 2/);
+  await refused(t, png(ihdr({ width: W, height: H, bitDepth: 4 }), chunk('IDAT', data), iend), 'ihdr', /bit depth 4 is not allowed with colour type 2 \(allowed: 8, 16\)/);
+  await refused(t, png(ihdr({ width: W, height: H, colorType: 5 }), chunk('IDAT', data), iend), 'ihdr', /colour type is 5/);
+  await refused(t, png(ihdr({ width: 0, height: H }), chunk('IDAT', data), iend), 'ihdr', /width is 0/);
+  await refused(t, png(chunk('IHDR', Buffer.alloc(12)), chunk('IDAT', data), iend), 'ihdr', /IHDR holds 12 bytes, 13 expected/);
+  await refused(t, png(chunk('tEXt', Buffer.from('a\0b')), header, chunk('IDAT', data), iend), 'ihdr', /first chunk is not IHDR/);
+  await refused(t, Buffer.from('GIF89a and then some more bytes to be long enough'), 'signature', /PNG signature not found/);
+  await refused(t, png(header, header, chunk('IDAT', data), iend), 'second_ihdr', /a second IHDR chunk at byte 33/);
+  await refused(t, png(header, chunk('ABCD', Buffer.from('x')), chunk('IDAT', data), iend), 'unknown_critical_chunk', /unknown critical chunk ABCD/);
+  await refused(t, png(header, chunk('IDAT', Buffer.concat([data, Buffer.from('extra')])), iend), 'trailing_image_data', /5 bytes of trailing data after the zlib stream in IDAT/);
+  await refused(t, png(header, chunk('IDAT', data), iend).subarray(0, 60), 'chunk_bounds', /chunk IDAT at byte 33 declares \d+ bytes of data, only \d+ are left/);
+  await refused(t, Buffer.concat([png(header, chunk('IDAT', data)), Buffer.from([0, 0, 0])]), 'chunk_bounds', /inside the chunk that starts/);
+  await refused(t, png(header, chunk('I D\0', Buffer.alloc(0)), chunk('IDAT', data), iend), 'chunk_type', /expected 4 ASCII letters/);
+  await refused(t, png(header, chunk('IDAT', data.subarray(0, 40)), iend), 'short_image_data', /zlib stream of the image data is truncated/);
+  await refused(t, png(header, chunk('IDAT', deflateSync(Buffer.alloc(10))), iend), 'short_image_data', /inflates to 10 bytes, a 16x12 PNG needs 588/);
+  await refused(t, png(header, chunk('IDAT', deflateSync(Buffer.alloc(589))), iend), 'excess_image_data', /inflates to more than the 588 bytes a 16x12 PNG needs/);
+  await refused(t, png(header, chunk('IDAT', Buffer.from('not zlib at all')), iend), 'zlib', /not a valid zlib stream/);
+  await refused(t, png(ihdr({ width: 100_000, height: 100_000 }), chunk('IDAT', data), iend), 'excess_image_data', /100000x100000 PNG needs 30000100000 bytes of image data, more than a buffer holds/);
+  const badAdler = Buffer.from(data);
+  badAdler[badAdler.length - 1] ^= 1;
+  await refused(t, png(header, chunk('IDAT', badAdler), iend), 'zlib', /not a valid zlib stream: incorrect data check/);
+  const [first, second] = [data.subarray(0, 20), data.subarray(20)];
+  await refused(t, png(header, chunk('IDAT', first), chunk('tEXt', Buffer.from('a\0b')), chunk('IDAT', second), iend), 'idat_order', /IDAT chunks must be consecutive/);
+  await refused(t, png(header, iend), 'no_idat', /no image data \(IDAT\) chunk/);
+  await refused(t, Buffer.concat([png(header, chunk('IDAT', data), iend), Buffer.from('junk')]), 'after_iend', /4 bytes after the IEND chunk/);
+  await refused(t, png(header, chunk('IDAT', data), chunk('IEND', Buffer.from('x'))), 'no_iend', /IEND chunk .* holds 1 bytes/);
+  await refused(t, png(ihdr({ width: W, height: H, colorType: 3 }), chunk('IDAT', data), iend), 'plte', /colour type 3 \(palette\) without a PLTE chunk/);
+  await refused(t, png(ihdr({ width: W, height: H, colorType: 0 }), chunk('PLTE', Buffer.alloc(3)), chunk('IDAT', data), iend), 'plte', /PLTE chunk in a colour type 0/);
+  await refused(t, png(header, chunk('PLTE', Buffer.alloc(4)), chunk('IDAT', data), iend), 'plte', /PLTE holds 4 bytes/);
+  await refused(t, png(header, chunk('IDAT', data), chunk('PLTE', Buffer.alloc(3)), iend), 'plte', /PLTE chunk at byte \d+ after the image data/);
+});
+
+t.test('multi-IDAT image data is one stream; the header reader checks IHDR alone', async (t) => {
+  const got = await decodePng(png(header, ...idatChunks(data, 7), iend));
+  t.ok(Buffer.from(got.data).equals(Buffer.from(pixels)));
+  t.match(readPngHeader(png(header)), { width: W, height: H, bitDepth: 8, colorType: 2, interlace: 0 });
+  t.throws(() => readPngHeader(png(ihdr({ width: W, height: H, filter: 3 }))), /filter method is 3/);
+});
+
+t.test('a bad scanline filter byte is refused by the decoder', async (t) => {
+  const raw = scanlines(pixels, W, H, 3);
+  raw[0] = 9;
+  await t.rejects(decodePng(png(header, chunk('IDAT', deflateSync(raw)), iend)));
+});
+
+t.test('bombs: refused at the declared size, without inflating them', async (t) => {
+  t.equal(zeroStream(64 << 20).length < 100_000, true, 'a 64 MiB stream of zeros takes under 100 kB');
+  const rssBefore = process.memoryUsage().rss;
+  for (const [kind, bytes] of Object.entries(bombs(4))) {
+    if (kind === 'iCCP profile') {
+      const px = await decodePng(bytes);
+      t.equal(px.data.length, 224 * 224 * 3, 'an iCCP profile inflating to 4 GiB is left out of decoding');
+    } else if (kind === 'trailing stream') {
+      await refused(t, bytes, 'trailing_image_data', /bytes of trailing data after the zlib stream/);
+    } else {
+      await refused(t, bytes, 'excess_image_data', new RegExp(`inflates to more than the ${kind === 'interlaced' ? 150_948 : 150_752} bytes a 224x224${kind === 'interlaced' ? ' interlaced' : ''} PNG needs`));
+    }
+  }
+  const greyBomb = png(ihdr({ width: 224, height: 224, colorType: 0, interlace: 1 }), chunk('IDAT', zeroStream(1024 ** 3)), chunk('IEND'));
+  await refused(t, greyBomb, 'excess_image_data', /more than the \d+ bytes a 224x224 interlaced PNG needs/);
+  const grown = (process.memoryUsage().rss - rssBefore) / 2 ** 20;
+  t.ok(grown < 256, `RSS grew ${grown.toFixed(0)} MiB over five 4 GiB bombs and a 1 GiB one for pngjs (bound 256 MiB)`);
+});
+
+t.test('strict standard base64; the URL-safe alphabet is refused by name', async (t) => {
+  const bytes = Buffer.from([0xfb, 0xff, 0xbf, 1, 2, 3]);
+  t.same(decodeBase64Strict(bytes.toString('base64')), { bytes });
+  t.match(decodeBase64Strict(bytes.toString('base64url')), { reason: /URL-safe base64 alphabet \(- and _\), which is refused; expected standard base64 \(A-Z a-z 0-9 \+ \/, padded with = to a multiple of 4\)/ });
+  t.match(decodeBase64Strict('abc$'), { reason: /characters outside standard base64/ });
+  t.match(decodeBase64Strict('abc'), { reason: /3 characters, not a multiple of 4/ });
+  t.match(decodeBase64Strict('ab=c'), { reason: /outside standard base64/ });
 });

@@ -60,6 +60,9 @@ export interface WorkerConfig {
   model: string;
   dir: string;
   intraOpThreads: number;
+  /** Threads of the worker's libuv pool, where its PNG tiles are decoded (set as UV_THREADPOOL_SIZE
+   *  at fork: the pool starts before any worker code runs). */
+  decodeThreads: number;
   /** Largest batch; 0 means the manifest's batch.max (never more than it). */
   maxBatch: number;
   maxDelayMs: number;

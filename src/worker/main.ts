@@ -44,9 +44,9 @@ class ModelWorker {
     this.batcher = new Batcher({ maxBatch, maxDelayMs: config.maxDelayMs, run: (batch) => this.run(batch) });
   }
 
-  accept(id: number, job: TileJob, reply: Reply): void {
+  async accept(id: number, job: TileJob, reply: Reply): Promise<void> {
     const receivedAt = performance.now();
-    const decoded = decodeTile(job);
+    const decoded = await decodeTile(job);
     if ('errors' in decoded) return reply({ type: 'error', id, error: errors.tileInvalid(decoded.errors).toWire() });
     this.batcher.push({ id, reply, job, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
   }
@@ -163,7 +163,7 @@ async function main(): Promise<void> {
     channel.on('message', ({ id, job }) => {
       // Not processed: the front routes it to another instance.
       if (!worker || stopping) return reply({ type: 'error', id, error: errors.workerGone(`${config.model} worker ${process.pid} is stopping`).toWire() });
-      worker.accept(id, job, reply);
+      void worker.accept(id, job, reply);
     });
   });
 

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PNG } from 'pngjs';
 import { request } from 'node:http';
+import { crc32 } from 'node:zlib';
 import { startServer, MODELS, type TestServer } from '../helpers/server.js';
 import { cellularPng, fixturePng, tileRequest, FIXTURES } from '../helpers/tiles.js';
 
@@ -163,6 +164,7 @@ t.test('a PNG declaring huge dimensions is refused before it is inflated', async
   const png = Buffer.from(tile224);
   png.writeUInt32BE(100000, 16);
   png.writeUInt32BE(100000, 20);
+  png.writeUInt32BE(crc32(png.subarray(12, 29)), 29);
   const res = await server.post('/api/predict/gene-expr', tileRequest(png, { width: 224, height: 224 }));
   t.equal(res.status, 422);
   t.match((await json(res)).detail[0], { loc: ['body', 'image_data'], msg: /declares 100000x100000 pixels, more than the limit/ });
