@@ -26,6 +26,7 @@ export default async function diagnostics(app: FastifyInstance, { supervisor, co
   const anonymizer = new Anonymizer({
     installPaths: [root, process.cwd(), config.model_repository, config.data_dir, ...(config.log_file ? [dirname(config.log_file)] : [])],
     slideNames: () => app.recentSlides,
+    publicNames: config.models.map((m) => m.name),
   });
   const timeout = config.supervisor.probe_timeout_ms;
   const folders = {
