@@ -1,18 +1,11 @@
 // `npm start`: the supervisor process. Forks the workers, serves HTTP, and handles signals:
 // SIGTERM/SIGINT stop gracefully, SIGHUP reloads the model packages one worker at a time.
-import { ConfigError, loadConfig, type ServiceConfig } from './config.js';
+import { prepareStart } from './cli.js';
 import { createLogger } from './logger.js';
 import { Supervisor, discoverGpus } from './supervisor.js';
 import { buildApp } from '../src/http/app.js';
 
-let config: ServiceConfig;
-try {
-  config = loadConfig();
-} catch (err) {
-  if (!(err instanceof ConfigError)) throw err;
-  console.error(`configuration error: ${err.message}`);
-  process.exit(2);
-}
+const config = await prepareStart();
 const logger = createLogger(config);
 const supervisor = new Supervisor(config, logger, await discoverGpus(config, logger));
 const app = await buildApp({ config, supervisor, logger });

@@ -51,7 +51,7 @@ export async function waitFor(predicate: () => Promise<boolean> | boolean, timeo
 
 /** The environment without tap's loaders (NODE_OPTIONS) and bookkeeping, which would otherwise
  *  be inherited by the service and every worker it forks. */
-function serviceEnv(): NodeJS.ProcessEnv {
+export function serviceEnv(): NodeJS.ProcessEnv {
   return Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_OPTIONS' && !k.startsWith('TAP') && !k.startsWith('_TAPJS')));
 }
 
