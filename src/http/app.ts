@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import type { ServiceConfig } from '../../supervisor/config.js';
 import type { Supervisor } from '../../supervisor/supervisor.js';
 import errors from './plugins/errors.js';
+import nonJsonBody from './plugins/non-json-body.js';
 import gracefulClose from './plugins/graceful-close.js';
 import openapi from './plugins/openapi.js';
 import health from './plugins/health.js';
@@ -32,6 +33,7 @@ export async function buildApp({ config, supervisor, logger }: AppOptions): Prom
     ajv: { customOptions: { allErrors: true, coerceTypes: false } },
   });
   await app.register(errors);
+  await app.register(nonJsonBody);
   await app.register(gracefulClose);
   await app.register(openapi, { version: SERVICE_VERSION });
   await app.register(underPressure, {

@@ -4,7 +4,7 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
 import fp from 'fastify-plugin';
 import { DeadlineError, ModelLoadingError, QueueFullError, TileInvalidError } from '../../../supervisor/errors.js';
-import { jsonInvalid, toValidationItems, type ValidationItem } from '../validation-error.js';
+import { bodyNotObject, jsonInvalid, toValidationItems, type ValidationItem } from '../validation-error.js';
 
 export function sendValidationError(reply: FastifyReply, detail: ValidationItem[]): FastifyReply {
   return reply.code(422).send({ detail });
@@ -44,6 +44,7 @@ async function errors(app: FastifyInstance): Promise<void> {
     if (error instanceof SyntaxError || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || error.code === 'FST_ERR_CTP_INVALID_JSON_BODY') {
       return sendValidationError(reply, [jsonInvalid(error.message)]);
     }
+    if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return sendValidationError(reply, [bodyNotObject()]);
     const status = error.statusCode ?? 500;
     if (status >= 400 && status < 500) return reply.code(status).send({ detail: error.message });
     request.log.error({ err: error }, 'request failed');
