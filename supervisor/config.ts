@@ -36,7 +36,7 @@ export const ServiceConfig = Type.Object({
   data_dir: Type.String({ default: 'data' }),
   log_file: Type.Union([Type.String(), Type.Null()], { default: null }),
   /** pino's levels (env LOG_LEVEL). */
-  log_level: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)), { default: 'info' }),
+  log_level: Type.Union([Type.Literal('fatal'), Type.Literal('error'), Type.Literal('warn'), Type.Literal('info'), Type.Literal('debug'), Type.Literal('trace'), Type.Literal('silent')], { default: 'info' }),
   supervisor: Type.Object(
     {
       heartbeat_interval_ms: Type.Integer({ minimum: 10, default: 1000 }),
