@@ -99,7 +99,7 @@ function jsonBody(png: Buffer): fc.Arbitrary<string> {
 
 export function fuzzRequest(models: string[], png: Buffer): fc.Arbitrary<FuzzRequest> {
   const path = fc.oneof(
-    { weight: 6, arbitrary: fc.constantFrom(...MODEL_PATHS(models)) },
+    { weight: 12, arbitrary: fc.constantFrom(...MODEL_PATHS(models)) },
     fc.constantFrom(...OTHER_PATHS, ...models.map((m) => `/api/metadata/${m}`)),
     fc.webPath(),
     fc.string({ maxLength: 20 }).map((s) => `/api/predict/${encodeURIComponent(s)}`),
