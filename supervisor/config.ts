@@ -1,10 +1,11 @@
 // Service configuration: config/default.json (or CONFIG), overridden by PORT, HOST, MODELS,
-// LOG_FILE and DATA_DIR. One TypeBox schema validates it and fills defaults.
+// LOG_FILE, DATA_DIR, ADMIN_TOKEN and LOG_LEVEL. One TypeBox schema validates it and fills defaults.
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 import { Type, type Static } from 'typebox';
 import { Value } from 'typebox/value';
+import { describeErrors, fieldName, suggest } from './config-errors.js';
 
 const ModelEntry = Type.Object({
   name: Type.String({ pattern: '^[a-z0-9][a-z0-9-]*$' }),
@@ -25,7 +26,7 @@ const ModelEntry = Type.Object({
   /** Requests outstanding for the model (all instances) before new ones get 503. */
   max_queue: Type.Integer({ minimum: 1, default: 64 }),
   request_timeout_ms: Type.Integer({ minimum: 1, default: 30000 }),
-});
+}, { additionalProperties: false });
 
 export const ServiceConfig = Type.Object({
   host: Type.String({ default: '127.0.0.1' }),
@@ -36,7 +37,8 @@ export const ServiceConfig = Type.Object({
   model_repository: Type.String({ default: 'models' }),
   data_dir: Type.String({ default: 'data' }),
   log_file: Type.Union([Type.String(), Type.Null()], { default: null }),
-  log_level: Type.String({ default: 'info' }),
+  /** pino's levels (env LOG_LEVEL). */
+  log_level: Type.Union([Type.Literal('fatal'), Type.Literal('error'), Type.Literal('warn'), Type.Literal('info'), Type.Literal('debug'), Type.Literal('trace'), Type.Literal('silent')], { default: 'info' }),
   /** HTTP front processes sharing the port (node:cluster); 0 picks one per core, at most 4
    *  (measured: see README "Process model"). */
   fronts: Type.Integer({ minimum: 0, default: 0 }),
@@ -77,7 +79,7 @@ export const ServiceConfig = Type.Object({
       failed_retry_ms: Type.Integer({ minimum: 100, default: 300000 }),
       package_poll_ms: Type.Integer({ minimum: 10, default: 2000 }),
     },
-    { default: {} },
+    { default: {}, additionalProperties: false },
   ),
   pressure: Type.Object(
     {
@@ -85,14 +87,14 @@ export const ServiceConfig = Type.Object({
       max_heap_used_bytes: Type.Integer({ minimum: 0, default: 0 }),
       retry_after_s: Type.Integer({ minimum: 1, default: 2 }),
     },
-    { default: {} },
+    { default: {}, additionalProperties: false },
   ),
   usage: Type.Object(
     {
       max_file_bytes: Type.Integer({ minimum: 1024, default: 10 * 1024 * 1024 }),
       recent_entries: Type.Integer({ minimum: 1, default: 200 }),
     },
-    { default: {} },
+    { default: {}, additionalProperties: false },
   ),
   health: Type.Object(
     {
@@ -105,38 +107,67 @@ export const ServiceConfig = Type.Object({
   /** Optional bearer token for /diagnostics and /metrics; null leaves them open (bind to loopback). */
   admin_token: Type.Union([Type.String({ minLength: 1 }), Type.Null()], { default: null }),
   models: Type.Array(ModelEntry),
-});
+}, { additionalProperties: false });
 export type ServiceConfig = Static<typeof ServiceConfig>;
 export type ModelEntry = Static<typeof ModelEntry>;
 
+/** Exit status of a start refused for its configuration or environment (as EX_USAGE-like tools
+ *  do: 2 for "fix how you call me"), before any worker forks. */
+
+/** A setting a person must fix; its message is one line naming where, the value and what was expected. */
 export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
+/** Settings an environment variable overrides, and the variable. */
+const ENV_SETTINGS = { port: 'PORT', host: 'HOST', log_file: 'LOG_FILE', data_dir: 'DATA_DIR', admin_token: 'ADMIN_TOKEN', log_level: 'LOG_LEVEL' } as const;
+
+export const configFile = (env: NodeJS.ProcessEnv = process.env, root = process.cwd()): string => resolve(root, env.CONFIG ?? 'config/default.json');
+
+/** Where a setting (a dotted field name) comes from, for messages: "PORT" or "<file>: port". */
+export function settingSource(field: string, env: NodeJS.ProcessEnv = process.env, root = process.cwd()): string {
+  const variable = ENV_SETTINGS[field.split(/[.[]/)[0] as keyof typeof ENV_SETTINGS];
+  return variable && env[variable] ? variable : `${configFile(env, root)}: ${field}`;
+}
+
+function parsePort(value: string): number {
+  if (!/^\d+$/.test(value.trim()) || Number(value) > 65535) throw new ConfigError(`PORT is ${JSON.stringify(value)}, expected an integer from 0 to 65535`);
+  return Number(value);
+}
+
 /** Reads and validates the configuration; relative paths resolve against `root`. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.cwd()): ServiceConfig {
-  const file = resolve(root, env.CONFIG ?? 'config/default.json');
+  const file = configFile(env, root);
   let raw: Record<string, unknown>;
   try {
     raw = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
-    throw new ConfigError(`${file}: ${(err as Error).message}`);
+    throw new ConfigError(`${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file (set CONFIG to the configuration file)' : (err as Error).message}`);
   }
-  if (env.PORT) raw.port = Number(env.PORT);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`${file}: expected a JSON object of settings`);
+  if (env.PORT) raw.port = parsePort(env.PORT);
   if (env.HOST) raw.host = env.HOST;
   if (env.LOG_FILE !== undefined) raw.log_file = env.LOG_FILE || null;
   if (env.DATA_DIR) raw.data_dir = env.DATA_DIR;
   if (env.ADMIN_TOKEN) raw.admin_token = env.ADMIN_TOKEN;
+  if (env.LOG_LEVEL) raw.log_level = env.LOG_LEVEL;
   const config = Value.Default(ServiceConfig, raw) as ServiceConfig;
-  const errors = Value.Errors(ServiceConfig, config);
-  if (errors.length) throw new ConfigError(`${file}: ${errors.map((e) => `${e.instancePath || '(root)'} ${e.message}`).join('; ')}`);
+  const where = (path: string) => settingSource(fieldName(path) || '(root)', env, root);
+  const problems = describeErrors(ServiceConfig, config, where);
+  if (problems.length) throw new ConfigError(problems.join('; '));
 
+  const names = config.models.map((m) => m.name);
   if (env.MODELS !== undefined) {
     const wanted = env.MODELS.split(',').map((s) => s.trim()).filter(Boolean);
-    const unknown = wanted.filter((name) => !config.models.some((m) => m.name === name));
-    if (unknown.length) throw new ConfigError(`MODELS names ${unknown.join(', ')}, not in ${file} (has ${config.models.map((m) => m.name).join(', ')})`);
+    const unknown = wanted.filter((name) => !names.includes(name));
+    if (unknown.length) {
+      const hints = unknown.map((name) => suggest(name, names)).filter(Boolean);
+      throw new ConfigError(`MODELS names ${unknown.join(', ')}, not in ${file}, expected some of ${names.join(', ')}${hints.length ? ` (did you mean ${hints.join(', ')}?)` : ''}`);
+    }
+    if (wanted.length === 0) throw new ConfigError(`MODELS is empty, so no model would be served, expected a comma-separated list of some of ${names.join(', ')}`);
     config.models = config.models.filter((m) => wanted.includes(m.name));
   }
+  if (config.models.length === 0) throw new ConfigError(`${file}: models is [], so no model would be served, expected at least one entry such as {"name": "tissue-seg"}`);
   config.model_repository = resolve(root, config.model_repository);
   config.data_dir = resolve(root, config.data_dir);
   if (config.log_file) config.log_file = resolve(root, config.log_file);

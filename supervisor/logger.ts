@@ -1,15 +1,29 @@
-// The service log: JSON lines (pino) to stdout for the journal, and to LOG_FILE when set, whose
-// tail /diagnostics shows.
+// The service log: JSON lines (pino) to stdout for the journal, readable lines instead when stdout
+// is a terminal (a person running `npm start`), and JSON lines to LOG_FILE when set, whose tail
+// /diagnostics shows. SIGUSR2 reopens LOG_FILE, so logrotate can move it away (as nginx does).
 import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import pino, { type Logger } from 'pino';
+import type pinoPretty from 'pino-pretty';
 import type { ServiceConfig } from './config.js';
 
-export function createLogger(config: ServiceConfig): Logger {
-  const streams: pino.StreamEntry[] = [{ stream: process.stdout }];
+const require = createRequire(import.meta.url);
+
+/** pino-pretty is loaded only for a terminal: a service under systemd never pays for it. */
+function readable(out: NodeJS.WritableStream): NodeJS.WritableStream {
+  const pretty = require('pino-pretty') as typeof pinoPretty;
+  return pretty({ destination: out, colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid', singleLine: true, sync: true });
+}
+
+export function createLogger(config: Pick<ServiceConfig, 'log_file' | 'log_level'>, out: NodeJS.WritableStream & { isTTY?: boolean } = process.stdout): Logger {
+  // Every stream takes every line the logger's level lets through (multistream's default is info).
+  const streams: pino.StreamEntry[] = [{ level: 'trace', stream: out.isTTY ? readable(out) : out }];
   if (config.log_file) {
     mkdirSync(dirname(config.log_file), { recursive: true });
-    streams.push({ stream: pino.destination({ dest: config.log_file, append: true, sync: false }) });
+    const file = pino.destination({ dest: config.log_file, append: true, sync: false, mkdir: true });
+    process.on('SIGUSR2', () => file.reopen());
+    streams.push({ level: 'trace', stream: file });
   }
   // No hostname in log lines: the log tail is shown by /diagnostics, which must not reveal it.
   return pino({ level: config.log_level, base: { pid: process.pid } }, pino.multistream(streams));

@@ -1,20 +1,13 @@
 // `npm start`: the supervisor, the node:cluster primary. Forks the model workers and the HTTP
 // fronts and handles signals: SIGTERM/SIGINT drain and stop gracefully, SIGHUP reloads the model
 // packages one worker at a time.
-import { ConfigError, loadConfig, type ServiceConfig } from './config.js';
+import { prepareStart } from './cli.js';
 import { createLogger } from './logger.js';
 import { discoverGpus } from './gpus.js';
 import { Supervisor } from './supervisor.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
 
-let config: ServiceConfig;
-try {
-  config = loadConfig();
-} catch (err) {
-  if (!(err instanceof ConfigError)) throw err;
-  console.error(`configuration error: ${err.message}`);
-  process.exit(ExitCode.CONFIG);
-}
+const config = await prepareStart();
 const logger = createLogger(config);
 const supervisor = new Supervisor(config, logger, await discoverGpus(config, logger));
 supervisor.start();

@@ -2,12 +2,14 @@
 import t from 'tap';
 import Fastify from 'fastify';
 import errors from '../src/http/plugins/errors.js';
+import nonJsonBody from '../src/http/plugins/non-json-body.js';
 import { TileRequest, PredictQuery } from '../src/http/schemas/tile.js';
 import { jsonInvalid } from '../src/http/validation-error.js';
 
 async function app() {
   const app = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false } } });
   await app.register(errors, { retryAfterS: 1, models: () => [] });
+  await app.register(nonJsonBody);
   app.post('/tile', { schema: { body: TileRequest, querystring: PredictQuery } }, async () => ({ ok: true }));
   return app;
 }
@@ -64,6 +66,49 @@ t.test('malformed JSON', async (t) => {
   const empty = await server.inject({ method: 'POST', url: '/tile', payload: '', headers: { 'content-type': 'application/json' } });
   t.equal(empty.statusCode, 422);
   t.same(jsonInvalid('Unexpected token } in JSON at position 18').loc, ['body', 18]);
+});
+
+t.test('tissue_ratio is a fraction from 0 to 1', async (t) => {
+  const server = await app();
+  const high = await server.inject({ method: 'POST', url: '/tile', payload: { ...valid, tissue_ratio: 1.5 } });
+  t.equal(high.statusCode, 422);
+  t.same(high.json().detail, [{ loc: ['body', 'tissue_ratio'], msg: 'Input should be less than or equal to 1', type: 'less_than_equal', ctx: { le: 1 }, input: 1.5 }]);
+  const low = await server.inject({ method: 'POST', url: '/tile', payload: { ...valid, tissue_ratio: -0.1 } });
+  t.same(low.json().detail, [{ loc: ['body', 'tissue_ratio'], msg: 'Input should be greater than or equal to 0', type: 'greater_than_equal', ctx: { ge: 0 }, input: -0.1 }]);
+  for (const ratio of [0, 1, 0.5]) t.equal((await server.inject({ method: 'POST', url: '/tile', payload: { ...valid, tissue_ratio: ratio } })).statusCode, 200, `${ratio} accepted`);
+});
+
+t.test('a body that is not JSON answers as FastAPI does: 422 at ["body"]', async (t) => {
+  const server = await app();
+  const expected = (input: string) => [{ loc: ['body'], msg: 'Input should be a valid dictionary or object to extract fields from', type: 'model_attributes_type', input }];
+  const text = await server.inject({ method: 'POST', url: '/tile', payload: 'hello', headers: { 'content-type': 'text/plain' } });
+  t.equal(text.statusCode, 422);
+  t.same(text.json().detail, expected('hello'));
+  const form = await server.inject({ method: 'POST', url: '/tile', payload: 'x=1&y=2', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+  t.same([form.statusCode, form.json().detail], [422, expected('x=1&y=2')]);
+  const multipart = await server.inject({ method: 'POST', url: '/tile', payload: '--b\r\ncontent-disposition: form-data; name="x"\r\n\r\n1\r\n--b--', headers: { 'content-type': 'multipart/form-data; boundary=b' } });
+  t.same([multipart.statusCode, multipart.json().detail[0].type], [422, 'model_attributes_type']);
+  const none = await server.inject({ method: 'POST', url: '/tile', payload: Buffer.from(JSON.stringify(valid)) });
+  t.equal(none.statusCode, 200, 'no content type: parsed as JSON, as FastAPI does');
+  const noneBad = await server.inject({ method: 'POST', url: '/tile', payload: Buffer.from('{"x": ') });
+  t.same([noneBad.statusCode, noneBad.json().detail[0].type], [422, 'json_invalid']);
+  for (const type of ['', 'garbage', 'text/']) {
+    const bad = await server.inject({ method: 'POST', url: '/tile', payload: '{}', headers: { 'content-type': type } });
+    t.same([bad.statusCode, bad.json().detail], [422, [{ loc: ['body'], msg: 'Input should be a valid dictionary or object to extract fields from', type: 'model_attributes_type' }]], `content-type ${JSON.stringify(type)}`);
+  }
+});
+
+t.test('a number out of range (1e400) says so', async (t) => {
+  const server = await app();
+  const body = JSON.stringify({ ...valid, x: 'X', bulk_rna: [1, 'B'], tissue_ratio: 'T' }).replace('"X"', '1e400').replace('"B"', '-1e400').replace('"T"', '1e400');
+  const res = await server.inject({ method: 'POST', url: '/tile', payload: body, headers: { 'content-type': 'application/json' } });
+  t.equal(res.statusCode, 422);
+  const msg = 'Input should be a finite number; the number is out of range (beyond 1.8e+308 in magnitude)';
+  t.same(res.json().detail, [
+    { loc: ['body', 'x'], msg, type: 'finite_number' },
+    { loc: ['body', 'bulk_rna', 1], msg, type: 'finite_number' },
+    { loc: ['body', 'tissue_ratio'], msg, type: 'finite_number' },
+  ]);
 });
 
 t.test('other failures are a plain 500 without the reason', async (t) => {

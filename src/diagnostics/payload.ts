@@ -37,6 +37,8 @@ export function diagnostics(source: DiagnosticsSource, options: DiagnosticsOptio
   const anonymizer = new Anonymizer({
     installPaths: [...options.installPaths, ...(options.logFile ? [dirname(options.logFile)] : [])],
     slideNames: () => source.recentSlides,
+    // Model names are data, never scrubbed as secrets or slides.
+    publicNames: source.models().map((m) => m.name),
   });
   const timeout = options.probeTimeoutMs;
 

@@ -35,7 +35,7 @@ function valueAt(data: unknown, path: (string | number)[]): unknown {
 
 /** Echo small inputs as pydantic does; leave out objects and long strings (a tile is megabytes). */
 function echo(value: unknown): { input?: unknown } {
-  if (value === undefined || (value !== null && typeof value === 'object')) return {};
+  if (value === undefined || (value !== null && typeof value === 'object') || (typeof value === 'number' && !Number.isFinite(value))) return {};
   if (typeof value === 'string' && value.length > 200) return {};
   return { input: value };
 }
@@ -49,6 +49,10 @@ function describe(error: FastifySchemaValidationError, value: unknown): Omit<Fie
       return { type: 'missing', msg: 'Field required' };
     case 'type': {
       const wanted = String(p.type).split(',')[0];
+      // JSON.parse reads 1e400 as Infinity; ajv's number types are finite. Pydantic's name for it.
+      if (typeof value === 'number' && !Number.isFinite(value)) {
+        return { type: 'finite_number', msg: `Input should be a finite number; the number is out of range (beyond ${Number.MAX_VALUE.toPrecision(2)} in magnitude)` };
+      }
       if (wanted === 'integer' && typeof value === 'number') return { type: 'int_from_float', msg: 'Input should be a valid integer, got a number with a fractional part' };
       const [type, msg] = TYPE_ERRORS[wanted] ?? ['value_error', `Input should be of type ${wanted}`];
       return { type, msg };
@@ -92,6 +96,13 @@ export function toValidationItems(errors: FastifySchemaValidationError[], contex
     items.push(item);
   }
   return items;
+}
+
+/** A body fastify cannot even read as text (a malformed Content-Type): pydantic's answer for a
+ *  body that is not an object. */
+export function bodyNotObject(): ValidationItem {
+  const [type, msg] = TYPE_ERRORS.object;
+  return { loc: ['body'], msg, type };
 }
 
 /** Malformed JSON, in FastAPI's shape: loc ["body", character offset]. */

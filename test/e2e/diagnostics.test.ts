@@ -142,3 +142,15 @@ t.test('an optional bearer token guards /diagnostics and /metrics', async (t) =>
   t.equal((await server.get('/metrics', { authorization: 'Bearer let-me-in-123' })).status, 200);
   t.equal((await server.post('/api/embed/tile-embed', tileRequest(tile))).status, 200, 'model endpoints stay open, as the spec says');
 });
+
+t.test('scrubbing never rewrites the payload\'s own data: MODELS and slide names steer nothing', async (t) => {
+  const server = await startServer({ models: [{ name: 'tile-embed', gpus: [] }, { name: 'gene-expr', gpus: [] }], env: { MODELS: 'tile-embed' } });
+  t.teardown(() => server.stop());
+  for (const slide_name of ['tile', 'ready', 'pid', 'embed', 'tile-embed']) await server.post('/api/embed/tile-embed', tileRequest(tile, { slide_name }));
+  const { body } = await get(server, '/diagnostics?categories=usage,diagnostics');
+  t.same(Object.keys(body.diagnostics.models), ['tile-embed'], 'model name as a key');
+  t.match(body.diagnostics.models['tile-embed'], { state: 'ready', instances: 1 });
+  t.match(body.diagnostics.workers[0], { id: 'tile-embed#0', state: 'ready', pid: Number });
+  t.match(body.usage[0], { model: 'tile-embed', endpoint: 'embed', mode: 'embedding', status: 200 });
+  t.notMatch(JSON.stringify(body), /<env:MODELS>|<slide>-|-<slide>/, 'no model name or id rewritten');
+});

@@ -5,7 +5,7 @@ import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
 import fp from 'fastify-plugin';
 import { errors as make, ServiceError } from '../../lib/errors.js';
-import { jsonInvalid, toValidationItems, type ValidationItem } from '../validation-error.js';
+import { bodyNotObject, jsonInvalid, toValidationItems, type ValidationItem } from '../validation-error.js';
 
 export interface ErrorsOptions {
   retryAfterS: number;
@@ -36,6 +36,8 @@ function toServiceError(request: FastifyRequest, error: FastifyError): ServiceEr
   if (error instanceof ServiceError) return error;
   if (error.validation) return make.tileInvalid(allValidationErrors(request, error));
   if (error instanceof SyntaxError || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || error.code === 'FST_ERR_CTP_INVALID_JSON_BODY') return make.tileInvalid([jsonInvalid(error.message)]);
+  // A Content-Type fastify cannot even read is, to FastAPI, a body that is not an object.
+  if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return make.tileInvalid([bodyNotObject()]);
   return null;
 }
 

@@ -15,7 +15,7 @@ export const TileRequest = Type.Object(
     height: Type.Integer({ minimum: 1, description: 'Tile height in pixels' }),
     patch_idx: Type.Integer({ description: 'Index of this tile in the extraction plan' }),
     bulk_rna: Nullable(Type.Array(Type.Number()), "Bulk RNA counts, one per input gene of the model (see /api/metadata/{model}); prediction only"),
-    tissue_ratio: Nullable(Type.Number(), 'Fraction of tissue in the tile'),
+    tissue_ratio: Nullable(Type.Number({ minimum: 0, maximum: 1 }), 'Fraction of tissue in the tile, from 0 to 1'),
     resolution: Nullable(Type.Number(), 'Extraction resolution in microns per pixel'),
   },
   { title: 'ModelRequest' },

@@ -1,0 +1,89 @@
+// The command line of `npm start` / `node dist/supervisor/main.js`: --help, --check-config, and
+// the checks a start must pass before any worker forks. Every refusal is one line on stderr and
+// exit status ExitCode.CONFIG.
+import { parseArgs } from 'node:util';
+import { ConfigError, configFile, loadConfig, type ServiceConfig } from './config.js';
+import { ExitCode } from '../src/lib/exit-codes.js';
+import { checkListenAddress } from './preflight.js';
+import { PackageError, readPackage } from '../src/model-package/model-package.js';
+import type { Task } from '../src/model-package/manifest.js';
+
+const USAGE = `Usage: node dist/supervisor/main.js [--check-config | --help]   (npm start [-- --check-config])
+
+Serves the tile inference API with one worker process per model instance.
+
+Options:
+  --check-config  Check the configuration and every enabled model package (manifest and
+                  model.onnx, without loading ONNX sessions), print what would be served, and
+                  exit: 0 when all is well, 2 otherwise.
+  --help, -h      Print this help and exit.
+
+Environment:
+  CONFIG       Configuration file (default config/default.json)
+  PORT, HOST   Listen address (override the file's port and host)
+  MODELS       Comma-separated models to enable, out of the file's models
+  LOG_LEVEL    fatal, error, warn, info (default), debug, trace or silent
+  LOG_FILE     Also write the log to this file (reopened on SIGUSR2, for logrotate)
+  DATA_DIR     Usage log folder
+  ADMIN_TOKEN  Bearer token required by /diagnostics and /metrics
+
+Signals: SIGTERM/SIGINT stop after requests in flight; SIGHUP reloads model packages one worker
+at a time; SIGUSR2 reopens LOG_FILE.
+Exit status: 0 stopped cleanly; 2 configuration or environment refused before start.`;
+
+const ENDPOINT: Record<Task, string> = { segmentation: 'predict', prediction: 'predict', embedding: 'embed' };
+
+function refuse(message: string): never {
+  process.stderr.write(`configuration error: ${message}\n`);
+  process.exit(ExitCode.CONFIG);
+}
+
+/** What each enabled model would serve, read from its package; problems come back apart. */
+export function describeService(config: ServiceConfig): { lines: string[]; problems: string[] } {
+  const lines = [`listening on http://${config.host}:${config.port}, ${config.models.length} model(s):`];
+  const problems: string[] = [];
+  for (const model of config.models) {
+    try {
+      const { manifest, sha256 } = readPackage(model.path!);
+      const endpoints = [...new Set(manifest.tasks.map((task) => `POST /api/${ENDPOINT[task]}/${model.name}`))];
+      const { width, height, mpp } = manifest.tile;
+      lines.push(`  ${model.name} ${manifest.version}: ${manifest.tasks.join(', ')}; ${width}x${height} at ${mpp} MPP; ${model.instances} instance(s), gpus ${JSON.stringify(model.gpus)}; sha256 ${sha256.slice(0, 12)}; ${endpoints.join(', ')}`);
+    } catch (err) {
+      if (!(err instanceof PackageError)) throw err;
+      problems.push(`model ${model.name}: ${err.message}`);
+    }
+  }
+  return { lines, problems };
+}
+
+/**
+ * Handles the command line and returns the configuration to serve, or exits: after --help or
+ * --check-config, or with one line when the configuration or the listen address is wrong.
+ */
+export async function prepareStart(argv = process.argv.slice(2), env = process.env): Promise<ServiceConfig> {
+  let options: { help?: boolean; 'check-config'?: boolean };
+  try {
+    options = parseArgs({ args: argv, options: { help: { type: 'boolean', short: 'h' }, 'check-config': { type: 'boolean' } } }).values;
+  } catch (err) {
+    refuse(`${(err as Error).message.split('\n')[0]}, expected --check-config or --help`);
+  }
+  if (options.help) {
+    process.stdout.write(`${USAGE}\n`);
+    process.exit(ExitCode.OK);
+  }
+  let config: ServiceConfig;
+  try {
+    config = loadConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigError) refuse(err.message);
+    throw err;
+  }
+  if (options['check-config']) {
+    const { lines, problems } = describeService(config);
+    process.stdout.write(`${configFile(env)}: ${problems.length ? 'problems found' : 'ok'}\n${lines.join('\n')}\n`);
+    for (const problem of problems) process.stderr.write(`configuration error: ${problem}\n`);
+    process.exit(problems.length ? ExitCode.CONFIG : ExitCode.OK);
+  }
+  await checkListenAddress(config, env).catch((err) => (err instanceof ConfigError ? refuse(err.message) : Promise.reject(err)));
+  return config;
+}

@@ -1,0 +1,78 @@
+// TypeBox's validation errors as sentences a person acts on: where (file and field), the value
+// found, and what was expected, with a suggestion for a misspelled key or value.
+import { closest, distance } from 'fastest-levenshtein';
+import type { TSchema } from 'typebox';
+import { Value } from 'typebox/value';
+
+type Schema = TSchema & Record<string, any>;
+
+/** The closest candidate when it is a plausible misspelling (two edits, or a third of it). */
+export function suggest(word: string, candidates: readonly string[]): string | undefined {
+  if (candidates.length === 0) return undefined;
+  const best = closest(word, candidates as string[]);
+  return distance(word, best) <= Math.max(2, Math.floor(best.length / 3)) ? best : undefined;
+}
+
+/** "models[0].gpus" from "/models/0/gpus". */
+export const fieldName = (instancePath: string): string =>
+  instancePath
+    .split('/')
+    .slice(1)
+    .map((s) => s.replaceAll('~1', '/').replaceAll('~0', '~'))
+    .reduce((name, s) => (/^\d+$/.test(s) ? `${name}[${s}]` : name ? `${name}.${s}` : s), '');
+
+const range = (s: Schema) =>
+  s.minimum !== undefined && s.maximum !== undefined ? ` from ${s.minimum} to ${s.maximum}` : s.minimum !== undefined ? ` >= ${s.minimum}` : s.maximum !== undefined ? ` <= ${s.maximum}` : '';
+
+/** What a schema accepts, in words. */
+export function expected(s: Schema): string {
+  if (s.const !== undefined) return JSON.stringify(s.const);
+  if (s.anyOf) return (s.anyOf as Schema[]).map(expected).join(' or ');
+  switch (s.type) {
+    case 'integer':
+      return `an integer${range(s)}`;
+    case 'number':
+      return `a number${range(s)}`;
+    case 'string':
+      return s.pattern ? `a string matching ${s.pattern}` : s.minLength ? 'a non-empty string' : 'a string';
+    case 'boolean':
+      return 'true or false';
+    case 'null':
+      return 'null';
+    case 'array':
+      return `a list${s.minItems ? ` of at least ${s.minItems}` : ''} (each ${expected(s.items)})`;
+    case 'object':
+      return 'an object';
+    default:
+      return 'a valid value';
+  }
+}
+
+const literals = (s: Schema): string[] => (s.anyOf ?? []).filter((b: Schema) => typeof b.const === 'string').map((b: Schema) => b.const);
+
+const isPlainObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/**
+ * One sentence per wrong field of `value`. `where(path)` names the field for a person (the file
+ * and field, or the environment variable it came from). Objects and lists are walked here rather
+ * than read from Value.Errors, which drops the errors after a failed union.
+ */
+export function describeErrors(schema: TSchema, value: unknown, where: (path: string) => string, path = ''): string[] {
+  const s = schema as Schema;
+  if (s.type === 'object' && isPlainObject(value)) {
+    const known = Object.keys(s.properties ?? {});
+    const unknown = s.additionalProperties === false ? Object.keys(value).filter((key) => !known.includes(key)) : [];
+    return [
+      ...unknown.map((key) => {
+        const hint = suggest(key, known);
+        return `${where(`${path}/${key}`)} is not a setting (${hint ? `did you mean ${hint}?` : `settings here: ${known.join(', ')}`})`;
+      }),
+      ...((s.required ?? []) as string[]).filter((key) => value[key] === undefined).map((key) => `${where(`${path}/${key}`)} is missing (required)`),
+      ...known.filter((key) => value[key] !== undefined).flatMap((key) => describeErrors(s.properties[key], value[key], where, `${path}/${key}`)),
+    ];
+  }
+  if (s.type === 'array' && Array.isArray(value)) return value.flatMap((item, i) => describeErrors(s.items, item, where, `${path}/${i}`));
+  if (Value.Check(schema, value)) return [];
+  const hint = typeof value === 'string' ? suggest(value, literals(s)) : undefined;
+  return [`${where(path)} is ${JSON.stringify(value)}, expected ${expected(s)}${hint ? ` (did you mean "${hint}"?)` : ''}`];
+}

@@ -1,0 +1,41 @@
+// Before any worker forks: can the service listen where it is told to? An unresolvable HOST or a
+// port in use becomes one line naming the setting, the value and what was expected, instead of a
+// stack trace after the workers have started.
+import { lookup } from 'node:dns/promises';
+import { createServer } from 'node:net';
+import { ConfigError, settingSource, type ServiceConfig } from './config.js';
+
+const REASONS: Record<string, string> = {
+  EADDRINUSE: 'is already in use by another process, expected a free port (or PORT=0 for any)',
+  EACCES: 'needs privileges (ports below 1024 need root or CAP_NET_BIND_SERVICE), expected a port from 1024 to 65535',
+  EADDRNOTAVAIL: 'is not an address of this machine, expected one of its addresses (127.0.0.1, 0.0.0.0, ...)',
+};
+
+function tryListen(host: string, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen({ host, port, exclusive: true }, () => server.close(() => resolve()));
+  });
+}
+
+/** Resolves the host and binds, then releases, each address fastify will listen on. */
+export async function checkListenAddress(config: ServiceConfig, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  const host = settingSource('host', env);
+  let addresses: { address: string }[];
+  try {
+    addresses = await lookup(config.host, { all: true });
+  } catch (err) {
+    throw new ConfigError(`${host} is ${JSON.stringify(config.host)}, which does not resolve (${(err as NodeJS.ErrnoException).code}), expected an IP address or a hostname of this machine`);
+  }
+  for (const { address } of addresses) {
+    try {
+      await tryListen(address, config.port);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code ?? 'error';
+      const reason = REASONS[code] ?? `cannot be listened on (${code}: ${(err as Error).message})`;
+      const subject = code === 'EADDRNOTAVAIL' ? `${host} is ${JSON.stringify(config.host)} (${address}), which` : `${settingSource('port', env)} is ${config.port} on ${address}, which`;
+      throw new ConfigError(`${subject} ${reason}`);
+    }
+  }
+}

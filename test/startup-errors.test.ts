@@ -1,0 +1,68 @@
+// The real binary refuses a bad configuration or address before any worker forks: one line on
+// stderr and exit status 2; --help and --check-config answer and exit. (Every message is checked
+// in process by config.test.ts; these few spawns prove the wiring.)
+import t from 'tap';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ExitCode } from '../src/lib/exit-codes.js';
+import { ROOT, MODELS } from './helpers/server.js';
+import { cleanEnv as serviceEnv } from '../tools/service-process.js';
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'startup-'));
+let files = 0;
+const good = { models: [{ name: 'tissue-seg', gpus: [] }, { name: 'gene-expr', instances: 2 }] };
+
+function start(config: Record<string, unknown>, env: Record<string, string> = {}, args: string[] = []): Promise<Run> {
+  const file = join(dir, `config-${files++}.json`);
+  writeFileSync(file, JSON.stringify({ model_repository: MODELS, port: 0, ...config }));
+  const base = Object.fromEntries(Object.entries(serviceEnv()).filter(([k]) => !['PORT', 'HOST', 'MODELS', 'LOG_LEVEL', 'LOG_FILE'].includes(k)));
+  return new Promise((resolve) => {
+    // Through sh, so that tap's spawn hooks cannot put their loaders back into NODE_OPTIONS.
+    const argv = ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/supervisor/main.js'), ...args];
+    execFile('/bin/sh', argv, { cwd: ROOT, timeout: 60000, env: { ...base, CONFIG: file, ...env } }, (err, stdout, stderr) => {
+      resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stdout, stderr });
+    });
+  });
+}
+
+const holder = createServer();
+await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
+const busy = (holder.address() as AddressInfo).port;
+// All at once: each is a Node start, seconds on a busy machine.
+const [badPort, unknownKey, portInUse, help, check] = await Promise.all([
+  start(good, { PORT: 'abc' }),
+  start({ ...good, supervisor: { heartbeat_timout_ms: 5000 } }),
+  start({ ...good, port: busy }),
+  start(good, {}, ['--help']),
+  start(good, {}, ['--check-config']),
+]);
+holder.close();
+
+t.test('refusals: exit 2, one line, nothing started', async (t) => {
+  const expected: [Run, RegExp][] = [
+    [badPort, /^configuration error: PORT is "abc", expected an integer from 0 to 65535\n$/],
+    [unknownKey, /^configuration error: \S+config-1\.json: supervisor\.heartbeat_timout_ms is not a setting \(did you mean heartbeat_timeout_ms\?\)\n$/],
+    [portInUse, new RegExp(`^configuration error: \\S+config-2\\.json: port is ${busy} on 127\\.0\\.0\\.1, which is already in use by another process, expected a free port \\(or PORT=0 for any\\)\\n$`)],
+  ];
+  for (const [run, pattern] of expected) {
+    t.equal(run.code, ExitCode.CONFIG, 'exit status 2');
+    t.equal(run.stdout, '', 'no log line: no worker forked');
+    t.match(run.stderr, pattern);
+  }
+});
+
+t.test('--help and --check-config', async (t) => {
+  t.equal(help.code, 0);
+  t.match(help.stdout, /--check-config[\s\S]*LOG_LEVEL[\s\S]*SIGUSR2/);
+  t.equal(check.code, 0, check.stderr);
+  t.match(check.stdout, /config-4\.json: ok\nlistening on http:\/\/127\.0\.0\.1:0, 2 model\(s\):\n  tissue-seg 1\.0\.0: segmentation; .*\n  gene-expr 1\.0\.0: prediction, embedding; 224x224 at 0\.5 MPP; 2 instance\(s\), gpus "auto"; .*POST \/api\/predict\/gene-expr, POST \/api\/embed\/gene-expr\n$/);
+});
