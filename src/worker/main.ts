@@ -45,6 +45,7 @@ async function main(): Promise<void> {
     pkg = readPackage(config.dir);
     session = await ModelSession.open(pkg, config);
     if (session.providerWarning) send({ type: 'log', level: 'warn', msg: session.providerWarning });
+    for (const msg of session.plan.warnings) send({ type: 'log', level: 'warn', msg });
     const candidate = new ModelWorker(pkg, session, { maxBatch: config.maxBatch, maxDelayMs: config.maxDelayMs, send });
     await candidate.warmup(pkg.manifest.warmup?.iterations ?? 1);
     worker = candidate;

@@ -3,7 +3,7 @@
 // sends batches over, handing their buffers across without a copy.
 import { Worker } from 'node:worker_threads';
 import type ort from 'onnxruntime-node';
-import { checkSignature, type ModelPackage, type SessionSignature } from '../model-package/model-package.js';
+import { checkSignature, type ModelPackage, type ServingPlan, type SessionSignature } from '../model-package/model-package.js';
 import type { WorkerConfig } from '../ipc/protocol.js';
 import type { SessionThreadData, ThreadReply, ThreadRequest, WireTensor } from './session-thread.js';
 
@@ -22,6 +22,8 @@ export class ModelSession {
   private constructor(
     private readonly thread: Worker,
     readonly signature: SessionSignature,
+    /** How the manifest maps onto this graph (checkSignature). */
+    readonly plan: ServingPlan,
     readonly provider: 'cuda' | 'cpu',
     readonly providerWarning: string | null,
   ) {
@@ -52,8 +54,14 @@ export class ModelSession {
       throw new Error(ready.reason);
     }
     if (ready.type !== 'ready') throw new Error(`session thread sent ${ready.type} before ready`);
-    checkSignature(pkg, ready);
-    return new ModelSession(thread, ready, ready.provider, ready.providerWarning);
+    let plan: ServingPlan;
+    try {
+      plan = checkSignature(pkg, ready);
+    } catch (err) {
+      await thread.terminate();
+      throw err;
+    }
+    return new ModelSession(thread, ready, plan, ready.provider, ready.providerWarning);
   }
 
   run(feeds: Record<string, ort.Tensor>): Promise<Record<string, WireTensor>> {

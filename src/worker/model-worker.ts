@@ -1,7 +1,7 @@
 // One model's serving loop in the worker process: tiles in, decoded, batched, run through the
 // model session, answers out.
 import ort from 'onnxruntime-node';
-import type { TileJob, WorkerMessage } from '../ipc/protocol.js';
+import type { TileJob, TileOutput, WorkerMessage } from '../ipc/protocol.js';
 import type { ModelPackage } from '../model-package/model-package.js';
 import type { ModelSession } from './model-session.js';
 import { decodeTile } from './tile-decoder.js';
@@ -9,6 +9,8 @@ import { makePreprocessor, type Preprocessor } from './preprocess.js';
 import type { Pixels } from '../tile/png.js';
 import { writeBulk } from './bulk.js';
 import { Batcher } from './batcher.js';
+import { float32ToFloat16 } from './float16.js';
+import { checkOutputShape, maskOf, numbersOf, rowOf } from './outputs.js';
 
 interface Pending {
   id: number;
@@ -19,7 +21,7 @@ interface Pending {
 
 
 export interface ModelWorkerOptions {
-  /** Largest batch; 0 means the manifest's batch.max (never more than it). */
+  /** Largest batch; 0 means the plan's (batch.max, or 1 for a fixed-batch graph), never more. */
   maxBatch: number;
   maxDelayMs: number;
   /** Where answers go (the supervisor's channel). */
@@ -39,8 +41,8 @@ export class ModelWorker {
     options: ModelWorkerOptions,
   ) {
     this.send = options.send;
-    this.preprocess = makePreprocessor(pkg.manifest);
-    const maxBatch = Math.min(options.maxBatch || Infinity, pkg.manifest.batch.max);
+    this.preprocess = makePreprocessor(pkg.manifest, session.plan.imageInput);
+    const maxBatch = Math.min(options.maxBatch || Infinity, session.plan.maxBatch);
     this.batcher = new Batcher({ maxBatch, maxDelayMs: options.maxDelayMs, run: (batch) => this.run(batch) });
   }
 
@@ -54,11 +56,12 @@ export class ModelWorker {
     this.batcher.push({ id, job, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
   }
 
-  /** Runs a zero tile through the model before reporting ready. */
+  /** Runs a zero tile through the model before reporting ready; at least once, since the first
+   *  run checks the output shapes (a misfit refuses the package at load). */
   async warmup(iterations: number): Promise<void> {
     const { width, height } = this.pkg.manifest.tile;
     const job: TileJob = { task: this.pkg.manifest.tasks[0], withEmbedding: false, png: new Uint8Array(0), width, height, bulk: null };
-    for (let i = 0; i < iterations; i++) {
+    for (let i = 0; i < Math.max(1, iterations); i++) {
       // A fresh tile each time: its buffer is handed to the session thread.
       const pixels: Pixels = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
       await this.infer([{ id: -1, job, pixels, times: { receivedAt: 0, decode: 0, enqueuedAt: 0 } }]);
@@ -97,27 +100,28 @@ export class ModelWorker {
       const genes = manifest.genes.input.length;
       const bulk = new Float32Array(n * genes);
       batch.forEach((item, i) => writeBulk(item.job.bulk, manifest.genes!.bulk_transform, bulk, i * genes));
-      feeds[tensors.bulk] = new ort.Tensor('float32', bulk, [n, genes]);
+      const dims = [n, genes];
+      feeds[tensors.bulk] = this.session.plan.bulkInput === 'float16' ? new ort.Tensor('float16', float32ToFloat16(bulk), dims) : new ort.Tensor('float32', bulk, dims);
     }
     const t1 = performance.now();
     const outputs = await this.session.run(feeds);
     const t2 = performance.now();
-    const rows = (name: string | undefined, i: number) => {
-      if (!name) return null;
-      const data = outputs[name].data as Float32Array | Uint8Array;
-      const size = data.length / n;
-      return data.slice(i * size, (i + 1) * size);
-    };
+    for (const role of ['mask', 'prediction', 'embedding'] as const) {
+      const name = tensors[role];
+      if (name) checkOutputShape(manifest, role, outputs[name], n);
+    }
+    const prediction = tensors.prediction ? numbersOf(outputs[tensors.prediction]) : null;
+    const embedding = tensors.embedding ? numbersOf(outputs[tensors.embedding]) : null;
     return batch.map((item, i): WorkerMessage => {
-      const embedding = rows(tensors.embedding, i) as Float32Array | null;
-      let output: Float32Array | Uint8Array;
+      const { task } = item.job;
+      let output: TileOutput;
       let tissueFraction: number | null = null;
-      if (item.job.task === 'segmentation') {
-        const mask = readMask(rows(tensors.mask, i)!, manifest.mask_threshold);
-        if (mask.mask.length !== item.job.width * item.job.height) throw new Error(`mask has ${mask.mask.length} pixels, tile has ${item.job.width * item.job.height}`);
-        ({ mask: output, tissueFraction } = mask);
+      if (task === 'segmentation') {
+        const { mask, tissueFraction: fraction } = maskOf(manifest, outputs[tensors.mask!], i);
+        output = { role: 'mask', mask };
+        tissueFraction = fraction;
       } else {
-        output = item.job.task === 'embedding' ? embedding! : (rows(tensors.prediction, i) as Float32Array);
+        output = { role: task, values: rowOf(task === 'embedding' ? embedding! : prediction!, n, i) };
       }
       const times = {
         decode: item.times.decode,
@@ -126,21 +130,8 @@ export class ModelWorker {
         inference: t2 - t1,
         worker: performance.now() - item.times.receivedAt,
       };
-      const withEmbedding = item.job.task === 'prediction' && item.job.withEmbedding;
-      return { type: 'result', id: item.id, output, embedding: withEmbedding ? embedding : null, tissueFraction, batchSize: n, times };
+      const withEmbedding = task === 'prediction' && item.job.withEmbedding;
+      return { type: 'result', id: item.id, output, embedding: withEmbedding ? rowOf(embedding!, n, i) : null, tissueFraction, batchSize: n, times };
     });
   }
-}
-
-/** The mask as 0/1 bytes (uint8/bool outputs as they are, floats thresholded) and its tissue
- *  fraction, in one pass. */
-function readMask(values: Float32Array | Uint8Array, threshold = 0.5): { mask: Uint8Array; tissueFraction: number } {
-  const mask = values instanceof Uint8Array ? values : new Uint8Array(values.length);
-  let tissue = 0;
-  for (let i = 0; i < values.length; i++) {
-    const on = values instanceof Uint8Array ? values[i] !== 0 : values[i] > threshold;
-    mask[i] = on ? 1 : 0;
-    tissue += mask[i];
-  }
-  return { mask, tissueFraction: values.length ? tissue / values.length : 0 };
 }
