@@ -64,6 +64,11 @@ export class ModelSession {
     return new ModelSession(thread, ready, plan, ready.provider, ready.providerWarning);
   }
 
+  /** Ends the session thread (the packaging lint; a worker process just exits). */
+  close(): Promise<number> {
+    return this.thread.terminate();
+  }
+
   run(feeds: Record<string, ort.Tensor>): Promise<Record<string, WireTensor>> {
     const id = this.nextId++;
     const wire: Record<string, WireTensor> = {};

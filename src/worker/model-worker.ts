@@ -56,15 +56,19 @@ export class ModelWorker {
     this.batcher.push({ id, job, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
   }
 
-  /** Runs a zero tile through the model before reporting ready; at least once, since the first
-   *  run checks the output shapes (a misfit refuses the package at load). */
-  async warmup(iterations: number): Promise<void> {
+  /** Runs zero tiles through the model before reporting ready; at least once, since the first
+   *  run checks the output shapes (a misfit refuses the package at load). `batchSize` tiles per
+   *  run (the packaging lint runs a full batch). */
+  async warmup(iterations: number, batchSize = 1): Promise<void> {
     const { width, height } = this.pkg.manifest.tile;
     const job: TileJob = { task: this.pkg.manifest.tasks[0], withEmbedding: false, png: new Uint8Array(0), width, height, bulk: null };
     for (let i = 0; i < Math.max(1, iterations); i++) {
-      // A fresh tile each time: its buffer is handed to the session thread.
-      const pixels: Pixels = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
-      await this.infer([{ id: -1, job, pixels, times: { receivedAt: 0, decode: 0, enqueuedAt: 0 } }]);
+      // Fresh tiles each time: their buffers are handed to the session thread.
+      const batch = Array.from({ length: batchSize }, (): Pending => {
+        const pixels: Pixels = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
+        return { id: -1, job, pixels, times: { receivedAt: 0, decode: 0, enqueuedAt: 0 } };
+      });
+      await this.infer(batch);
     }
   }
 
