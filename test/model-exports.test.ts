@@ -9,7 +9,7 @@ import ort from 'onnxruntime-node';
 import { checkSignature, readPackage, PackageError } from '../src/model-package/model-package.js';
 import { packageDigest } from '../src/model-package/package-digest.js';
 import { float16ToFloat32, float32ToFloat16 } from '../src/worker/float16.js';
-import { maskOf } from '../src/worker/outputs.js';
+import { maskOf, maskTensor } from '../src/worker/outputs.js';
 import { Graph, DType, int } from '../tools/model-build/onnx-graph.js';
 import { baseManifest, exportPackages, writeExportPackage, type ExportPackage } from './helpers/export-models.js';
 import { writeForeignPackage } from './helpers/foreign-model.js';
@@ -127,7 +127,7 @@ t.test('class-channel masks: argmax takes the first maximum, as torch.argmax', a
   t.equal(tissueFraction, 0.5);
   const threshold = maskOf({ ...manifest, mask_channel: { index: 2, rule: 'threshold' }, mask_threshold: 0.5 }, { type: 'float32', data: logits, dims: [1, 3, 1, 4] }, 0);
   t.same(Array.from(threshold.mask), [0, 0, 1, 1]);
-  const int64 = maskOf(baseManifest('m', { tile: manifest.tile }), { type: 'int64', data: BigInt64Array.from([0n, 1n, 2n, -1n]), dims: [1, 1, 4] }, 0);
+  const int64 = maskOf(baseManifest('m', { tile: manifest.tile }), maskTensor({ type: 'int64', data: BigInt64Array.from([0n, 1n, 2n, -1n]), dims: [1, 1, 4] }), 0);
   t.same(Array.from(int64.mask), [0, 1, 1, 1], 'integer masks: tissue where not 0');
 });
 

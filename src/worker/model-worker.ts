@@ -10,7 +10,7 @@ import type { Pixels } from '../tile/png.js';
 import { writeBulk } from './bulk.js';
 import { Batcher } from './batcher.js';
 import { float32ToFloat16 } from './float16.js';
-import { checkOutputShape, maskOf, numbersOf, rowOf } from './outputs.js';
+import { checkOutputShape, maskOf, maskTensor, numbersOf, rowOf } from './outputs.js';
 
 interface Pending {
   id: number;
@@ -116,12 +116,13 @@ export class ModelWorker {
     }
     const prediction = tensors.prediction ? numbersOf(outputs[tensors.prediction]) : null;
     const embedding = tensors.embedding ? numbersOf(outputs[tensors.embedding]) : null;
+    const masks = tensors.mask ? maskTensor(outputs[tensors.mask]) : null;
     return batch.map((item, i): WorkerMessage => {
       const { task } = item.job;
       let output: TileOutput;
       let tissueFraction: number | null = null;
       if (task === 'segmentation') {
-        const { mask, tissueFraction: fraction } = maskOf(manifest, outputs[tensors.mask!], i);
+        const { mask, tissueFraction: fraction } = maskOf(manifest, masks!, i);
         output = { role: 'mask', mask };
         tissueFraction = fraction;
       } else {

@@ -48,13 +48,19 @@ export interface Mask {
   tissueFraction: number;
 }
 
-/** Tile i's 0/1 mask, in one pass. One channel: tissue where value > mask_threshold (floats) or
+/** The mask output with float16 and 64-bit integer data as numbers, once per batch; other
+ *  dtypes index as numbers as they are (no copy of a uint8 mask). */
+export function maskTensor(t: WireTensor): WireTensor {
+  return t.type === 'float16' || t.type === 'int64' || t.type === 'uint64' ? { ...t, data: numbersOf(t) } : t;
+}
+
+/** Tile i's 0/1 mask (of a maskTensor), in one pass. One channel: tissue where value > mask_threshold (floats) or
  *  value != 0 (integers, bool). Class channels: tissue where mask_channel.index wins the argmax
  *  (first maximum, as torch.argmax) or exceeds the threshold. */
 export function maskOf(manifest: Manifest, t: WireTensor, i: number): Mask {
   const plane = manifest.tile.width * manifest.tile.height;
   const channels = t.dims.length === 4 ? t.dims[1] : 1;
-  const values = (t.type === 'float16' || t.type === 'int64' || t.type === 'uint64' ? numbersOf(t) : t.data) as ArrayLike<number>;
+  const values = t.data as ArrayLike<number>;
   const base = i * channels * plane;
   const isFloat = FLOAT_TYPES.includes(t.type);
   const threshold = isFloat ? (manifest.mask_threshold ?? 0.5) : 0;

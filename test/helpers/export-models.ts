@@ -34,12 +34,19 @@ export function baseManifest(name: string, fields: Partial<Manifest>): Manifest 
   };
 }
 
+const conv = (g: Graph, x: string) => g.op('Conv', [x, g.constant('conv_w', Float32Array.from(W.flat()), [2, 3, 1, 1]), g.constant('conv_b', Float32Array.from(B), [2])]);
+
 /** image [N, 3, 64, 64] (float32, or float16 cast up) through the 1x1 convolution. */
 function logits(g: Graph, imageType: DTypeId = DType.FLOAT, batch: Dim = 'batch_size'): string {
   let x = g.input('image', imageType, [batch, 3, SIZE, SIZE]);
   if (imageType !== DType.FLOAT) x = g.op('Cast', [x], { to: int(DType.FLOAT) });
-  const w = g.constant('conv_w', Float32Array.from(W.flat()), [2, 3, 1, 1]);
-  return g.op('Conv', [x, w, g.constant('conv_b', Float32Array.from(B), [2])]);
+  return conv(g, x);
+}
+
+/** The decoded uint8 tile [N, 64, 64, 3] through the same convolution, unnormalized: exact logits. */
+function uint8Logits(g: Graph): string {
+  const image = g.input('image', DType.UINT8, ['batch_size', SIZE, SIZE, 3]);
+  return conv(g, g.op('Transpose', [g.op('Cast', [image], { to: int(DType.FLOAT) })], { perm: ints([0, 3, 1, 2]) }));
 }
 const meanOverPixels = (g: Graph, x: string) => g.op('ReduceMean', [x], { axes: ints([2, 3]), keepdims: int(0) });
 
@@ -60,10 +67,13 @@ export function exportPackages(): ExportPackage[] {
     // Two-class segmentation logits over the decoded uint8 tile, without normalization, so
     // every logit is exact and ties (argmax takes the first class) are part of the answer.
     pkg('x-seg-c2', { tasks: ['segmentation'], preprocess: { input: 'uint8', channel_order: 'RGB' }, tensors: { image: 'image', mask: 'logits' }, mask_channel: { index: 1, rule: 'argmax' } }, (g) => {
-      const x = g.op('Transpose', [g.op('Cast', [g.input('image', DType.UINT8, ['batch_size', SIZE, SIZE, 3])], { to: int(DType.FLOAT) })], { perm: ints([0, 3, 1, 2]) });
-      const w = g.constant('conv_w', Float32Array.from(W.flat()), [2, 3, 1, 1]);
-      g.op('Conv', [x, w, g.constant('conv_b', Float32Array.from(B), [2])], {}, 'logits');
+      g.op('Identity', [uint8Logits(g)], {}, 'logits');
       g.output('logits', DType.FLOAT, ['batch_size', 2, SIZE, SIZE]);
+    }),
+    // The same, exported after torch.argmax: an int64 [N, H, W] class map (tissue where not 0).
+    pkg('x-seg-int64', { tasks: ['segmentation'], preprocess: { input: 'uint8', channel_order: 'RGB' }, tensors: { image: 'image', mask: 'classes' } }, (g) => {
+      g.op('ArgMax', [uint8Logits(g)], { axis: int(1), keepdims: int(0) }, 'classes');
+      g.output('classes', DType.INT64, ['batch_size', SIZE, SIZE]);
     }),
     pkg('x-int64', { tensors: { image: 'image', prediction: 'pred' } }, (g) => {
       g.op('ArgMax', [meanOverPixels(g, logits(g))], { axis: int(1), keepdims: int(1) }, 'pred');
@@ -142,6 +152,7 @@ export function expectedAnswer(name: string, tile: Pixels): number[] {
     });
   switch (name) {
     case 'x-seg-c2':
+    case 'x-seg-int64':
       return Array.from({ length: plane }, (_, p) => {
         const [l0, l1] = [0, 1].map((k) => W[k][0] * pixel(p, 0) + W[k][1] * pixel(p, 1) + W[k][2] * pixel(p, 2) + B[k]);
         return l1 > l0 ? 1 : 0;
