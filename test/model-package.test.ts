@@ -9,7 +9,7 @@ import ort from 'onnxruntime-node';
 import { checkSignature, readPackage, PackageError } from '../src/model-package/model-package.js';
 import { shippedPackages, writePackage } from '../tools/model-build/build.js';
 import { writeForeignPackage } from './helpers/foreign-model.js';
-import { copyPackage } from './helpers/packages.js';
+import { copyPackage, shellDigest } from './helpers/packages.js';
 import { startServer, MODELS } from './helpers/server.js';
 import { cellularPng, tileRequest } from './helpers/tiles.js';
 
@@ -36,7 +36,7 @@ t.test('manifest errors name the file, the field and the mismatch', async (t) =>
     ['wrong output gene count', 'gene-expr', (m) => m.genes.output.push('TP53'), /genes\.output: "prediction" dimension 1 is 21, expected 22/],
     ['wrong tile size (NHWC uint8 input)', 'tile-embed', (m) => (m.tile.width = 256), /tensors\.image: "pixel_values" dimension 2 is 224, expected 256/],
     ['wrong tile size (NCHW float input)', 'gene-expr', (m) => (m.tile.height = 256), /tensors\.image: "image" dimension 2 is 224, expected 256/],
-    ['input type differs from preprocess.input', 'tile-embed', (m) => (m.preprocess = { scale: 1 / 255, mean: [0, 0, 0], std: [1, 1, 1], channel_order: 'RGB' }), /tensors\.image: "pixel_values" has type uint8, expected float32 \(preprocess\.input\)/],
+    ['input type differs from preprocess.input', 'tile-embed', (m) => (m.preprocess = { scale: 1 / 255, mean: [0, 0, 0], std: [1, 1, 1], channel_order: 'RGB' }), /preprocess\.input: "pixel_values" has type uint8: set preprocess\.input "uint8"/],
     ['wrong embedding size', 'tile-embed', (m) => (m.embedding_dim = 128), /embedding_dim: "last_hidden_mean" dimension 1 is 160, expected 128/],
     ['task without its tensor', 'tile-embed', (m) => m.tasks.push('prediction'), /tensors\.prediction: task "prediction" needs an output tensor/],
     ['schema violation', 'tissue-seg', (m) => (m.tile.mpp = 'eight'), /invalid manifest: tile\.mpp: must be number/],
@@ -64,7 +64,7 @@ t.test('a foreign export (other names and size, dynamic batch, external data) se
   t.equal(bodies[0].output.length, 48);
   t.same(bodies[1].output, bodies[0].output, 'batched requests agree');
   const meta = (await (await server.get('/api/metadata/foreign-vit')).json()) as Record<string, any>;
-  t.match(meta, { model: 'foreign-vit', tile: { width: 256, height: 256, mpp: 1 }, embedding_dim: 48, trained: false, sha256: sha(join(dir, 'model.onnx')) });
+  t.match(meta, { model: 'foreign-vit', tile: { width: 256, height: 256, mpp: 1 }, embedding_dim: 48, trained: false, sha256: shellDigest(dir) });
   t.equal((await server.post('/api/embed/foreign-vit', tileRequest(cellularPng(5, 224)))).status, 422, 'its own tile size applies');
 });
 

@@ -1,6 +1,7 @@
 // Writes a tile response as JSON text directly. A 512x512 mask is 262,144 numbers: a Buffer of
 // "0,"/"1," bytes takes well under a millisecond where JSON.stringify of an array takes ~10 ms.
 import type { TileRequest } from './schemas/tile.js';
+import type { Numbers, TileOutput } from '../ipc/protocol.js';
 
 const COMMA = 0x2c;
 const ZERO = 0x30;
@@ -22,8 +23,8 @@ export function maskJson(mask: Uint8Array): Buffer {
   return out;
 }
 
-/** Floats as a JSON array; non-finite values become null, as JSON.stringify writes them. */
-export function floatsJson(values: Float32Array): string {
+/** Numbers as a JSON array; non-finite values become null, as JSON.stringify writes them. */
+export function numbersJson(values: Numbers): string {
   for (let i = 0; i < values.length; i++) {
     if (!Number.isFinite(values[i])) return JSON.stringify(Array.from(values));
   }
@@ -31,14 +32,14 @@ export function floatsJson(values: Float32Array): string {
 }
 
 export interface TileOutcome {
-  output: Float32Array | Uint8Array;
-  embedding: Float32Array | null;
+  output: TileOutput;
+  embedding: Numbers | null;
   tissueRatio: number | null;
 }
 
 /** The ModelResponse for a request: output, the echoed tile fields, then embedding. */
 export function tileResponseJson(request: TileRequest, outcome: TileOutcome): Buffer {
-  const output = outcome.output instanceof Uint8Array ? maskJson(outcome.output) : floatsJson(outcome.output);
+  const output = outcome.output.role === 'mask' ? maskJson(outcome.output.mask) : numbersJson(outcome.output.values);
   const echo = JSON.stringify({
     slide_name: request.slide_name,
     x: request.x,
@@ -49,7 +50,7 @@ export function tileResponseJson(request: TileRequest, outcome: TileOutcome): Bu
     tissue_ratio: outcome.tissueRatio,
     resolution: request.resolution ?? null,
   });
-  const embedding = outcome.embedding ? floatsJson(outcome.embedding) : 'null';
+  const embedding = outcome.embedding ? numbersJson(outcome.embedding) : 'null';
   return Buffer.concat([
     Buffer.from('{"output":'),
     typeof output === 'string' ? Buffer.from(output) : output,

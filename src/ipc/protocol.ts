@@ -90,11 +90,17 @@ export type WorkerReport =
 
 export type ChannelRequest = { type: 'infer'; id: number; job: TileJob };
 
+/** A prediction or embedding as numbers, whatever the model's output dtype. */
+export type Numbers = Float32Array | Float64Array;
+
+/** The answer tagged with its role: the front writes it by role, not by array type. */
+export type TileOutput = { role: 'mask'; mask: Uint8Array } | { role: 'prediction' | 'embedding'; values: Numbers };
+
 export type InferResult = {
   type: 'result';
   id: number;
-  output: Float32Array | Uint8Array;
-  embedding: Float32Array | null;
+  output: TileOutput;
+  embedding: Numbers | null;
   /** Fraction of tissue in a segmentation mask. */
   tissueFraction: number | null;
   batchSize: number;

@@ -4,144 +4,16 @@
 import { createServer } from 'node:net';
 import { rmSync } from 'node:fs';
 import ort from 'onnxruntime-node';
-import type { ChannelReply, ChannelRequest, InferResult, TileJob, WorkerConfig, WorkerControl, WorkerReport } from '../ipc/protocol.js';
+import type { ChannelReply, ChannelRequest, WorkerConfig, WorkerControl, WorkerReport } from '../ipc/protocol.js';
 import { Channel } from '../ipc/channel.js';
-import { errors, ServiceError } from '../lib/errors.js';
+import { errors } from '../lib/errors.js';
 import { ExitCode } from '../lib/exit-codes.js';
 import { PackageError, readPackage, type ModelPackage } from '../model-package/model-package.js';
 import { ModelSession } from './model-session.js';
-import { decodeTile } from './tile-decoder.js';
-import { makePreprocessor, type Preprocessor } from './preprocess.js';
-import type { Pixels } from '../tile/png.js';
-import { writeBulk } from './bulk.js';
-import { Batcher } from './batcher.js';
-
-/** Answers the front that sent the tile. */
-type Reply = (message: ChannelReply) => void;
-
-interface Pending {
-  id: number;
-  reply: Reply;
-  job: TileJob;
-  pixels: Pixels;
-  times: { receivedAt: number; decode: number; enqueuedAt: number };
-}
+import { ModelWorker, type Reply } from './model-worker.js';
 
 const config = JSON.parse(process.env.TILE_WORKER ?? 'null') as WorkerConfig;
 const send = (message: WorkerReport, done?: () => void) => process.send!(message, undefined, undefined, done);
-const stats = { batches: 0, tiles: 0, failures: 0, lastError: null as string | null };
-
-class ModelWorker {
-  private readonly batcher: Batcher<Pending>;
-  private readonly preprocess: Preprocessor;
-
-  constructor(
-    private readonly pkg: ModelPackage,
-    private readonly session: ModelSession,
-  ) {
-    this.preprocess = makePreprocessor(pkg.manifest);
-    const maxBatch = Math.min(config.maxBatch || Infinity, pkg.manifest.batch.max);
-    this.batcher = new Batcher({ maxBatch, maxDelayMs: config.maxDelayMs, run: (batch) => this.run(batch) });
-  }
-
-  async accept(id: number, job: TileJob, reply: Reply): Promise<void> {
-    const receivedAt = performance.now();
-    const decoded = await decodeTile(job);
-    if ('errors' in decoded) return reply({ type: 'error', id, error: errors.tileInvalid(decoded.errors).toWire() });
-    this.batcher.push({ id, reply, job, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
-  }
-
-  /** Runs a zero tile through the model before reporting ready. */
-  async warmup(iterations: number): Promise<void> {
-    const { width, height } = this.pkg.manifest.tile;
-    const job: TileJob = { task: this.pkg.manifest.tasks[0], withEmbedding: false, png: new Uint8Array(0), width, height, bulk: null };
-    for (let i = 0; i < iterations; i++) {
-      // A fresh tile each time: its buffer is handed to the session thread.
-      const pixels: Pixels = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
-      await this.infer([{ id: -1, reply: () => {}, job, pixels, times: { receivedAt: 0, decode: 0, enqueuedAt: 0 } }]);
-    }
-  }
-
-  idle(): Promise<void> {
-    return this.batcher.idle();
-  }
-
-  get queued(): number {
-    return this.batcher.pending;
-  }
-
-  private async run(batch: Pending[]): Promise<void> {
-    try {
-      const results = await this.infer(batch);
-      stats.batches++;
-      stats.tiles += batch.length;
-      results.forEach((r, i) => batch[i].reply(r));
-    } catch (err) {
-      stats.failures++;
-      stats.lastError = (err as Error).message;
-      console.error(`session.run failed for a batch of ${batch.length}: ${(err as Error).stack}`);
-      const error = ServiceError.from(err).toWire();
-      for (const item of batch) item.reply({ type: 'error', id: item.id, error });
-    }
-  }
-
-  private async infer(batch: Pending[]): Promise<InferResult[]> {
-    const { manifest } = this.pkg;
-    const { tensors } = manifest;
-    const n = batch.length;
-    const t0 = performance.now();
-    const feeds: Record<string, ort.Tensor> = { [tensors.image]: this.preprocess.tensor(batch.map((item) => item.pixels)) };
-    if (tensors.bulk && manifest.genes) {
-      const genes = manifest.genes.input.length;
-      const bulk = new Float32Array(n * genes);
-      batch.forEach((item, i) => writeBulk(item.job.bulk, manifest.genes!.bulk_transform, bulk, i * genes));
-      feeds[tensors.bulk] = new ort.Tensor('float32', bulk, [n, genes]);
-    }
-    const t1 = performance.now();
-    const outputs = await this.session.run(feeds);
-    const t2 = performance.now();
-    const rows = (name: string | undefined, i: number) => {
-      if (!name) return null;
-      const data = outputs[name].data as Float32Array | Uint8Array;
-      const size = data.length / n;
-      return data.slice(i * size, (i + 1) * size);
-    };
-    return batch.map((item, i): InferResult => {
-      const embedding = rows(tensors.embedding, i) as Float32Array | null;
-      let output: Float32Array | Uint8Array;
-      let tissueFraction: number | null = null;
-      if (item.job.task === 'segmentation') {
-        const mask = readMask(rows(tensors.mask, i)!, manifest.mask_threshold);
-        if (mask.mask.length !== item.job.width * item.job.height) throw new Error(`mask has ${mask.mask.length} pixels, tile has ${item.job.width * item.job.height}`);
-        ({ mask: output, tissueFraction } = mask);
-      } else {
-        output = item.job.task === 'embedding' ? embedding! : (rows(tensors.prediction, i) as Float32Array);
-      }
-      const times = {
-        decode: item.times.decode,
-        preprocess: (t1 - t0) / n,
-        queue: t0 - item.times.enqueuedAt,
-        inference: t2 - t1,
-        worker: performance.now() - item.times.receivedAt,
-      };
-      const withEmbedding = item.job.task === 'prediction' && item.job.withEmbedding;
-      return { type: 'result', id: item.id, output, embedding: withEmbedding ? embedding : null, tissueFraction, batchSize: n, times };
-    });
-  }
-}
-
-/** The mask as 0/1 bytes (uint8/bool outputs as they are, floats thresholded) and its tissue
- *  fraction, in one pass. */
-function readMask(values: Float32Array | Uint8Array, threshold = 0.5): { mask: Uint8Array; tissueFraction: number } {
-  const mask = values instanceof Uint8Array ? values : new Uint8Array(values.length);
-  let tissue = 0;
-  for (let i = 0; i < values.length; i++) {
-    const on = values instanceof Uint8Array ? values[i] !== 0 : values[i] > threshold;
-    mask[i] = on ? 1 : 0;
-    tissue += mask[i];
-  }
-  return { mask, tissueFraction: values.length ? tissue / values.length : 0 };
-}
 
 /** Load errors that retrying with the same files may cure (memory, the GPU); any other load
  *  error is the package's own. */
@@ -172,7 +44,7 @@ async function main(): Promise<void> {
       return send({
         type: 'probe',
         id: message.id,
-        data: { pid: process.pid, uptime_s: process.uptime(), memory: process.memoryUsage(), queued: worker?.queued ?? 0, ...stats },
+        data: { pid: process.pid, uptime_s: process.uptime(), memory: process.memoryUsage(), queued: worker?.queued ?? 0, ...worker?.stats },
       });
     }
     if (message.type === 'stop') {
@@ -194,7 +66,8 @@ async function main(): Promise<void> {
     pkg = readPackage(config.dir);
     session = await ModelSession.open(pkg, config);
     if (session.providerWarning) send({ type: 'log', level: 'warn', msg: session.providerWarning });
-    const candidate = new ModelWorker(pkg, session);
+    for (const msg of session.plan.warnings) send({ type: 'log', level: 'warn', msg });
+    const candidate = new ModelWorker(pkg, session, { maxBatch: config.maxBatch, maxDelayMs: config.maxDelayMs });
     await candidate.warmup(pkg.manifest.warmup?.iterations ?? 1);
     worker = candidate;
     rmSync(config.socket, { force: true });

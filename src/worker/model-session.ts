@@ -3,7 +3,7 @@
 // sends batches over, handing their buffers across without a copy.
 import { Worker } from 'node:worker_threads';
 import type ort from 'onnxruntime-node';
-import { checkSignature, type ModelPackage, type SessionSignature } from '../model-package/model-package.js';
+import { checkSignature, type ModelPackage, type ServingPlan, type SessionSignature } from '../model-package/model-package.js';
 import type { WorkerConfig } from '../ipc/protocol.js';
 import type { SessionThreadData, ThreadReply, ThreadRequest, WireTensor } from './session-thread.js';
 import { RequestReply } from '../ipc/request-reply.js';
@@ -23,6 +23,8 @@ export class ModelSession {
   private constructor(
     private readonly thread: Worker,
     readonly signature: SessionSignature,
+    /** How the manifest maps onto this graph (checkSignature). */
+    readonly plan: ServingPlan,
     readonly provider: 'cuda' | 'cpu',
     readonly providerWarning: string | null,
   ) {
@@ -38,7 +40,7 @@ export class ModelSession {
   }
 
   /** Loads the package's graph on a session thread and checks it against the manifest. */
-  static async open(pkg: ModelPackage, config: WorkerConfig): Promise<ModelSession> {
+  static async open(pkg: ModelPackage, config: Pick<WorkerConfig, 'intraOpThreads' | 'gpu'>): Promise<ModelSession> {
     const data: SessionThreadData = { modelPath: pkg.modelPath, intraOpThreads: config.intraOpThreads, gpu: config.gpu };
     const thread = new Worker(THREAD_ENTRY, { workerData: data });
     const ready = await new Promise<ThreadReply>((resolve, reject) => {
@@ -50,8 +52,19 @@ export class ModelSession {
       throw new Error(ready.reason);
     }
     if (ready.type !== 'ready') throw new Error(`session thread sent ${ready.type} before ready`);
-    checkSignature(pkg, ready);
-    return new ModelSession(thread, ready, ready.provider, ready.providerWarning);
+    let plan: ServingPlan;
+    try {
+      plan = checkSignature(pkg, ready);
+    } catch (err) {
+      await thread.terminate();
+      throw err;
+    }
+    return new ModelSession(thread, ready, plan, ready.provider, ready.providerWarning);
+  }
+
+  /** Ends the session thread (the packaging lint; a worker process just exits). */
+  close(): Promise<number> {
+    return this.thread.terminate();
   }
 
   run(feeds: Record<string, ort.Tensor>): Promise<Record<string, WireTensor>> {

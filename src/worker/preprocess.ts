@@ -1,21 +1,23 @@
-// Pixels to the model's image tensor, as the manifest's preprocess section says: float32 NCHW
-// normalized here, or uint8 NHWC handed over as decoded (the graph normalizes, in ONNX
+// Pixels to the model's image tensor, as the manifest's preprocess section says: float32 (or
+// float16) NCHW normalized here, or uint8 NHWC handed over as decoded (the graph normalizes, in ONNX
 // Runtime's kernels instead of a JS loop; a batch of one RGB tile is passed without a copy).
 import ort from 'onnxruntime-node';
-import type { Manifest } from '../model-package/manifest.js';
+import { inTensorOrder, type ImageInput, type Manifest } from '../model-package/manifest.js';
 import type { Pixels } from '../tile/png.js';
+import { float32ToFloat16 } from './float16.js';
 
 export interface Preprocessor {
   tensor(tiles: Pixels[]): ort.Tensor;
 }
 
-export function makePreprocessor(manifest: Manifest): Preprocessor {
+/** `input` is the plan's image input: the manifest's, or the graph's float type when omitted. */
+export function makePreprocessor(manifest: Manifest, input: ImageInput = manifest.preprocess.input ?? 'float32'): Preprocessor {
   const { width, height } = manifest.tile;
   const plane = width * height;
   const p = manifest.preprocess;
   const source = p.channel_order === 'RGB' ? [0, 1, 2] : [2, 1, 0];
 
-  if (p.input === 'uint8') {
+  if (input === 'uint8') {
     const size = plane * 3;
     return {
       tensor(tiles) {
@@ -36,9 +38,11 @@ export function makePreprocessor(manifest: Manifest): Preprocessor {
     };
   }
 
-  // v * scale - mean / std, precomputed as v * a + b per channel.
-  const a = [0, 1, 2].map((c) => p.scale / p.std[c]);
-  const b = [0, 1, 2].map((c) => -p.mean[c] / p.std[c]);
+  // (v * scale - mean) / std, precomputed as v * a + b per tensor channel.
+  const mean = inTensorOrder(p.mean!, p.channel_order);
+  const std = inTensorOrder(p.std!, p.channel_order);
+  const a = [0, 1, 2].map((c) => p.scale! / std[c]);
+  const b = [0, 1, 2].map((c) => -mean[c] / std[c]);
   const size = plane * 3;
   return {
     tensor(tiles) {
@@ -51,7 +55,8 @@ export function makePreprocessor(manifest: Manifest): Preprocessor {
           for (let i = 0, j = source[c]; i < plane; i++, j += channels) out[base + i] = data[j] * ac + bc;
         }
       });
-      return new ort.Tensor('float32', out, [tiles.length, 3, height, width]);
+      const dims = [tiles.length, 3, height, width];
+      return input === 'float16' ? new ort.Tensor('float16', float32ToFloat16(out), dims) : new ort.Tensor('float32', out, dims);
     },
   };
 }

@@ -1,7 +1,6 @@
 // End-to-end over HTTP against the real service with real workers: every endpoint and every
 // error case of the contract.
 import t from 'tap';
-import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PNG } from 'pngjs';
@@ -9,6 +8,7 @@ import { request } from 'node:http';
 import { crc32 } from 'node:zlib';
 import { startServer, MODELS, type TestServer } from '../helpers/server.js';
 import { cellularPng, fixturePng, tileRequest, FIXTURES } from '../helpers/tiles.js';
+import { shellDigest } from '../helpers/packages.js';
 
 type Json = Record<string, any>;
 
@@ -93,7 +93,7 @@ t.test('tile-embed serves its own embedding', async (t) => {
 
 t.test('metadata', async (t) => {
   const gene = await json(await server.get('/api/metadata/gene-expr'));
-  const sha = createHash('sha256').update(readFileSync(join(MODELS, 'gene-expr', 'model.onnx'))).digest('hex');
+  const sha = shellDigest(join(MODELS, 'gene-expr'));
   t.match(gene, { model: 'gene-expr', tasks: ['prediction', 'embedding'], tile: { width: 224, height: 224, mpp: 0.5 }, embedding_dim: 256, trained: false, sha256: sha, licence: 'Apache-2.0' });
   t.equal(gene.input_genes.length, 50);
   t.equal(gene.output_genes.length, 21);

@@ -78,11 +78,11 @@ export class FakeBackend implements ModelBackend {
     const times = { decode: 0, preprocess: 0, queue: 0, inference: 0, worker: 0 };
     if (job.task === 'segmentation') {
       const mask = Uint8Array.from({ length: job.width * job.height }, (_, i) => job.png[i % job.png.length] & 1);
-      return { type: 'result', id: 0, output: mask, embedding: null, tissueFraction: mask.reduce((a, b) => a + b, 0) / mask.length, batchSize: 1, times };
+      return { type: 'result', id: 0, output: { role: 'mask', mask }, embedding: null, tissueFraction: mask.reduce((a, b) => a + b, 0) / mask.length, batchSize: 1, times };
     }
     const embedding = values(manifest.embedding_dim ?? 4);
     const output = job.task === 'embedding' ? embedding : values(manifest.genes?.output.length ?? 2);
-    return { type: 'result', id: 0, output, embedding: job.withEmbedding ? embedding : null, tissueFraction: null, batchSize: 1, times };
+    return { type: 'result', id: 0, output: { role: job.task === 'embedding' ? 'embedding' : 'prediction', values: output }, embedding: job.withEmbedding ? embedding : null, tissueFraction: null, batchSize: 1, times };
   }
 
   async diagnostics(categories: string[]): Promise<unknown> {

@@ -24,7 +24,7 @@ export function writeForeignPackage(dir: string, name = 'foreign-vit'): Manifest
     license: 'CC0-1.0',
     tasks: ['embedding'],
     tile: { width: 256, height: 256, mpp: 1.0, mpp_tolerance: 0.05 },
-    preprocess: { scale: 1 / 255, mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25], channel_order: 'BGR' },
+    preprocess: { scale: 1 / 255, mean: { R: 0.485, G: 0.456, B: 0.406 }, std: { R: 0.229, G: 0.224, B: 0.225 }, channel_order: 'BGR' },
     tensors: { image: 'input.1', embedding: 'pooler_output' },
     embedding_dim: 48,
     batch: { max: 4 },

@@ -1,4 +1,5 @@
 // Model package variants for tests: a shipped package copied with its manifest edited, or broken.
+import { execSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,3 +29,7 @@ export function fakeNvidiaSmi(lines: string[] | null): string {
   writeFileSync(join(dir, 'nvidia-smi'), `#!/bin/sh\n${body}\n`, { mode: 0o755 });
   return dir;
 }
+
+/** A package's sha256 as the README computes it from a shell: over every file of the folder. */
+export const shellDigest = (dir: string) =>
+  execSync('find . -type f | cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum', { cwd: dir, encoding: 'utf8' }).split(' ')[0];

@@ -5,8 +5,9 @@ import type { onnx } from 'onnx-proto';
 
 const proto = onnxProto.onnx;
 
-export const DType = { FLOAT: 1, UINT8: 2, INT64: 7 } as const;
-type DTypeId = (typeof DType)[keyof typeof DType];
+/** ONNX TensorProto element types (the ones exports commonly carry). */
+export const DType = { FLOAT: 1, UINT8: 2, INT32: 6, INT64: 7, BOOL: 9, FLOAT16: 10, DOUBLE: 11 } as const;
+export type DTypeId = (typeof DType)[keyof typeof DType];
 export type Dim = number | string;
 
 export type Attr =
