@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { encodePng, cellularTile, slideTile } from '../tools/synthetic/tissue.js';
 import { cpuByRole, cpuOfTree, type Role } from './cpu.js';
-import { fire } from './load.js';
+import { fire, warmUp, type Span } from './load.js';
 import { writeNullPackages } from './null-models.js';
 
 export interface CeilingRow {
@@ -24,7 +24,7 @@ export interface CeilingRow {
 }
 
 export interface CeilingOptions {
-  seconds: number;
+  span: Span;
   concurrencies: number[];
   /** Front counts to run the service with. */
   fronts: number[];
@@ -42,11 +42,12 @@ function bodiesFor(size: 224 | 512, count: number): string[] {
 }
 
 /** Drives `path` and measures tiles/s and CPU per tile, `cpu()` read around the run. */
-async function measure(url: string, path: string, bodies: string[], c: number, seconds: number, cpu: () => Record<string, number>) {
-  await fire(url, path, bodies, c, Math.min(2, seconds));
+async function measure(url: string, path: string, bodies: string[], c: number, span: Span, cpu: () => Record<string, number>) {
+  await fire(url, path, bodies, c, warmUp(span));
   const before = cpu();
   const load0 = process.cpuUsage();
-  const result = await fire(url, path, bodies, c, seconds);
+  const result = await fire(url, path, bodies, c, span);
+  const seconds = result.duration;
   const loadUs = process.cpuUsage(load0);
   const after = cpu();
   const ok = result.requests.total - result.non2xx;
@@ -67,7 +68,7 @@ async function serviceRows(system: string, root: string, fronts: number, models:
   try {
     for (const size of SIZES) {
       for (const c of options.concurrencies) {
-        const r = await measure(service.url, `/api/predict/null-${size}`, bodies[size], c, options.seconds, () => cpuByRole(pid));
+        const r = await measure(service.url, `/api/predict/null-${size}`, bodies[size], c, options.span, () => cpuByRole(pid));
         rows.push({ system, size, concurrency: c, ...r });
         console.log(`${system} ${size}px c=${c}: ${r.tilesPerSec.toFixed(0)} tiles/s, errors ${r.errors}, CPU ms/tile ${JSON.stringify(r.cpuMsPerTile, (_, v) => (typeof v === 'number' ? Math.round(v * 100) / 100 : v))}`);
       }
@@ -88,7 +89,7 @@ async function irreducibleRows(bodies: Record<number, string[]>, options: Ceilin
   try {
     for (const size of SIZES) {
       for (const c of options.concurrencies) {
-        const r = await measure(url, '/', bodies[size], c, options.seconds, () => ({ server: cpuOfTree(server.pid!) }));
+        const r = await measure(url, '/', bodies[size], c, options.span, () => ({ server: cpuOfTree(server.pid!) }));
         rows.push({ system: 'irreducible', size, concurrency: c, ...r });
         console.log(`irreducible ${size}px c=${c}: ${r.tilesPerSec.toFixed(0)} tiles/s`);
       }

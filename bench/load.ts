@@ -38,7 +38,11 @@ function delta(before: Sums, after: Sums, key: string): number {
   return (a.sum - b.sum) / (a.count - b.count);
 }
 
-export function fire(url: string, path: string, bodies: string[], concurrency: number, seconds: number): Promise<autocannon.Result> {
+/** How long a run lasts: a time, or (the smoke run, whose results must not depend on the
+ *  machine's load) a number of requests per connection. */
+export type Span = { seconds: number } | { perConnection: number };
+
+export function fire(url: string, path: string, bodies: string[], concurrency: number, span: Span): Promise<autocannon.Result> {
   let next = 0;
   return new Promise((resolve, reject) => {
     autocannon(
@@ -46,7 +50,7 @@ export function fire(url: string, path: string, bodies: string[], concurrency: n
         url: url + path,
         connections: concurrency,
         pipelining: 1,
-        duration: seconds,
+        ...('seconds' in span ? { duration: span.seconds } : { amount: span.perConnection * concurrency }),
         timeout: 60,
         requests: [{ method: 'POST', headers: { 'content-type': 'application/json' }, setupRequest: (req) => ({ ...req, body: bodies[next++ % bodies.length] }) }],
       },
@@ -55,10 +59,14 @@ export function fire(url: string, path: string, bodies: string[], concurrency: n
   });
 }
 
-export async function drive(url: string, model: string, path: string, bodies: string[], concurrency: number, seconds: number): Promise<LoadResult> {
-  await fire(url, path, bodies, concurrency, Math.min(2, seconds)); // warm-up: JIT, batcher, caches
+/** A short run first: JIT, batcher, caches. */
+export const warmUp = (span: Span): Span => ('seconds' in span ? { seconds: Math.min(2, span.seconds) } : span);
+
+export async function drive(url: string, model: string, path: string, bodies: string[], concurrency: number, span: Span): Promise<LoadResult> {
+  await fire(url, path, bodies, concurrency, warmUp(span));
   const before = await scrape(url, model);
-  const result = await fire(url, path, bodies, concurrency, seconds);
+  const result = await fire(url, path, bodies, concurrency, span);
+  const seconds = result.duration;
   const after = await scrape(url, model);
   const stages: Record<string, number> = {};
   for (const key of after.keys()) if (key !== 'batch') stages[key] = delta(before, after, key) * 1000;

@@ -18,5 +18,10 @@ t.test('npm run bench -- --smoke', async (t) => {
     t.equal(r.errors, 0, `${r.path} c=${r.concurrency}: no errors`);
     t.ok(r.tilesPerSec > 0 && r.floor > 0 && r.stages.inference > 0, `${r.path} c=${r.concurrency}: throughput, floor and stages reported`);
   }
-  t.match(readFileSync(join(out, 'smoke.md'), 'utf8'), /\| endpoint \| conc\. \| tiles\/s/);
+  const systems = new Set(report.ceiling.map((r: { system: string }) => r.system));
+  t.ok(systems.has('irreducible') && systems.has('service fronts=1'), `ceiling rows for ${[...systems].join(', ')}`);
+  for (const r of report.ceiling) t.ok(r.tilesPerSec > 0 && r.errors === 0, `ceiling ${r.system} ${r.size}px: tiles served, no errors`);
+  const md = readFileSync(join(out, 'smoke.md'), 'utf8');
+  t.match(md, /\| endpoint \| conc\. \| tiles\/s/);
+  t.match(md, /\| system \| tile \| conc\. \| tiles\/s \| of irreducible/);
 });
