@@ -153,3 +153,24 @@ export async function writeSlide(path: string, spec: SlideSpec): Promise<Raster>
   writeTiff(path, [levels[0], thumbnail, ...levels.slice(1)]);
   return level0;
 }
+
+/** A demonstration slide: three islands of different shapes on 2.4 x 1.6 mm of glass. */
+export const DEMO_SLIDE: SlideSpec = {
+  widthUm: 2400,
+  heightUm: 1600,
+  mpp: 0.5,
+  seed: 7,
+  format: 'tiff',
+  islands: [
+    { cx: 620, cy: 700, rx: 420, ry: 330 },
+    { cx: 1500, cy: 520, rx: 260, ry: 200 },
+    { cx: 1700, cy: 1150, rx: 480, ry: 250 },
+  ],
+};
+
+// `node dist/tools/synthetic/slide.js OUT.tif|OUT.svs` writes the demonstration slide.
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const out = process.argv[2];
+  if (!out) throw new Error('usage: slide.js OUT.tif|OUT.svs');
+  await writeSlide(out, { ...DEMO_SLIDE, format: out.endsWith('.svs') ? 'svs' : 'tiff' });
+}
