@@ -72,7 +72,9 @@ export function writeTiff(path: string, images: TiffImage[]): void {
       { tag: 257, type: LONG, values: [image.height] },
       { tag: 258, type: SHORT, values: [8, 8, 8] },
       { tag: 259, type: SHORT, values: [7] },
-      { tag: 262, type: SHORT, values: [2] },
+      // The JPEG streams are YCbCr (4:4:4), which the TIFF says with photometric 6 and
+      // YCbCrSubSampling 1,1; readers then convert to RGB.
+      { tag: 262, type: SHORT, values: [6] },
       { tag: 277, type: SHORT, values: [3] },
       { tag: 284, type: SHORT, values: [1] },
     ];
@@ -90,6 +92,7 @@ export function writeTiff(path: string, images: TiffImage[]): void {
     } else {
       entries.push({ tag: 273, type: LONG, values: blockOffsets }, { tag: 278, type: LONG, values: [image.rowsPerStrip ?? image.height] }, { tag: 279, type: LONG, values: image.blocks.map((b) => b.length) });
     }
+    entries.push({ tag: 530, type: SHORT, values: [1, 1] });
     if (image.jpegTables) entries.push({ tag: 347, type: UNDEFINED, values: image.jpegTables });
     entries.sort((a, b) => a.tag - b.tag);
     // Values longer than 4 bytes go before the IFD; shorter ones sit in the entry.
