@@ -14,7 +14,7 @@ import { heatmapPng, overlayPng } from './pictures.js';
 import { encodeTilePng, readTile } from './region.js';
 import { SlideError } from './slide.js';
 import { openSlide } from './open.js';
-import { TISSUE_MPP, detectTissue, readOverview, type TissueMask } from './tissue.js';
+import { TISSUE_MPP, detectTissue, readOverview, readTissueMask, type TissueMask } from './tissue.js';
 
 export interface SlideJob {
   slide: string;
@@ -37,11 +37,6 @@ export interface SlideResult {
   files: string[];
 }
 
-async function readMaskPng(path: string): Promise<TissueMask> {
-  const { data, info } = await sharp(path).extractChannel(0).raw().toBuffer({ resolveWithObject: true });
-  return { width: info.width, height: info.height, mask: Uint8Array.from(data, (v) => (v > 127 ? 1 : 0)) };
-}
-
 export async function processSlide(job: SlideJob): Promise<SlideResult> {
   const stem = basename(job.slide, extname(job.slide));
   const slide = await openSlide(job.slide);
@@ -58,7 +53,7 @@ export async function processSlide(job: SlideJob): Promise<SlideResult> {
     mkdirSync(tissueDir, { recursive: true });
     const maskPath = join(tissueDir, `${stem}.png`);
     let mask: TissueMask;
-    if (existsSync(maskPath)) mask = await readMaskPng(maskPath);
+    if (existsSync(maskPath)) mask = await readTissueMask(maskPath);
     else {
       mask = await detectTissue(overview, mpp0, job.client, job.tissueModel, stem);
       const scale = TISSUE_MPP / mpp0;

@@ -27,10 +27,13 @@ export async function readTile(slide: Slide, x: number, y: number, extent: numbe
   const ly = Math.floor(y / d);
   const side = Math.max(1, Math.round(extent / d));
   const region = await slide.readRegion(level, lx, ly, side, side);
-  if (side === size) return { rgb: Buffer.from(region.buffer, region.byteOffset, region.byteLength), size };
-  // Area-averaging reduction (libvips reduce with a box-like kernel for integer factors).
-  const rgb = await sharp(region, { raw: { width: side, height: side, channels: 3 } }).resize(size, size, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
-  return { rgb, size };
+  return { rgb: await resample(region, side, size), size };
+}
+
+/** A side x side RGB square as size x size (a copy-free view when the sizes agree). */
+export async function resample(region: Uint8Array, side: number, size: number): Promise<Buffer> {
+  if (side === size) return Buffer.from(region.buffer, region.byteOffset, region.byteLength);
+  return sharp(region, { raw: { width: side, height: side, channels: 3 } }).resize(size, size, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
 }
 
 /** PNG of an RGB tile with fast deflate: the service inflates it, nobody stores it. */

@@ -75,3 +75,9 @@ export async function detectTissue(overview: Overview, mpp0: number, client: Til
   await Promise.all(jobs);
   return { width, height, mask };
 }
+
+/** A mask written as a greyscale PNG (tissue 255) read back. */
+export async function readTissueMask(path: string): Promise<TissueMask> {
+  const { data, info } = await sharp(path).extractChannel(0).raw().toBuffer({ resolveWithObject: true });
+  return { width: info.width, height: info.height, mask: Uint8Array.from(data, (v) => (v > 127 ? 1 : 0)) };
+}

@@ -1,0 +1,151 @@
+// Whole-slide throughput: tile-infer's pipeline on a generated 0.25 MPP SVS-style slide (JPEG
+// decode, 2x reduction to 0.5 MPP, PNG, HTTP) against the service's own throughput on the very
+// same request bodies at the same concurrency (autocannon), measured in one run; and the client's
+// CPU per tile, in total and per stage.
+// Alone: `npm run bench:slide -- [--url=URL] [--concurrency=8]` (without --url it starts the
+// service from config/default.json on port 19180).
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { TileClient } from '../src/client/tile-client.js';
+import { tileGrid } from '../src/slide/grid.js';
+import { processSlide } from '../src/slide/process-slide.js';
+import { encodeTilePng, resample } from '../src/slide/region.js';
+import { TiffSlide } from '../src/slide/tiff-slide.js';
+import { readTissueMask } from '../src/slide/tissue.js';
+import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
+import { drive } from './load.js';
+
+const MODEL = 'gene-expr';
+const PATH = `/api/predict/${MODEL}?mode=prediction_with_embedding`;
+const SLIDE: SlideSpec = {
+  widthUm: 2000,
+  heightUm: 1400,
+  mpp: 0.25,
+  seed: 21,
+  format: 'svs',
+  islands: [
+    { cx: 560, cy: 640, rx: 420, ry: 480 },
+    { cx: 1400, cy: 700, rx: 480, ry: 560 },
+  ],
+};
+
+export interface SlideBench {
+  concurrency: number;
+  tiles: number;
+  /** Whole slide: open, tissue, tiles, outputs. */
+  slideSeconds: number;
+  /** Tiles per second while the tiles were posted. */
+  tilesPerSec: number;
+  /** The service alone on the same bodies at the same concurrency. */
+  serviceTilesPerSec: number;
+  /** tilesPerSec / serviceTilesPerSec. */
+  ratio: number;
+  /** Client process CPU (all threads) per tile during the tile stage. */
+  clientCpuMsPerTile: number;
+  /** CPU ms per tile of each client stage, measured one tile at a time. */
+  stagesMs: { read: number; resample: number; png: number; body: number };
+}
+
+const cpuMs = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+};
+
+export async function benchSlide(url: string, concurrency: number, seconds = 8): Promise<SlideBench> {
+  const dir = mkdtempSync(join(tmpdir(), 'bench-slide-'));
+  try {
+    const slidePath = join(dir, 'bench-slide.svs');
+    await writeSlide(slidePath, SLIDE);
+    const client = new TileClient({ servers: [url], concurrency });
+    let tileStart = 0;
+    let tileCpu = 0;
+    let tileEnd = 0;
+    let cpuEnd = 0;
+    const start = performance.now();
+    const result = await processSlide({
+      slide: slidePath,
+      model: MODEL,
+      outDir: join(dir, 'out'),
+      client,
+      concurrency,
+      minTissue: 0.25,
+      tissueModel: 'tissue-seg',
+      onPlan: () => {
+        tileStart = performance.now();
+        tileCpu = cpuMs();
+        return {
+          tick: () => {
+            tileEnd = performance.now();
+            cpuEnd = cpuMs();
+          },
+        };
+      },
+    });
+    const slideSeconds = (performance.now() - start) / 1000;
+    await client.close();
+    const tilesPerSec = result.tiles / ((tileEnd - tileStart) / 1000);
+
+    // The same tiles, one at a time, stage by stage; and their request bodies for the service run.
+    const slide = await TiffSlide.open(slidePath);
+    const mask = await readTissueMask(join(dir, 'out/tissue/bench-slide.png'));
+    const grid = tileGrid(slide.levels[0].width, slide.levels[0].height, SLIDE.mpp, 224, 0.5, mask, 0.25);
+    const sums = { read: 0, resample: 0, png: 0, body: 0 };
+    const bodies: string[] = [];
+    for (const t of grid.tiles) {
+      let c = cpuMs();
+      const region = await slide.readRegion(0, t.x, t.y, grid.extent, grid.extent);
+      sums.read += cpuMs() - c;
+      c = cpuMs();
+      const rgb = await resample(region, grid.extent, 224);
+      sums.resample += cpuMs() - c;
+      c = cpuMs();
+      const png = await encodeTilePng(rgb, 224, 224);
+      sums.png += cpuMs() - c;
+      c = cpuMs();
+      bodies.push(JSON.stringify({ image_data: png.toString('base64'), slide_name: 'bench-slide', x: t.x, y: t.y, width: 224, height: 224, patch_idx: t.idx, tissue_ratio: t.tissue, resolution: 0.5 }));
+      sums.body += cpuMs() - c;
+    }
+    await slide.close();
+    const service = await drive(url, MODEL, PATH, bodies, concurrency, seconds);
+    const per = (v: number) => v / grid.tiles.length;
+    return {
+      concurrency,
+      tiles: result.tiles,
+      slideSeconds,
+      tilesPerSec,
+      serviceTilesPerSec: service.tilesPerSec,
+      ratio: tilesPerSec / service.tilesPerSec,
+      clientCpuMsPerTile: (cpuEnd - tileCpu) / result.tiles,
+      stagesMs: { read: per(sums.read), resample: per(sums.resample), png: per(sums.png), body: per(sums.body) },
+    };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Starts the service from config/default.json on `port` and resolves once it is ready. */
+async function startService(port: number): Promise<() => void> {
+  const root = new URL('../../', import.meta.url).pathname;
+  const proc = spawn(process.execPath, [join(root, 'dist/supervisor/main.js')], { cwd: root, env: { ...process.env, PORT: String(port) }, stdio: 'ignore' });
+  for (let i = 0; i < 600; i++) {
+    const ready = await fetch(`http://127.0.0.1:${port}/health/ready`).then((r) => r.ok, () => false);
+    if (ready) return () => proc.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  proc.kill('SIGKILL');
+  throw new Error('the service did not become ready in 120 s');
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const arg = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.split('=')[1];
+  const concurrency = Number(arg('concurrency') ?? 8);
+  const stop = arg('url') ? () => {} : await startService(19180);
+  try {
+    const r = await benchSlide(arg('url') ?? 'http://127.0.0.1:19180', concurrency);
+    console.log(JSON.stringify(r, null, 2));
+  } finally {
+    stop();
+  }
+}
