@@ -11,6 +11,8 @@ import { SlideError, type Slide, type SlideLevel } from './slide.js';
 const RGB = 2;
 const YCBCR = 6;
 const JPEG = 7;
+/** Compressions decoded here: none, LZW, JPEG, deflate (two codes), PackBits. */
+const DECODED = new Set([1, 5, JPEG, 8, 32946, 32773]);
 
 /** Aperio writes `|MPP = 0.2520|` into level 0's ImageDescription. */
 export function aperioMpp(description: string | undefined): number | null {
@@ -85,6 +87,7 @@ export class TiffSlide implements Slide {
       if (Math.abs(image.getWidth() / image.getHeight() - aspect) > 0.02 * aspect && image !== base) continue;
       const photometric = Number(await image.fileDirectory.loadValue('PhotometricInterpretation'));
       const compression = Number(image.fileDirectory.hasTag('Compression') ? await image.fileDirectory.loadValue('Compression') : 1);
+      if (!DECODED.has(compression)) throw new SlideError(`${path}: TIFF compression ${compression} (JPEG 2000 is 33003/33005) needs libopenslide0`);
       if (photometric !== RGB && !(photometric === YCBCR && compression === JPEG)) {
         throw new SlideError(`${path}: photometric interpretation ${photometric} is not RGB; install libopenslide0 to read it through OpenSlide`);
       }
