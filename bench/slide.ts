@@ -44,8 +44,8 @@ export interface SlideBench {
   ratio: number;
   /** Client process CPU (all threads) per tile during the tile stage. */
   clientCpuMsPerTile: number;
-  /** CPU ms per tile of each client stage, measured one tile at a time: read (JPEG decode at
-   *  1/2 in libjpeg, assembly, resample), PNG encode, JSON body with base64. */
+  /** CPU ms per tile of each client stage, measured one tile at a time: read (JPEG decode,
+   *  assembly, resample), PNG encode, JSON body with base64. */
   stagesMs: { read: number; png: number; body: number };
 }
 

@@ -36,8 +36,7 @@ for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
     t.equal(bestLevel(slide, 0.5 / mpp), 0);
     t.equal(bestLevel(slide, 8 / mpp), 2, 'the coarsest level not coarser than asked');
     t.equal(bestLevel(slide, 3.9), 0, 'level 1 (4x) would be coarser');
-    // A 0.5 MPP tile (the SVS's level 0 decoded at 1/2 by libjpeg) against the encoded pixels
-    // reduced 2x by a box filter.
+    // A 0.5 MPP tile (the SVS's level 0 reduced 2x) against the encoded pixels box-reduced 2x.
     const extent = (0.5 * 224) / mpp;
     const tile = await readTile(slide, extent, 0, extent, 224);
     const expected = mpp === 0.5 ? raster : downsample(raster, 2);

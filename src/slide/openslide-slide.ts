@@ -76,10 +76,6 @@ export class OpenSlideSlide implements Slide {
     return new OpenSlideSlide(path, lib, osr, levels, Number.isFinite(mpp) && mpp > 0 ? mpp : null);
   }
 
-  maxShrink(): number {
-    return 1;
-  }
-
   readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
     const argb = new Uint32Array(w * h);
     const d = this.levels[level].downsample;

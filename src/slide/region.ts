@@ -22,14 +22,11 @@ export interface TileRead {
 /** The square of `extent` level-0 pixels at (x, y) as a `size` x `size` RGB tile. */
 export async function readTile(slide: Slide, x: number, y: number, extent: number, size: number): Promise<TileRead> {
   const level = bestLevel(slide, extent / size);
-  // Read at 1/shrink where the level's decoder can (never below the tile's size).
-  let shrink = 1;
-  while (shrink < slide.maxShrink(level) && (extent / slide.levels[level].downsample / (shrink * 2)) * 1.01 >= size) shrink *= 2;
-  const d = slide.levels[level].downsample * shrink;
+  const d = slide.levels[level].downsample;
   const lx = Math.floor(x / d);
   const ly = Math.floor(y / d);
   const side = Math.max(1, Math.round(extent / d));
-  const region = await slide.readRegion(level, lx, ly, side, side, shrink);
+  const region = await slide.readRegion(level, lx, ly, side, side);
   return { rgb: await resample(region, side, size), size };
 }
 

@@ -14,12 +14,8 @@ export interface Slide {
   levels: SlideLevel[];
   /** Level-0 microns per pixel from the slide's metadata; null when it records none. */
   mpp: number | null;
-  /** RGB of the w x h block at (x, y) in `level`'s own pixels divided by `shrink` (a power of two
-   *  up to maxShrink(level)); white past the slide's edges. */
-  readRegion(level: number, x: number, y: number, w: number, h: number, shrink?: number): Promise<Uint8Array>;
-  /** The largest `shrink` a level can be read at directly (JPEG decoders scale by 1/2, 1/4, 1/8
-   *  in the DCT, far cheaper than decoding in full and resampling). */
-  maxShrink(level: number): number;
+  /** RGB of the w x h block at (x, y) in `level`'s own pixels; white past the slide's edges. */
+  readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array>;
   close(): Promise<void>;
 }
 

@@ -110,16 +110,9 @@ export class TiffSlide implements Slide {
     return new TiffSlide(path, tiff, await open(path), pyramid, mpp);
   }
 
-  maxShrink(level: number): number {
-    const l = this.pyramid[level];
-    let shrink = 1;
-    while (l.jpeg && shrink < 8 && l.tileWidth % (shrink * 2) === 0 && l.tileHeight % (shrink * 2) === 0) shrink *= 2;
-    return shrink;
-  }
-
-  /** The decoded RGB tile (tx, ty) of a level at 1/shrink, (edge tiles padded white). */
-  private tile(level: number, tx: number, ty: number, shrink: number): Promise<Uint8Array> {
-    const key = `${level}:${tx}:${ty}:${shrink}`;
+  /** The decoded RGB tile (tx, ty) of a level, full tile size (edge tiles padded white). */
+  private tile(level: number, tx: number, ty: number): Promise<Uint8Array> {
+    const key = `${level}:${tx}:${ty}`;
     const hit = this.cache.get(key);
     if (hit) {
       this.cache.delete(key);
@@ -131,24 +124,21 @@ export class TiffSlide implements Slide {
     const y0 = ty * l.tileHeight;
     const x1 = Math.min(l.width, x0 + l.tileWidth);
     const y1 = Math.min(l.height, y0 + l.tileHeight);
-    const decoded = l.jpeg ? this.decodeJpeg(l, tx, ty, shrink) : this.decodeOther(l, x0, y0, x1, y1);
+    const decoded = l.jpeg ? this.decodeJpeg(l, tx, ty) : this.decodeOther(l, x0, y0, x1, y1);
     decoded.catch(() => this.cache.delete(key));
     this.cache.set(key, decoded);
     if (this.cache.size > this.cacheTiles) this.cache.delete(this.cache.keys().next().value!);
     return decoded;
   }
 
-  private async decodeJpeg(l: Level, tx: number, ty: number, shrink: number): Promise<Uint8Array> {
+  private async decodeJpeg(l: Level, tx: number, ty: number): Promise<Uint8Array> {
     const index = ty * Math.ceil(l.width / l.tileWidth) + tx;
     const offset = Number(await l.image.fileDirectory.loadValueIndexed('TileOffsets', index));
     const length = Number(await l.image.fileDirectory.loadValueIndexed('TileByteCounts', index));
     const bytes = Buffer.alloc(length);
     await this.file.read(bytes, 0, length, offset);
-    const [w, h] = [l.tileWidth / shrink, l.tileHeight / shrink];
-    let image = sharp(joinJpeg(l.jpegTables, bytes)).removeAlpha().toColourspace('srgb');
-    if (shrink > 1) image = image.resize(w, h, { kernel: 'linear', fit: 'fill' }); // shrink-on-load in libjpeg
-    const { data, info } = await image.raw().toBuffer({ resolveWithObject: true });
-    if (info.width !== w || info.height !== h) throw new SlideError(`${this.path}: tile ${tx},${ty} decodes to ${info.width}x${info.height}, expected ${w}x${h}`);
+    const { data, info } = await sharp(joinJpeg(l.jpegTables, bytes)).removeAlpha().toColourspace('srgb').raw().toBuffer({ resolveWithObject: true });
+    if (info.width !== l.tileWidth || info.height !== l.tileHeight) throw new SlideError(`${this.path}: tile ${tx},${ty} decodes to ${info.width}x${info.height}, expected ${l.tileWidth}x${l.tileHeight}`);
     return data;
   }
 
@@ -168,28 +158,25 @@ export class TiffSlide implements Slide {
     return out;
   }
 
-  async readRegion(level: number, x: number, y: number, w: number, h: number, shrink = 1): Promise<Uint8Array> {
+  async readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
     const l = this.pyramid[level];
-    if (shrink > this.maxShrink(level)) throw new SlideError(`${this.path}: level ${level} cannot be read at 1/${shrink}`);
-    // Everything below is in pixels of the level at 1/shrink.
-    const [tw, th, lw, lh] = [l.tileWidth / shrink, l.tileHeight / shrink, Math.ceil(l.width / shrink), Math.ceil(l.height / shrink)];
     const out = new Uint8Array(w * h * 3).fill(255);
-    const tx0 = Math.max(0, Math.floor(x / tw));
-    const ty0 = Math.max(0, Math.floor(y / th));
-    const tx1 = Math.min(Math.ceil(lw / tw), Math.ceil((x + w) / tw));
-    const ty1 = Math.min(Math.ceil(lh / th), Math.ceil((y + h) / th));
+    const tx0 = Math.max(0, Math.floor(x / l.tileWidth));
+    const ty0 = Math.max(0, Math.floor(y / l.tileHeight));
+    const tx1 = Math.min(Math.ceil(l.width / l.tileWidth), Math.ceil((x + w) / l.tileWidth));
+    const ty1 = Math.min(Math.ceil(l.height / l.tileHeight), Math.ceil((y + h) / l.tileHeight));
     const jobs: Promise<void>[] = [];
     for (let ty = ty0; ty < ty1; ty++) {
       for (let tx = tx0; tx < tx1; tx++) {
         jobs.push(
-          this.tile(level, tx, ty, shrink).then((tile) => {
+          this.tile(level, tx, ty).then((tile) => {
             // The overlap of this tile with the region, clipped to the level's own extent.
-            const left = Math.max(x, tx * tw);
-            const right = Math.min(x + w, (tx + 1) * tw, lw);
-            const top = Math.max(y, ty * th);
-            const bottom = Math.min(y + h, (ty + 1) * th, lh);
+            const left = Math.max(x, tx * l.tileWidth);
+            const right = Math.min(x + w, (tx + 1) * l.tileWidth, l.width);
+            const top = Math.max(y, ty * l.tileHeight);
+            const bottom = Math.min(y + h, (ty + 1) * l.tileHeight, l.height);
             for (let row = top; row < bottom; row++) {
-              const src = ((row - ty * th) * tw + (left - tx * tw)) * 3;
+              const src = ((row - ty * l.tileHeight) * l.tileWidth + (left - tx * l.tileWidth)) * 3;
               out.set(tile.subarray(src, src + (right - left) * 3), ((row - y) * w + (left - x)) * 3);
             }
           }),
