@@ -2,7 +2,7 @@
 // coordinates (a tile's output equals posting that tile by hand), the HDF5 layout, the GeoJSON,
 // kill -9 then rerun, and a service restarted mid-slide.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import h5wasm from 'h5wasm/node';
@@ -172,6 +172,33 @@ t.test('a pyramidal TIFF: tissue, grid, HDF5, GeoJSON, pictures', async (t) => {
     const m = await sharp(join(reference, picture)).metadata();
     t.same([m.width, m.height], [truth.width, truth.height], `${picture} at 8 MPP`);
   }
+});
+
+t.test('tiles: a folder of PNG tiles gives the same features as the slide', async (t) => {
+  await h5wasm.ready;
+  const slideFile = new h5wasm.File(join(reference, 'features_gene-expr/tiff-slide.h5'), 'r');
+  const coords = (slideFile.get('coords') as InstanceType<typeof h5wasm.Dataset>).value as Int32Array;
+  const features = (slideFile.get('features') as InstanceType<typeof h5wasm.Dataset>).value as Float32Array;
+  slideFile.close();
+  const folder = join(dir, 'tiles-of-slide');
+  mkdirSync(folder);
+  const rows = [0, 3, 7];
+  for (const k of rows) {
+    const [x, y] = [coords[k * 2], coords[k * 2 + 1]];
+    await sharp(tiffPath, { page: 0 }).extract({ left: x, top: y, width: 224, height: 224 }).png().toFile(join(folder, `tile_x${String(x).padStart(5, '0')}_y${y}.png`));
+  }
+  const out = join(dir, 'tiles-out');
+  const run = await tileInfer(['tiles', folder, '--model', 'gene-expr', '--out', out, '--server', `http://127.0.0.1:${PORT}`]);
+  t.equal(run.code, 0, run.stderr);
+  const file = new h5wasm.File(join(out, 'features_gene-expr/tiles-of-slide.h5'), 'r');
+  const got = (file.get('features') as InstanceType<typeof h5wasm.Dataset>).value as Float32Array;
+  const gotCoords = Array.from((file.get('coords') as InstanceType<typeof h5wasm.Dataset>).value as Int32Array);
+  file.close();
+  const dim = got.length / rows.length;
+  // Files are taken in name order: x ascending here, as the zero-padded names sort.
+  const order = [...rows].sort((a, b) => coords[a * 2] - coords[b * 2] || coords[a * 2 + 1] - coords[b * 2 + 1]);
+  t.same(gotCoords, order.flatMap((k) => [coords[k * 2], coords[k * 2 + 1]]), 'coordinates from the names');
+  order.forEach((k, i) => t.same(Array.from(got.subarray(i * dim, (i + 1) * dim)), Array.from(features.subarray(k * dim, (k + 1) * dim)), `row ${k}`));
 });
 
 t.test('an Aperio SVS: MPP from the description, level 0 reduced to 0.5 MPP', async (t) => {
