@@ -91,12 +91,12 @@ export class TileClient {
   /** One request with retries; resolves with the parsed JSON body of the first 2xx. */
   private async call<T>(method: 'GET' | 'POST', path: string, body?: string): Promise<T> {
     const deadline = Date.now() + this.deadlineMs;
+    let reason = '';
     for (let attempt = 0; ; attempt++) {
       const server = this.pick();
       const remaining = deadline - Date.now();
-      if (remaining <= 0) throw new TileClientError(`${method} ${path}: no answer within the ${this.deadlineMs} ms deadline`, 'DEADLINE');
+      if (remaining <= 0) throw new TileClientError(`${method} ${path}: no answer within the ${this.deadlineMs} ms deadline${reason && ` (last: ${reason})`}`, 'DEADLINE');
       let wait: number;
-      let reason: string;
       server.inFlight++;
       try {
         const res = await server.pool.request({
