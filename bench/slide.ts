@@ -1,7 +1,7 @@
 // Whole-slide throughput: tile-infer's pipeline on a generated 0.25 MPP SVS-style slide (JPEG
 // decode, 2x reduction to 0.5 MPP, PNG, HTTP) against the service's own throughput on the very
-// same request bodies at the same concurrency (autocannon), measured in one run; and the client's
-// CPU per tile, in total and per stage.
+// same request bodies at the same concurrency (autocannon, run before and after the slide), in
+// one run after a warm-up slide; and the client's CPU per tile, in total and per stage.
 // Alone: `npm run bench:slide -- [--url=URL] [--concurrency=8]` (without --url it starts the
 // service from config/default.json on port 19180).
 import { spawn } from 'node:child_process';
@@ -38,8 +38,10 @@ export interface SlideBench {
   slideSeconds: number;
   /** Tiles per second while the tiles were posted. */
   tilesPerSec: number;
-  /** The service alone on the same bodies at the same concurrency. */
+  /** The service alone on the same bodies at the same concurrency: the mean of a run before and
+   *  one after the slide. */
   serviceTilesPerSec: number;
+  serviceRuns: [number, number];
   /** tilesPerSec / serviceTilesPerSec. */
   ratio: number;
   /** Client process CPU (all threads) per tile during the tile stage. */
@@ -60,37 +62,37 @@ export async function benchSlide(url: string, concurrency: number, seconds = 8):
     const slidePath = join(dir, 'bench-slide.svs');
     await writeSlide(slidePath, SLIDE);
     const client = new TileClient({ servers: [url], concurrency });
-    let tileStart = 0;
-    let tileCpu = 0;
-    let tileEnd = 0;
-    let cpuEnd = 0;
-    const start = performance.now();
-    const result = await processSlide({
-      slide: slidePath,
-      model: MODEL,
-      outDir: join(dir, 'out'),
-      client,
-      concurrency,
-      minTissue: 0.25,
-      tissueModel: 'tissue-seg',
-      onPlan: () => {
-        tileStart = performance.now();
-        tileCpu = cpuMs();
-        return {
-          tick: () => {
-            tileEnd = performance.now();
-            cpuEnd = cpuMs();
-          },
-        };
-      },
-    });
-    const slideSeconds = (performance.now() - start) / 1000;
-    await client.close();
-    const tilesPerSec = result.tiles / ((tileEnd - tileStart) / 1000);
+    /** One whole slide into a fresh folder; the tile stage timed from the grid to the last tile. */
+    const runSlide = async (outDir: string) => {
+      const stage = { start: 0, cpu: 0, end: 0, cpuEnd: 0 };
+      const start = performance.now();
+      const result = await processSlide({
+        slide: slidePath,
+        model: MODEL,
+        outDir,
+        client,
+        concurrency,
+        minTissue: 0.25,
+        tissueModel: 'tissue-seg',
+        onPlan: () => {
+          stage.start = performance.now();
+          stage.cpu = cpuMs();
+          return {
+            tick: () => {
+              stage.end = performance.now();
+              stage.cpuEnd = cpuMs();
+            },
+          };
+        },
+      });
+      return { tiles: result.tiles, seconds: (performance.now() - start) / 1000, tilesPerSec: result.tiles / ((stage.end - stage.start) / 1000), cpuMsPerTile: (stage.cpuEnd - stage.cpu) / result.tiles };
+    };
+    // The first run warms the service and the client and gives the tissue mask for the bodies.
+    await runSlide(join(dir, 'warm-up'));
 
     // The same tiles, one at a time, stage by stage; and their request bodies for the service run.
     const slide = await TiffSlide.open(slidePath);
-    const mask = await readTissueMask(join(dir, 'out/tissue/bench-slide.png'));
+    const mask = await readTissueMask(join(dir, 'warm-up/tissue/bench-slide.png'));
     const grid = tileGrid(slide.levels[0].width, slide.levels[0].height, SLIDE.mpp, 224, 0.5, mask, 0.25);
     const sums = { read: 0, png: 0, body: 0 };
     const bodies: string[] = [];
@@ -106,16 +108,23 @@ export async function benchSlide(url: string, concurrency: number, seconds = 8):
       sums.body += cpuMs() - c;
     }
     await slide.close();
-    const service = await drive(url, MODEL, PATH, bodies, concurrency, seconds);
+    // Service alone, the slide, the service alone again: the host's load drifts (shared machines),
+    // so the slide is compared with the mean of the runs around it.
+    const before = await drive(url, MODEL, PATH, bodies, concurrency, seconds);
+    const measured = await runSlide(join(dir, 'measured'));
+    const after = await drive(url, MODEL, PATH, bodies, concurrency, seconds);
+    await client.close();
+    const serviceTilesPerSec = (before.tilesPerSec + after.tilesPerSec) / 2;
     const per = (v: number) => v / grid.tiles.length;
     return {
       concurrency,
-      tiles: result.tiles,
-      slideSeconds,
-      tilesPerSec,
-      serviceTilesPerSec: service.tilesPerSec,
-      ratio: tilesPerSec / service.tilesPerSec,
-      clientCpuMsPerTile: (cpuEnd - tileCpu) / result.tiles,
+      tiles: measured.tiles,
+      slideSeconds: measured.seconds,
+      tilesPerSec: measured.tilesPerSec,
+      serviceTilesPerSec,
+      serviceRuns: [before.tilesPerSec, after.tilesPerSec],
+      ratio: measured.tilesPerSec / serviceTilesPerSec,
+      clientCpuMsPerTile: measured.cpuMsPerTile,
       stagesMs: { read: per(sums.read), png: per(sums.png), body: per(sums.body) },
     };
   } finally {
