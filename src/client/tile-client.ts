@@ -1,0 +1,168 @@
+// A typed client for the tile service: keep-alive connection pools (undici), at most
+// `concurrency` tiles in flight, 503 answered by waiting Retry-After (model loading, queue full,
+// under pressure), exponential backoff with full jitter on connection errors and other 5xx,
+// several servers (each tile goes to the least-busy healthy one; one that fails is benched for
+// its backoff and the tile moves on), and a deadline per tile across all its attempts.
+import { Pool } from 'undici';
+import type { Static } from 'typebox';
+import type { ModelMetadata, TileRequest, TileResponse } from '../http/schemas/tile.js';
+import { Semaphore } from './semaphore.js';
+
+export type TileResponseBody = Static<typeof TileResponse>;
+export type ModelMetadataBody = Static<typeof ModelMetadata>;
+
+export interface ClientOptions {
+  servers: string[];
+  /** Tiles in flight at once, over all servers. */
+  concurrency: number;
+  /** Give up on a tile after this long, retries included. */
+  deadlineMs?: number;
+  /** First backoff step; doubles per failed attempt up to maxBackoffMs. */
+  backoffMs?: number;
+  maxBackoffMs?: number;
+  /** Called on every retry (for progress displays). */
+  onRetry?: (reason: string) => void;
+}
+
+/** An answer the client will not retry (4xx) or a tile that ran out of time. */
+export class TileClientError extends Error {
+  constructor(
+    message: string,
+    readonly code: 'HTTP_STATUS' | 'DEADLINE',
+    readonly status?: number,
+    readonly body?: unknown,
+  ) {
+    super(message);
+  }
+}
+
+interface Server {
+  url: string;
+  pool: Pool;
+  inFlight: number;
+  /** Not chosen before this time (after a connection error or 5xx). */
+  benchedUntil: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Retry-After in seconds (the service sends integers); HTTP dates are honoured too. */
+export function retryAfterMs(header: string | string[] | undefined): number | null {
+  const value = Array.isArray(header) ? header[0] : header;
+  if (!value) return null;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? null : Math.max(0, date - Date.now());
+}
+
+export class TileClient {
+  private readonly servers: Server[];
+  private readonly slots: Semaphore;
+  private readonly deadlineMs: number;
+  private readonly backoffMs: number;
+  private readonly maxBackoffMs: number;
+  retries = 0;
+
+  constructor(private readonly options: ClientOptions) {
+    if (!options.servers.length) throw new Error('at least one server URL is needed');
+    // Each pool may open as many connections as there are slots: with one server up, it takes
+    // all the load.
+    this.servers = options.servers.map((url) => ({ url: url.replace(/\/$/, ''), pool: new Pool(url, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 }), inFlight: 0, benchedUntil: 0 }));
+    this.slots = new Semaphore(options.concurrency);
+    this.deadlineMs = options.deadlineMs ?? 300_000;
+    this.backoffMs = options.backoffMs ?? 100;
+    this.maxBackoffMs = options.maxBackoffMs ?? 5_000;
+  }
+
+  /** The healthy server with the fewest tiles in flight; when all are benched, the one back first. */
+  private pick(): Server {
+    const now = Date.now();
+    const healthy = this.servers.filter((s) => s.benchedUntil <= now);
+    const candidates = healthy.length ? healthy : [...this.servers].sort((a, b) => a.benchedUntil - b.benchedUntil).slice(0, 1);
+    return candidates.reduce((best, s) => (s.inFlight < best.inFlight ? s : best));
+  }
+
+  private retry(reason: string): void {
+    this.retries++;
+    this.options.onRetry?.(reason);
+  }
+
+  /** One request with retries; resolves with the parsed JSON body of the first 2xx. */
+  private async call<T>(method: 'GET' | 'POST', path: string, body?: string): Promise<T> {
+    const deadline = Date.now() + this.deadlineMs;
+    let reason = '';
+    for (let attempt = 0; ; attempt++) {
+      const server = this.pick();
+      const remaining = deadline - Date.now();
+      if (remaining <= 0) throw new TileClientError(`${method} ${path}: no answer within the ${this.deadlineMs} ms deadline${reason && ` (last: ${reason})`}`, 'DEADLINE');
+      let wait: number;
+      server.inFlight++;
+      try {
+        const res = await server.pool.request({
+          method,
+          path,
+          body,
+          headers: body ? { 'content-type': 'application/json' } : {},
+          headersTimeout: remaining,
+          bodyTimeout: remaining,
+        });
+        const text = await res.body.text();
+        if (res.statusCode < 300) return JSON.parse(text) as T;
+        if (res.statusCode === 503) {
+          // Loading or queue full: the server says when to come back; that is not a failure of
+          // the server, so it stays eligible.
+          wait = retryAfterMs(res.headers['retry-after']) ?? this.backoff(attempt);
+          reason = `503 ${text.slice(0, 80)}`;
+        } else if (res.statusCode >= 500) {
+          wait = this.backoff(attempt);
+          server.benchedUntil = Date.now() + wait;
+          reason = `${res.statusCode} from ${server.url}`;
+        } else {
+          let parsed: unknown = text;
+          try {
+            parsed = JSON.parse(text);
+          } catch {
+            // not JSON: keep the text
+          }
+          throw new TileClientError(`${method} ${server.url}${path}: ${res.statusCode} ${text.slice(0, 500)}`, 'HTTP_STATUS', res.statusCode, parsed);
+        }
+      } catch (err) {
+        if (err instanceof TileClientError) throw err;
+        // Connection refused or reset, socket closed, timeout: back off and fail over.
+        wait = this.backoff(attempt);
+        server.benchedUntil = Date.now() + wait;
+        reason = `${(err as NodeJS.ErrnoException).code ?? (err as Error).message} from ${server.url}`;
+      } finally {
+        server.inFlight--;
+      }
+      this.retry(reason);
+      // Another healthy server can take the tile at once; otherwise wait.
+      const elsewhere = this.servers.some((s) => s !== server && s.benchedUntil <= Date.now());
+      await sleep(Math.min(elsewhere ? 0 : wait, Math.max(0, deadline - Date.now())));
+    }
+  }
+
+  /** Full jitter: a uniform wait in [0, min(cap, base * 2^attempt)]. */
+  private backoff(attempt: number): number {
+    return Math.random() * Math.min(this.maxBackoffMs, this.backoffMs * 2 ** attempt);
+  }
+
+  metadata(model: string): Promise<ModelMetadataBody> {
+    return this.call('GET', `/api/metadata/${encodeURIComponent(model)}`);
+  }
+
+  /** Posts one tile to an endpoint path such as `/api/embed/tile-embed` (query included). */
+  async infer(path: string, request: TileRequest): Promise<TileResponseBody> {
+    const release = await this.slots.acquire();
+    try {
+      return await this.call<TileResponseBody>('POST', path, JSON.stringify(request));
+    } finally {
+      release();
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.servers.map((s) => s.pool.close()));
+  }
+}

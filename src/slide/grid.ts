@@ -1,0 +1,42 @@
+// The tile grid at the model's tile size and MPP, in level-0 pixels, and the tiles kept for their
+// tissue fraction. Only whole tiles inside the slide, row-major, as CLAM and TRIDENT lay them.
+import { TISSUE_MPP, type TissueMask } from './tissue.js';
+
+export interface PlannedTile {
+  /** patch_idx: the tile's index among the kept tiles. */
+  idx: number;
+  /** Level-0 pixel coordinates of the top-left corner. */
+  x: number;
+  y: number;
+  tissue: number;
+}
+
+export interface TileGrid {
+  /** Tile side in level-0 pixels. */
+  extent: number;
+  tiles: PlannedTile[];
+}
+
+/** Fraction of mask pixels (at TISSUE_MPP) whose centres fall in the level-0 square. */
+export function tissueFraction(mask: TissueMask, mpp0: number, x: number, y: number, extent: number): number {
+  const s = mpp0 / TISSUE_MPP;
+  const x0 = Math.max(0, Math.round(x * s));
+  const y0 = Math.max(0, Math.round(y * s));
+  const x1 = Math.min(mask.width, Math.max(x0 + 1, Math.round((x + extent) * s)));
+  const y1 = Math.min(mask.height, Math.max(y0 + 1, Math.round((y + extent) * s)));
+  let tissue = 0;
+  for (let my = y0; my < y1; my++) for (let mx = x0; mx < x1; mx++) tissue += mask.mask[my * mask.width + mx];
+  return x1 > x0 && y1 > y0 ? tissue / ((x1 - x0) * (y1 - y0)) : 0;
+}
+
+export function tileGrid(width: number, height: number, mpp0: number, tileSize: number, tileMpp: number, mask: TissueMask, minTissue: number): TileGrid {
+  const extent = Math.round((tileSize * tileMpp) / mpp0);
+  const tiles: PlannedTile[] = [];
+  for (let y = 0; y + extent <= height; y += extent) {
+    for (let x = 0; x + extent <= width; x += extent) {
+      const tissue = tissueFraction(mask, mpp0, x, y, extent);
+      if (tissue >= minTissue && tissue > 0) tiles.push({ idx: tiles.length, x, y, tissue });
+    }
+  }
+  return { extent, tiles };
+}

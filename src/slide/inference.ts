@@ -1,0 +1,119 @@
+// Tiles through a model: the endpoint a model's tasks call for, the tiles posted with a bounded
+// number in flight (results journalled as they arrive), and the CLAM/TRIDENT-style outputs.
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ModelMetadataBody, TileClient } from '../client/tile-client.js';
+import { Semaphore } from '../client/semaphore.js';
+import type { Journal } from './journal.js';
+import { predictionsCsv, writeFileAtomic, writeH5, type H5Attrs } from './outputs.js';
+
+export interface ModelPlan {
+  /** Endpoint path with query. */
+  path: string;
+  embedding: boolean;
+  prediction: boolean;
+}
+
+/** Embedding models go to /api/embed; prediction models to /api/predict, with the embedding of
+ *  the same forward pass when the model has one. */
+export function modelPlan(meta: ModelMetadataBody): ModelPlan {
+  const model = encodeURIComponent(meta.model);
+  const prediction = meta.tasks.includes('prediction');
+  const embedding = meta.tasks.includes('embedding');
+  if (prediction) return { path: `/api/predict/${model}${embedding ? '?mode=prediction_with_embedding' : ''}`, prediction, embedding };
+  if (embedding) return { path: `/api/embed/${model}`, prediction, embedding };
+  throw new Error(`model ${meta.model} serves ${meta.tasks.join(', ')}: neither embeddings nor predictions (a segmentation model goes in --tissue-model)`);
+}
+
+export interface InferTile {
+  idx: number;
+  x: number;
+  y: number;
+  tissue?: number;
+  /** PNG bytes of the tile at the model's size. */
+  png: () => Promise<Buffer>;
+}
+
+export interface Progress {
+  tick(): void;
+}
+
+/** Posts every tile the journal does not have yet; the first failure stops new tiles and is thrown
+ *  once those in flight have settled (their results are journalled). */
+export async function runTiles(client: TileClient, plan: ModelPlan, tiles: InferTile[], journal: Journal, request: { slideName: string; width: number; height: number; resolution: number }, concurrency: number, progress?: Progress): Promise<void> {
+  const slots = new Semaphore(concurrency);
+  const running = new Set<Promise<void>>();
+  let failure: unknown = null;
+  for (const tile of tiles) {
+    if (journal.done.has(tile.idx)) continue;
+    const release = await slots.acquire();
+    if (failure) {
+      release();
+      break;
+    }
+    const job = (async () => {
+      try {
+        const png = await tile.png();
+        const res = await client.infer(plan.path, {
+          image_data: png.toString('base64'),
+          slide_name: request.slideName,
+          x: tile.x,
+          y: tile.y,
+          width: request.width,
+          height: request.height,
+          patch_idx: tile.idx,
+          tissue_ratio: tile.tissue ?? null,
+          resolution: request.resolution,
+        });
+        journal.append({ idx: tile.idx, output: res.output, ...(plan.prediction && plan.embedding ? { embedding: res.embedding } : {}) });
+        progress?.tick();
+      } catch (err) {
+        failure ??= err;
+      } finally {
+        release();
+      }
+    })();
+    running.add(job);
+    void job.then(() => running.delete(job));
+  }
+  await Promise.all(running);
+  if (failure) throw failure;
+}
+
+/** features_<model>/<stem>.h5 (embeddings) and predictions_<model>/<stem>.h5 + .csv, rows in
+ *  patch_idx order. */
+export async function writeModelOutputs(outDir: string, stem: string, meta: ModelMetadataBody, plan: ModelPlan, tiles: InferTile[], journal: Journal, attrs: H5Attrs): Promise<string[]> {
+  const n = tiles.length;
+  const coords = new Int32Array(n * 2);
+  tiles.forEach((t, k) => coords.set([t.x, t.y], k * 2));
+  const rootAttrs: H5Attrs = { model: meta.model, model_version: meta.version, model_sha256: meta.sha256, ...attrs };
+  const coordsAttrs: H5Attrs = { name: stem, ...attrs };
+  const written: string[] = [];
+  const rows = (pick: (r: { output: number[]; embedding?: number[] | null }) => number[], dim: number) => {
+    const out = new Float32Array(n * dim);
+    tiles.forEach((t, k) => out.set(pick(journal.done.get(t.idx)!), k * dim));
+    return out;
+  };
+  if (plan.embedding) {
+    const dim = meta.embedding_dim ?? journal.done.get(tiles[0]?.idx)?.output.length ?? 0;
+    const dir = join(outDir, `features_${meta.model}`);
+    mkdirSync(dir, { recursive: true });
+    const features = rows((r) => (plan.prediction ? r.embedding! : r.output), dim);
+    const path = join(dir, `${stem}.h5`);
+    await writeH5(path, [{ name: 'features', data: features, shape: [n, dim] }, { name: 'coords', data: coords, shape: [n, 2], attrs: coordsAttrs }], rootAttrs);
+    written.push(path);
+  }
+  if (plan.prediction) {
+    const genes = meta.output_genes ?? [];
+    const dim = genes.length || (journal.done.get(tiles[0]?.idx)?.output.length ?? 0);
+    const dir = join(outDir, `predictions_${meta.model}`);
+    mkdirSync(dir, { recursive: true });
+    const predictions = rows((r) => r.output, dim);
+    const h5 = join(dir, `${stem}.h5`);
+    await writeH5(h5, [{ name: 'predictions', data: predictions, shape: [n, dim] }, { name: 'coords', data: coords, shape: [n, 2], attrs: coordsAttrs }, { name: 'genes', data: genes, shape: [genes.length] }], rootAttrs);
+    const csv = join(dir, `${stem}.csv`);
+    writeFileAtomic(csv, predictionsCsv(genes, tiles.map((t, k) => ({ idx: t.idx, x: t.x, y: t.y, values: predictions.subarray(k * dim, (k + 1) * dim) }))));
+    written.push(h5, csv);
+  }
+  return written;
+}

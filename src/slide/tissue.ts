@@ -1,0 +1,83 @@
+// Tissue detection over the whole slide: an overview at 8 MPP cut into 512x512 tiles for the
+// tissue-seg model, the masks stitched back into one slide-wide mask.
+import sharp from 'sharp';
+import type { TileClient } from '../client/tile-client.js';
+import { bestLevel, encodeTilePng } from './region.js';
+import type { Slide } from './slide.js';
+
+export const TISSUE_MPP = 8;
+export const TISSUE_TILE = 512;
+
+export interface Overview {
+  width: number;
+  height: number;
+  /** RGB at TISSUE_MPP. */
+  rgb: Buffer;
+}
+
+export interface TissueMask {
+  width: number;
+  height: number;
+  /** 1 for tissue, at TISSUE_MPP, row-major. */
+  mask: Uint8Array;
+}
+
+/** The whole slide at TISSUE_MPP, from the level nearest it. */
+export async function readOverview(slide: Slide, mpp0: number): Promise<Overview> {
+  const l0 = slide.levels[0];
+  const width = Math.max(1, Math.round((l0.width * mpp0) / TISSUE_MPP));
+  const height = Math.max(1, Math.round((l0.height * mpp0) / TISSUE_MPP));
+  const level = bestLevel(slide, TISSUE_MPP / mpp0);
+  const { width: lw, height: lh } = slide.levels[level];
+  const region = await slide.readRegion(level, 0, 0, lw, lh);
+  const rgb = lw === width && lh === height ? Buffer.from(region) : await sharp(region, { raw: { width: lw, height: lh, channels: 3 } }).resize(width, height, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
+  return { width, height, rgb };
+}
+
+/** Runs the tissue model over the overview, tile by tile (white glass past the edges). */
+export async function detectTissue(overview: Overview, mpp0: number, client: TileClient, model: string, slideName: string): Promise<TissueMask> {
+  const { width, height } = overview;
+  const mask = new Uint8Array(width * height);
+  const across = Math.ceil(width / TISSUE_TILE);
+  const down = Math.ceil(height / TISSUE_TILE);
+  const scale = TISSUE_MPP / mpp0;
+  const jobs: Promise<void>[] = [];
+  for (let ty = 0; ty < down; ty++) {
+    for (let tx = 0; tx < across; tx++) {
+      const patchIdx = ty * across + tx;
+      jobs.push(
+        (async () => {
+          const tile = Buffer.alloc(TISSUE_TILE * TISSUE_TILE * 3, 255);
+          const w = Math.min(TISSUE_TILE, width - tx * TISSUE_TILE);
+          const h = Math.min(TISSUE_TILE, height - ty * TISSUE_TILE);
+          for (let y = 0; y < h; y++) {
+            const src = ((ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE) * 3;
+            overview.rgb.copy(tile, y * TISSUE_TILE * 3, src, src + w * 3);
+          }
+          const png = await encodeTilePng(tile, TISSUE_TILE, TISSUE_TILE);
+          const res = await client.infer(`/api/predict/${encodeURIComponent(model)}`, {
+            image_data: png.toString('base64'),
+            slide_name: slideName,
+            x: Math.round(tx * TISSUE_TILE * scale),
+            y: Math.round(ty * TISSUE_TILE * scale),
+            width: TISSUE_TILE,
+            height: TISSUE_TILE,
+            patch_idx: patchIdx,
+            resolution: TISSUE_MPP,
+          });
+          for (let y = 0; y < h; y++) {
+            for (let x = 0; x < w; x++) mask[(ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE + x] = res.output[y * TISSUE_TILE + x] ? 1 : 0;
+          }
+        })(),
+      );
+    }
+  }
+  await Promise.all(jobs);
+  return { width, height, mask };
+}
+
+/** A mask written as a greyscale PNG (tissue 255) read back. */
+export async function readTissueMask(path: string): Promise<TissueMask> {
+  const { data, info } = await sharp(path).extractChannel(0).raw().toBuffer({ resolveWithObject: true });
+  return { width: info.width, height: info.height, mask: Uint8Array.from(data, (v) => (v > 127 ? 1 : 0)) };
+}

@@ -1,0 +1,89 @@
+// The slide reader on small generated slides (no service): pyramid levels, MPP from the TIFF
+// resolution tags and from the Aperio description, regions against the pixels that were encoded;
+// the tile grid, the results journal after a torn write, and tile-folder coordinates.
+import { appendFileSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { tileGrid } from '../src/slide/grid.js';
+import { Journal } from '../src/slide/journal.js';
+import { coordsFromName, readPlan } from '../src/slide/process-tiles.js';
+import { bestLevel, readTile } from '../src/slide/region.js';
+import { aperioMpp, TiffSlide } from '../src/slide/tiff-slide.js';
+import { downsample, writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'slide-reader-'));
+const spec = (format: 'tiff' | 'svs', mpp: number): SlideSpec => ({ widthUm: 640, heightUm: 400, mpp, seed: 3, format, islands: [{ cx: 300, cy: 200, rx: 200, ry: 120 }] });
+
+for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
+  t.test(`${format}: levels, MPP and regions`, async (t) => {
+    const path = join(dir, `s.${format}`);
+    const raster = await writeSlide(path, spec(format, mpp));
+    const slide = await TiffSlide.open(path);
+    t.teardown(() => slide.close());
+    t.equal(slide.mpp, mpp, 'MPP from the slide metadata');
+    t.same(slide.levels.map((l) => l.downsample), [1, 4, 16], 'the SVS thumbnail is not a level');
+    t.same([slide.levels[0].width, slide.levels[0].height], [raster.width, raster.height]);
+    // A region across TIFF tile borders, and one past the right edge (white there).
+    const [x, y, w, h] = [200, 190, 300, 130];
+    const region = await slide.readRegion(0, x, y, w, h);
+    let diff = 0;
+    for (let r = 0; r < h; r++) for (let c = 0; c < w * 3; c++) diff += Math.abs(region[r * w * 3 + c] - raster.rgb[((y + r) * raster.width + x) * 3 + c]);
+    t.ok(diff / (w * h * 3) < 3, `mean difference to the encoded pixels ${(diff / (w * h * 3)).toFixed(2)} (JPEG)`);
+    const edge = await slide.readRegion(0, raster.width - 10, 0, 20, 1);
+    t.same(Array.from(edge.subarray(30)), new Array(30).fill(255), 'white past the edge');
+    // 0.5 MPP tiles: level 0 as is on the TIFF, reduced 2x from level 0 on the SVS.
+    t.equal(bestLevel(slide, 0.5 / mpp), 0);
+    t.equal(bestLevel(slide, 8 / mpp), 2, 'the coarsest level not coarser than asked');
+    t.equal(bestLevel(slide, 3.9), 0, 'level 1 (4x) would be coarser');
+    // A 0.5 MPP tile (the SVS's level 0 reduced 2x) against the encoded pixels box-reduced 2x.
+    const extent = (0.5 * 224) / mpp;
+    const tile = await readTile(slide, extent, 0, extent, 224);
+    const expected = mpp === 0.5 ? raster : downsample(raster, 2);
+    let tileDiff = 0;
+    for (let r = 0; r < 224; r++) for (let c = 0; c < 224 * 3; c++) tileDiff += Math.abs(tile.rgb[r * 224 * 3 + c] - expected.rgb[(r * expected.width + 224) * 3 + c]);
+    t.ok(tileDiff / (224 * 224 * 3) < 4, `tile at 0.5 MPP: mean difference ${(tileDiff / (224 * 224 * 3)).toFixed(2)}`);
+  });
+}
+
+t.test('Aperio MPP from the description', async (t) => {
+  t.equal(aperioMpp('Aperio Image Library v10 |AppMag = 40|MPP = 0.2520|Left = 1'), 0.252);
+  t.equal(aperioMpp('no mpp here'), null);
+});
+
+t.test('the tile grid keeps whole tiles with enough tissue, row-major', async (t) => {
+  // A 10x10 mask at 8 MPP (16 level-0 pixels per mask pixel at 0.5 MPP); tissue in the left half.
+  const mask = { width: 10, height: 10, mask: Uint8Array.from({ length: 100 }, (_, i) => (i % 10 < 5 ? 1 : 0)) };
+  const grid = tileGrid(160, 160, 0.5, 32, 0.5, mask, 0.6);
+  t.equal(grid.extent, 32);
+  t.same(grid.tiles.slice(0, 3).map((g) => [g.idx, g.x, g.y]), [[0, 0, 0], [1, 32, 0], [2, 0, 32]]);
+  t.ok(grid.tiles.every((g) => g.x < 64 && g.tissue === 1));
+  t.equal(grid.tiles.length, 2 * 5, 'the third column has half tissue: under 0.6');
+});
+
+t.test('a torn last line of the journal is dropped; another plan starts afresh', async (t) => {
+  const path = join(dir, 'j.jsonl');
+  const plan = { model: 'm', tiles: 3 };
+  const first = Journal.open(path, plan);
+  first.append({ idx: 0, output: [1, 2] });
+  first.append({ idx: 1, output: [3, 4] });
+  first.close();
+  appendFileSync(path, '{"idx":2,"outp');
+  const again = Journal.open(path, plan);
+  t.same([...again.done.keys()], [0, 1]);
+  again.append({ idx: 2, output: [5, 6] });
+  again.close();
+  t.same(readFileSync(path, 'utf8').trim().split('\n').slice(1).map((l) => JSON.parse(l).idx), [0, 1, 2], 'the torn line is gone');
+  const other = Journal.open(path, { ...plan, tiles: 4 });
+  t.equal(other.done.size, 0);
+  other.close();
+});
+
+t.test('tile coordinates from file names or a CSV plan', async (t) => {
+  t.same(coordsFromName('slide_x1024_y2048.png'), { x: 1024, y: 2048 });
+  t.same(coordsFromName('tile_448_896.png'), { x: 448, y: 896 });
+  t.equal(coordsFromName('tile.png'), null);
+  t.same(readPlan('file,x,y\na.png,0,224\n', 'plan.csv'), [{ file: 'a.png', x: 0, y: 224 }]);
+  t.throws(() => readPlan('name,x,y\na.png,0,0\n', 'plan.csv'), /the header must name file, x and y/);
+  t.throws(() => readPlan('file,x,y\na.png,0,left\n', 'plan.csv'), /line 2: x and y must be integers/);
+});
