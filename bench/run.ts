@@ -17,6 +17,7 @@ import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { frontCount, loadConfig } from '../supervisor/config.js';
 import { measureFloor, type Floor } from './floor.js';
 import { ceilingMarkdown, measureCeiling, type CeilingRow } from './ceiling.js';
+import { benchSlide, type SlideBench } from './slide.js';
 import { drive, type LoadResult, type Span } from './load.js';
 
 const args = process.argv.slice(2);
@@ -33,7 +34,7 @@ const concurrencies = list('concurrency')?.map(Number) ?? (smoke ? [1, 8] : [1, 
 const only = list('only');
 /** --config=FILE benchmarks another service configuration (default: config/default.json). */
 const configFile = args.find((a) => a.startsWith('--config='))?.split('=')[1] ?? join(ROOT, 'config/default.json');
-const sections = list('sections') ?? ['ceiling', 'models'];
+const sections = list('sections') ?? ['ceiling', 'models', 'slide'];
 /** The soak (supervisor memory under load) runs when asked: --sections=...,soak [--soak=SECONDS]. */
 const soakSeconds = sections.includes('soak') ? option('soak', 300) : 0;
 const baselineRoot = args.find((a) => a.startsWith('--baseline='))?.split('=')[1];
@@ -97,6 +98,13 @@ async function main(): Promise<void> {
     }
   }
 
+  // A whole slide through tile-infer against the service alone on the same bodies.
+  let slide: SlideBench | null = null;
+  if (sections.includes('slide')) {
+    slide = await benchSlide(server.url, 16, span);
+    console.log(`slide c=16: ${slide.tilesPerSec.toFixed(1)} tiles/s, service alone ${slide.serviceTilesPerSec.toFixed(1)}: ratio ${slide.ratio.toFixed(2)}; client CPU ${slide.clientCpuMsPerTile.toFixed(1)} ms/tile`);
+  }
+
   let soak: { seconds: number; concurrency: number; rssMb: number[]; tilesPerSec: number; errors: number } | null = null;
   if (soakSeconds > 0) {
     const rss: number[] = [];
@@ -128,7 +136,7 @@ async function main(): Promise<void> {
 
   const date = new Date().toISOString().slice(0, 10);
   const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;
-  const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, floors: Object.fromEntries(floors), soak };
+  const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, floors: Object.fromEntries(floors), slide, soak };
   mkdirSync(outDir, { recursive: true });
   const name = smoke ? 'smoke' : date;
   writeFileSync(join(outDir, `${name}.json`), JSON.stringify(report, null, 2) + '\n');
@@ -136,7 +144,7 @@ async function main(): Promise<void> {
   console.log(markdown(report));
 }
 
-function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: { fastMs: number; jsonStringifyMs: number }; ceiling: CeilingRow[]; runs: any[]; soak: any }): string {
+function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: { fastMs: number; jsonStringifyMs: number }; ceiling: CeilingRow[]; runs: any[]; slide: SlideBench | null; soak: any }): string {
   const f = (n: number, d = 1) => n.toFixed(d);
   const stageNames = ['parse', 'base64', 'decode', 'preprocess', 'ipc', 'queue', 'inference', 'serialize'];
   const lines = [
@@ -155,6 +163,8 @@ function markdown(report: { date: string; smoke: boolean; machine: string; secon
     `512x512 mask response: ${f(report.serialization.fastMs, 2)} ms with the response writer, ${f(report.serialization.jsonStringifyMs, 2)} ms with JSON.stringify.`,
   ];
   if (report.ceiling.length) lines.unshift(ceilingMarkdown(report.ceiling), '');
+  const sl = report.slide;
+  if (sl) lines.push('', `Whole slide (tile-infer, ${sl.tiles} tiles of gene-expr at c=${sl.concurrency}): ${f(sl.tilesPerSec)} tiles/s against ${f(sl.serviceTilesPerSec)} for the service alone on the same bodies (ratio ${f(sl.ratio, 2)}); client CPU ${f(sl.clientCpuMsPerTile)} ms/tile (read ${f(sl.stagesMs.read)}, PNG ${f(sl.stagesMs.png)}, body ${f(sl.stagesMs.body)}).`);
   if (report.soak) lines.push('', `Soak: ${report.soak.seconds} s at concurrency 32 on /api/predict/gene-expr, ${f(report.soak.tilesPerSec)} tiles/s, ${report.soak.errors} errors; supervisor RSS every 10 s (MB): ${report.soak.rssMb.join(', ')}.`);
   return lines.join('\n') + '\n';
 }

@@ -3,9 +3,8 @@
 // same request bodies at the same concurrency (autocannon, run before and after the slide), in
 // one run after a warm-up slide; and the client's CPU per tile, in total and per stage.
 // Alone: `npm run bench:slide -- [--url=URL] [--concurrency=8]` (without --url it starts the
-// service from config/default.json on port 19180).
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+// service from config/default.json on a free port).
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TileClient } from '../src/client/tile-client.js';
@@ -15,7 +14,8 @@ import { encodeTilePng, readTile } from '../src/slide/region.js';
 import { TiffSlide } from '../src/slide/tiff-slide.js';
 import { readTissueMask } from '../src/slide/tissue.js';
 import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
-import { drive } from './load.js';
+import { drive, type Span } from './load.js';
+import { ROOT, spawnService, waitFor } from '../tools/service-process.js';
 
 const MODEL = 'gene-expr';
 const PATH = `/api/predict/${MODEL}?mode=prediction_with_embedding`;
@@ -56,7 +56,7 @@ const cpuMs = () => {
   return (u.user + u.system) / 1000;
 };
 
-export async function benchSlide(url: string, concurrency: number, seconds = 8): Promise<SlideBench> {
+export async function benchSlide(url: string, concurrency: number, span: Span = { seconds: 8 }): Promise<SlideBench> {
   const dir = mkdtempSync(join(tmpdir(), 'bench-slide-'));
   try {
     const slidePath = join(dir, 'bench-slide.svs');
@@ -110,9 +110,9 @@ export async function benchSlide(url: string, concurrency: number, seconds = 8):
     await slide.close();
     // Service alone, the slide, the service alone again: the host's load drifts (shared machines),
     // so the slide is compared with the mean of the runs around it.
-    const before = await drive(url, MODEL, PATH, bodies, concurrency, { seconds });
+    const before = await drive(url, MODEL, PATH, bodies, concurrency, span);
     const measured = await runSlide(join(dir, 'measured'));
-    const after = await drive(url, MODEL, PATH, bodies, concurrency, { seconds });
+    const after = await drive(url, MODEL, PATH, bodies, concurrency, span);
     await client.close();
     const serviceTilesPerSec = (before.tilesPerSec + after.tilesPerSec) / 2;
     const per = (v: number) => v / grid.tiles.length;
@@ -132,27 +132,16 @@ export async function benchSlide(url: string, concurrency: number, seconds = 8):
   }
 }
 
-/** Starts the service from config/default.json on `port` and resolves once it is ready. */
-async function startService(port: number): Promise<() => void> {
-  const root = new URL('../../', import.meta.url).pathname;
-  const proc = spawn(process.execPath, [join(root, 'dist/supervisor/main.js')], { cwd: root, env: { ...process.env, PORT: String(port) }, stdio: 'ignore' });
-  for (let i = 0; i < 600; i++) {
-    const ready = await fetch(`http://127.0.0.1:${port}/health/ready`).then((r) => r.ok, () => false);
-    if (ready) return () => proc.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  proc.kill('SIGKILL');
-  throw new Error('the service did not become ready in 120 s');
-}
-
 if (import.meta.url === `file://${process.argv[1]}`) {
   const arg = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.split('=')[1];
   const concurrency = Number(arg('concurrency') ?? 8);
-  const stop = arg('url') ? () => {} : await startService(19180);
+  const service = arg('url') ? null : await spawnService({ ...JSON.parse(readFileSync(join(ROOT, 'config/default.json'), 'utf8')), model_repository: join(ROOT, 'models') });
+  const url = arg('url') ?? service!.url;
   try {
-    const r = await benchSlide(arg('url') ?? 'http://127.0.0.1:19180', concurrency);
+    await waitFor(async () => (await fetch(`${url}/health/ready`)).ok, 120000);
+    const r = await benchSlide(url, concurrency);
     console.log(JSON.stringify(r, null, 2));
   } finally {
-    stop();
+    service?.proc.kill('SIGTERM');
   }
 }
