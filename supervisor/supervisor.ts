@@ -10,6 +10,9 @@ import type { WorkerProcess } from './worker-process.js';
 
 export class Supervisor extends EventEmitter<{ worker: [WorkerProcess] }> {
   readonly pools = new Map<string, ModelPool>();
+  /** Set on SIGTERM before the front stops accepting: readiness answers 503 so that load
+   *  balancers take this host out while it still serves. */
+  draining = false;
 
   /** `gpus`: the GPU ids found on the host, for models configured with "gpus": "auto". */
   constructor(

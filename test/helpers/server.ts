@@ -65,6 +65,8 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     data_dir: join(dir, 'data'),
     models: options.models ?? DEFAULT_MODELS,
     ...options.config,
+    // No drain delay on SIGTERM unless a test asks for one: every teardown would wait it out.
+    supervisor: { drain_delay_ms: 0, ...(options.config?.supervisor as Record<string, unknown>) },
   };
   writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
   // Through sh, so that tap's spawn hooks cannot put their loaders back into NODE_OPTIONS.
