@@ -90,7 +90,7 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
       const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(String(entry.msg ?? ''));
       if (match) resolve(match[1]);
     });
-    proc.once('exit', (code) => reject(new Error(`server exited with ${code} before listening: ${stderr}`)));
+    proc.once('exit', (code, signal) => reject(new Error(`server exited with ${code ?? signal} before listening: ${stderr}`)));
   });
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
   const server: TestServer = {

@@ -20,11 +20,16 @@ const ModelReady = Type.Object({
   }),
 });
 
+/** Readiness says whether the models can serve, not how busy the process is: exempt from the
+ *  pressure guard (whose 503 would otherwise take every busy host out of a balancer at once, and
+ *  whose body does not fit these responses' schemas). */
+const notUnderPressure = { pressureHandler: () => undefined };
+
 export default async function health(fastify: FastifyInstance, { supervisor }: { supervisor: Supervisor }): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const tags = ['Health'];
   app.get('/health/live', { schema: { tags, response: { 200: Live } } }, async () => ({ status: 'ok' as const }));
-  app.get('/health/ready', { schema: { tags, response: { 200: Ready, 503: Ready } } }, async (_request, reply) => {
+  app.get('/health/ready', { config: notUnderPressure, schema: { tags, response: { 200: Ready, 503: Ready } } }, async (_request, reply) => {
     const models = Object.fromEntries([...supervisor.pools.values()].map((p) => [p.name, p.state]));
     const notReady = Object.keys(models).filter((name) => supervisor.draining || models[name] !== 'ready');
     const status = supervisor.draining ? 'draining' : notReady.length ? 'not_ready' : 'ready';
@@ -32,7 +37,7 @@ export default async function health(fastify: FastifyInstance, { supervisor }: {
   });
   app.get(
     '/health/ready/:model',
-    { schema: { tags, params: Type.Object({ model: Type.String() }), response: { 200: ModelReady, 503: ModelReady, 404: ErrorDetail } } },
+    { config: notUnderPressure, schema: { tags, params: Type.Object({ model: Type.String() }), response: { 200: ModelReady, 503: ModelReady, 404: ErrorDetail } } },
     async (request, reply) => {
       const { model } = request.params;
       const pool = supervisor.pools.get(model);
