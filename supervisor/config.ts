@@ -69,10 +69,10 @@ export const ServiceConfig = Type.Object({
       restart_max_delay_ms: Type.Integer({ minimum: 0, default: 10000 }),
       /** A worker up this long has its backoff reset. */
       restart_reset_after_ms: Type.Integer({ minimum: 0, default: 60000 }),
+      /** On SIGTERM, readiness reports 503 for this long before the front stops accepting, so a
+       *  balancer's health checks see it first (HAProxy: inter + (fall - 1) x fastinter, with margin). */
+      drain_delay_ms: Type.Integer({ minimum: 0, default: 5000 }),
       shutdown_grace_ms: Type.Integer({ minimum: 0, default: 10000 }),
-      /** On SIGTERM, fronts report not ready for this long, still serving, before they stop
-       *  accepting: a balancer's health checks see the host go before its connections do. */
-      drain_delay_ms: Type.Integer({ minimum: 0, default: 0 }),
       probe_timeout_ms: Type.Integer({ minimum: 1, default: 2000 }),
       /** A model whose package cannot load is `failed`: tried again when its files change
        *  (checked every package_poll_ms), on SIGHUP, or after failed_retry_ms. */

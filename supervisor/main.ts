@@ -16,14 +16,19 @@ let stopping = false;
 async function shutdown(signal: string): Promise<void> {
   if (stopping) return;
   stopping = true;
-  const { shutdown_grace_ms: grace, drain_delay_ms: drain } = config.supervisor;
+  const grace = config.supervisor.shutdown_grace_ms;
+  // Ctrl-C is someone at a terminal, not a balancer: no drain delay.
+  const drain = signal === 'SIGINT' ? 0 : config.supervisor.drain_delay_ms;
   logger.info({ signal, drainMs: drain, graceMs: grace }, 'stopping: not ready first, then no new connections, finishing requests in flight');
   const timer = setTimeout(() => {
     logger.error('grace period over; exiting with requests unfinished');
     process.exit(ExitCode.UNFINISHED);
   }, drain + grace + 5000);
-  supervisor.drain();
-  await new Promise((r) => setTimeout(r, drain));
+  if (drain > 0) {
+    logger.info({ drainMs: drain }, 'stopping: readiness answers 503 first, so balancers take this host out');
+    supervisor.drain();
+    await new Promise((r) => setTimeout(r, drain));
+  }
   await supervisor.stop(grace);
   clearTimeout(timer);
   logger.info('stopped');

@@ -26,6 +26,7 @@ async function stop(): Promise<void> {
 
 process.on('message', (message: ToFront) => {
   if (message.type === 'stop') return void stop();
+  if (message.type === 'drain') logger.info('draining: readiness answers 503; requests are still served');
   client.onMessage(message);
 });
 // The supervisor is gone (killed): nobody restarts the workers we route to.

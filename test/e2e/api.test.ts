@@ -30,6 +30,12 @@ t.test('health endpoints', async (t) => {
   const ready = await server.get('/health/ready');
   t.equal(ready.status, 200);
   t.same((await json(ready)).models, { 'tissue-seg': 'ready', 'gene-expr': 'ready', 'tile-embed': 'ready' });
+  const model = await server.get('/health/ready/gene-expr');
+  t.equal(model.status, 200);
+  t.same(await json(model), { model: 'gene-expr', status: 'ready', reason: null });
+  const unknown = await server.get('/health/ready/no-such-model');
+  t.equal(unknown.status, 404);
+  t.same(await json(unknown), { detail: 'Not Found; enabled models: tissue-seg, gene-expr, tile-embed (GET /api/models)' });
 });
 
 t.test('tissue-seg returns a 0/1 mask of height x width and echoes the tile', async (t) => {
@@ -208,7 +214,7 @@ t.test('OpenAPI document and Swagger UI', async (t) => {
   const doc = await json(await server.get('/openapi.json'));
   t.match(doc.openapi, /^3\./);
   t.equal(doc.info.version, '1.0.0');
-  for (const path of ['/api/predict/tissue-seg', '/api/predict/gene-expr', '/api/embed/gene-expr', '/api/embed/tile-embed', '/api/metadata/gene-expr', '/health/ready']) {
+  for (const path of ['/api/predict/tissue-seg', '/api/predict/gene-expr', '/api/embed/gene-expr', '/api/embed/tile-embed', '/api/metadata/gene-expr', '/health/ready', '/health/ready/{model}']) {
     t.ok(doc.paths[path], `${path} documented`);
   }
   const predict = doc.paths['/api/predict/gene-expr'].post;

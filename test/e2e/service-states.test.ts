@@ -62,4 +62,7 @@ t.test('under pressure (here: a heap limit the process is always over) the front
   t.equal(res.status, 503);
   t.equal(res.headers.get('retry-after'), '7');
   t.match(await res.json(), { detail: /Service under pressure \(heapUsedBytes/ });
+  // Readiness is exempt: it reports the model, so a balancer does not take a busy host out.
+  await server.waitFor(async () => (await server.get('/health/ready/tile-embed')).status === 200, 60000);
+  t.same(await (await server.get('/health/ready')).json(), { status: 'ready', models: { 'tile-embed': 'ready' }, not_ready: [], failed: [] });
 });

@@ -40,7 +40,14 @@ export const DEFAULT_MODELS: ModelConfig[] = [{ name: 'tissue-seg' }, { name: 'g
 
 export async function startServer(options: ServerOptions = {}): Promise<TestServer> {
   // One HTTP front unless a test is about several: fewer processes, faster tests.
-  const config = { model_repository: MODELS, fronts: 1, models: options.models ?? DEFAULT_MODELS, ...options.config };
+  const config = {
+    model_repository: MODELS,
+    fronts: 1,
+    models: options.models ?? DEFAULT_MODELS,
+    ...options.config,
+    // No drain delay on SIGTERM unless a test asks for one: every teardown would wait it out.
+    supervisor: { drain_delay_ms: 0, ...(options.config?.supervisor as Record<string, unknown>) },
+  };
   const { url, proc, dir, lines, exited } = await spawnService(config, { env: options.env });
   const server: TestServer = {
     url,
