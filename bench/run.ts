@@ -5,7 +5,7 @@
 // serializer, and the supervisor's memory over a soak run.
 // `npm run bench -- --smoke` runs it for seconds (CI: no thresholds, it only has to work);
 // `--sections=ceiling,models`, `--baseline=DIR` (another built checkout, measured in the same run),
-// `--fronts=1,2`. Writes bench/results/<date>.json and .md.
+// `--fronts=1,2`, `--root=DIR` (the models section on another checkout). Writes bench/results/<date>.json and .md.
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
@@ -38,6 +38,8 @@ const sections = list('sections') ?? ['ceiling', 'models', 'slide'];
 /** The soak (supervisor memory under load) runs when asked: --sections=...,soak [--soak=SECONDS]. */
 const soakSeconds = sections.includes('soak') ? option('soak', 300) : 0;
 const baselineRoot = args.find((a) => a.startsWith('--baseline='))?.split('=')[1];
+/** --root=DIR: the models section runs another built checkout (a baseline's figures). */
+const serviceRoot = args.find((a) => a.startsWith('--root='))?.split('=')[1] ?? ROOT;
 const MODELS = join(ROOT, 'models');
 
 interface Target {
@@ -87,7 +89,7 @@ async function main(): Promise<void> {
   }
 
   // The service with its shipped configuration.
-  const server = await spawnService({ ...JSON.parse(readFileSync(configFile, 'utf8')), model_repository: MODELS });
+  const server = await spawnService({ ...JSON.parse(readFileSync(configFile, 'utf8')), model_repository: MODELS }, { root: serviceRoot });
   await waitFor(async () => (await fetch(`${server.url}/health/ready`)).status === 200, 120000);
   const runs: (LoadResult & Target)[] = [];
   for (const target of TARGETS.filter((t) => sections.includes('models') && (!only || only.some((word) => t.path.includes(word))))) {
