@@ -5,7 +5,10 @@ import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { fakeService } from './helpers/fake-backend.js';
 import { cellularPng, fixturePng, tileRequest } from './helpers/tiles.js';
-import { waitFor } from './helpers/server.js';
+import { ROOT, waitFor } from './helpers/server.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { exampleRequests } from '../tools/examples.js';
 
 type Json = Record<string, any>;
 const tile224 = cellularPng(3);
@@ -189,5 +192,15 @@ t.test('OpenAPI lists every answer a model route can give', async (t) => {
     const example = doc.paths[path].post.requestBody.content['application/json'].example;
     const res = await app.inject({ method: 'POST', url: path, payload: example });
     t.equal(res.statusCode, 200, `${path}: the documented example is served`);
+  }
+});
+
+t.test('the README examples pass every check of their model, and are what examples:build makes', async (t) => {
+  const { app } = await fakeService();
+  const paths: Record<string, string> = { 'tissue-seg': '/api/predict/tissue-seg', 'gene-expr': '/api/predict/gene-expr?mode=prediction_with_embedding', 'tile-embed': '/api/embed/tile-embed' };
+  for (const [model, rebuilt] of Object.entries(exampleRequests())) {
+    const committed = JSON.parse(readFileSync(join(ROOT, 'examples', `${model}.json`), 'utf8'));
+    t.same(committed, rebuilt, `examples/${model}.json is reproducible`);
+    t.equal((await app.inject({ method: 'POST', url: paths[model], payload: committed })).statusCode, 200, `examples/${model}.json is served`);
   }
 });

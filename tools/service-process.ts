@@ -24,12 +24,21 @@ export function cleanEnv(): NodeJS.ProcessEnv {
   return Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_OPTIONS' && !k.startsWith('TAP') && !k.startsWith('_TAPJS')));
 }
 
-export async function spawnService(config: Record<string, unknown>, options: { env?: Record<string, string>; root?: string } = {}): Promise<ServiceProcess> {
+export interface SpawnOptions {
+  env?: Record<string, string>;
+  /** Another built checkout to run. */
+  root?: string;
+  /** The open-file limit of the service's processes (ulimit -n). */
+  fdLimit?: number;
+}
+
+export async function spawnService(config: Record<string, unknown>, options: SpawnOptions = {}): Promise<ServiceProcess> {
   const root = options.root ?? ROOT;
   const dir = mkdtempSync(join(tmpdir(), 'tile-service-'));
   writeFileSync(join(dir, 'config.json'), JSON.stringify({ host: '127.0.0.1', port: 0, data_dir: join(dir, 'data'), ...config }));
   // Through sh, so that tap's spawn hooks cannot put their loaders back into NODE_OPTIONS.
-  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(root, 'dist/supervisor/main.js')], {
+  const limit = options.fdLimit ? `ulimit -n ${options.fdLimit}; ` : '';
+  const proc = spawn('/bin/sh', ['-c', `${limit}unset NODE_OPTIONS; exec "$0" "$@"`, process.execPath, join(root, 'dist/supervisor/main.js')], {
     cwd: root,
     env: { ...cleanEnv(), CONFIG: join(dir, 'config.json'), LOG_FILE: join(dir, 'service.log'), ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],

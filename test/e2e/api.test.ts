@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { PNG } from 'pngjs';
 import { request } from 'node:http';
 import { crc32 } from 'node:zlib';
-import { startServer, MODELS, type TestServer } from '../helpers/server.js';
+import { startServer, MODELS, ROOT as ROOT_DIR, type TestServer } from '../helpers/server.js';
 import { cellularPng, fixturePng, tileRequest, FIXTURES } from '../helpers/tiles.js';
 import { shellDigest } from '../helpers/packages.js';
 
@@ -228,4 +228,13 @@ t.test('OpenAPI document and Swagger UI', async (t) => {
   const asset = /src="\.?\/?(static\/[^"]+\.js)"/.exec(html);
   t.ok(asset, 'references a local script');
   t.equal((await server.get(`/docs/${asset![1]}`)).status, 200, 'served from the npm package');
+});
+
+t.test('the README quick start: each example request is served by the real models', async (t) => {
+  for (const [model, path] of [['tissue-seg', '/api/predict/tissue-seg'], ['gene-expr', '/api/predict/gene-expr?mode=prediction_with_embedding'], ['tile-embed', '/api/embed/tile-embed']]) {
+    const res = await server.post(path, readFileSync(join(ROOT_DIR, 'examples', `${model}.json`), 'utf8'));
+    t.equal(res.status, 200, `examples/${model}.json`);
+    const body = (await res.json()) as Json;
+    t.ok(body.output.length > 0);
+  }
 });

@@ -130,7 +130,7 @@ t.test('/metrics counts what was served', async (t) => {
   t.equal(value('model_batch_size_count\\{model="gene-expr"\\}'), 5);
   t.equal(value('worker_up\\{model="gene-expr",instance="0"\\}'), 1);
   t.equal(value('model_queue_depth\\{model="gene-expr"\\}'), 0);
-  t.equal(value('worker_restarts_total\\{model="gene-expr"\\}') || 0, 0);
+  t.equal(value('worker_restarts\\{model="gene-expr",instance="0"\\}'), 0);
 });
 
 t.test('an optional bearer token guards /diagnostics and /metrics', async (t) => {

@@ -19,6 +19,8 @@ export interface ServerOptions {
   env?: Record<string, string>;
   /** Wait until /health/ready answers 200 (default true). */
   waitReady?: boolean;
+  /** The service's open-file limit (ulimit -n). */
+  fdLimit?: number;
 }
 
 export interface TestServer {
@@ -48,7 +50,7 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     // No drain delay on SIGTERM unless a test asks for one: every teardown would wait it out.
     supervisor: { drain_delay_ms: 0, ...(options.config?.supervisor as Record<string, unknown>) },
   };
-  const { url, proc, dir, lines, exited } = await spawnService(config, { env: options.env });
+  const { url, proc, dir, lines, exited } = await spawnService(config, { env: options.env, fdLimit: options.fdLimit });
   const server: TestServer = {
     url,
     proc,
