@@ -59,7 +59,7 @@ async function measure(url: string, path: string, bodies: string[], c: number, s
 
 async function serviceRows(system: string, root: string, fronts: number, models: string, bodies: Record<number, string[]>, options: CeilingOptions): Promise<CeilingRow[]> {
   const service = await spawnService(
-    { fronts, model_repository: models, models: SIZES.map((size) => ({ name: `null-${size}`, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 256 })) },
+    { fronts, model_repository: models, models: SIZES.map((size) => ({ name: `null-${size}`, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 256 })), supervisor: { drain_delay_ms: 0 } },
     { root },
   );
   const pid = service.proc.pid!;

@@ -14,7 +14,7 @@ import { readPackage } from '../src/model-package/model-package.js';
 import { cellularTile, encodePng, slideTile } from '../tools/synthetic/tissue.js';
 import { maskJson } from '../src/http/response-writer.js';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
-import { frontCount, loadConfig } from '../supervisor/config.js';
+import { frontCount, loadConfig } from '../src/config/config.js';
 import { measureFloor, type Floor } from './floor.js';
 import { ceilingMarkdown, measureCeiling, type CeilingRow } from './ceiling.js';
 import { benchSlide, type SlideBench } from './slide.js';
@@ -84,12 +84,14 @@ async function main(): Promise<void> {
 
   let ceiling: CeilingRow[] = [];
   if (sections.includes('ceiling')) {
-    const fronts = list('fronts')?.map(Number) ?? [...new Set([1, frontCount(loadConfig({ CONFIG: configFile }, ROOT))])];
+    // The smoke run only has to work: one front count.
+    const fronts = list('fronts')?.map(Number) ?? (smoke ? [1] : [...new Set([1, frontCount(loadConfig({ CONFIG: configFile }, ROOT))])]);
     ceiling = await measureCeiling({ span, concurrencies: smoke ? [16] : [16, 64], fronts, baselineRoot, smoke });
   }
 
   // The service with its shipped configuration.
-  const server = await spawnService({ ...JSON.parse(readFileSync(configFile, 'utf8')), model_repository: MODELS }, { root: serviceRoot });
+  // No drain delay: nothing balances this service, and it is stopped once per run.
+  const server = await spawnService({ ...JSON.parse(readFileSync(configFile, 'utf8')), model_repository: MODELS, supervisor: { drain_delay_ms: 0 } }, { root: serviceRoot });
   await waitFor(async () => (await fetch(`${server.url}/health/ready`)).status === 200, 120000);
   const runs: (LoadResult & Target)[] = [];
   for (const target of TARGETS.filter((t) => sections.includes('models') && (!only || only.some((word) => t.path.includes(word))))) {

@@ -135,7 +135,7 @@ export async function benchSlide(url: string, concurrency: number, span: Span = 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const arg = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.split('=')[1];
   const concurrency = Number(arg('concurrency') ?? 8);
-  const service = arg('url') ? null : await spawnService({ ...JSON.parse(readFileSync(join(ROOT, 'config/default.json'), 'utf8')), model_repository: join(ROOT, 'models') });
+  const service = arg('url') ? null : await spawnService({ ...JSON.parse(readFileSync(join(ROOT, 'config/default.json'), 'utf8')), model_repository: join(ROOT, 'models'), supervisor: { drain_delay_ms: 0 } });
   const url = arg('url') ?? service!.url;
   try {
     await waitFor(async () => (await fetch(`${url}/health/ready`)).ok, 120000);

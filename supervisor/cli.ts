@@ -2,7 +2,7 @@
 // the checks a start must pass before any worker forks. Every refusal is one line on stderr and
 // exit status ExitCode.CONFIG.
 import { parseArgs } from 'node:util';
-import { ConfigError, configFile, loadConfig, type ServiceConfig } from './config.js';
+import { ConfigError, configFile, loadConfig, type ServiceConfig } from '../src/config/config.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { checkListenAddress } from './preflight.js';
 import { PackageError, readPackage } from '../src/model-package/model-package.js';

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { FromFront, ToFront } from '../src/ipc/protocol.js';
 import type { FrontConfig } from '../src/front/front-config.js';
 import { RestartPolicy } from './restart-policy.js';
-import type { ServiceConfig } from './config.js';
+import type { ServiceConfig } from '../src/config/config.js';
 
 const FRONT_ENTRY = new URL('../src/front/main.js', import.meta.url).pathname;
 

@@ -1,7 +1,7 @@
 // GPU discovery for "auto" placement, and the assignment of worker instances to GPUs.
 import type { Logger } from 'pino';
 import { queryGpus } from '../src/diagnostics/nvidia-smi.js';
-import type { ModelEntry, ServiceConfig } from './config.js';
+import type { ModelEntry, ServiceConfig } from '../src/config/config.js';
 
 /** GPU ids for "auto" placement; none (CPU) when nvidia-smi is missing or fails. */
 export async function discoverGpus(config: ServiceConfig, logger: Logger): Promise<string[]> {

@@ -2,7 +2,7 @@
 // fronts and handles signals: SIGTERM/SIGINT drain and stop gracefully, SIGHUP reloads the model
 // packages one worker at a time.
 import { prepareStart } from './cli.js';
-import { createLogger } from './logger.js';
+import { createLogger } from '../src/lib/logger.js';
 import { discoverGpus } from './gpus.js';
 import { Supervisor } from './supervisor.js';
 import { ExitCode } from '../src/lib/exit-codes.js';

@@ -3,7 +3,7 @@
 import { availableParallelism } from 'node:os';
 import type { Logger } from 'pino';
 import type { ModelState, ModelView, WorkerInfo } from '../src/ipc/protocol.js';
-import type { ModelEntry, ServiceConfig } from './config.js';
+import type { ModelEntry, ServiceConfig } from '../src/config/config.js';
 import { WorkerLifeCycle, type WorkerExit } from './worker-life-cycle.js';
 
 export interface PoolOptions {

@@ -3,7 +3,7 @@
 // stack trace after the workers have started.
 import { lookup } from 'node:dns/promises';
 import { createServer } from 'node:net';
-import { ConfigError, settingSource, type ServiceConfig } from './config.js';
+import { ConfigError, settingSource, type ServiceConfig } from '../src/config/config.js';
 
 const REASONS: Record<string, string> = {
   EADDRINUSE: 'is already in use by another process, expected a free port (or PORT=0 for any)',

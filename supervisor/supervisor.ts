@@ -11,7 +11,7 @@ import { AggregatorRegistry } from 'prom-client';
 import type { FromFront, ModelView, ToFront, UsageReport } from '../src/ipc/protocol.js';
 import { diagnostics, type DiagnosticsSource } from '../src/diagnostics/payload.js';
 import { UsageLog } from '../src/usage/usage-log.js';
-import { defaultIntraOpThreads, frontCount, type ServiceConfig } from './config.js';
+import { defaultIntraOpThreads, frontCount, type ServiceConfig } from '../src/config/config.js';
 import { Fronts } from './fronts.js';
 import { assignGpus } from './gpus.js';
 import { ModelPool } from './model-pool.js';

@@ -10,7 +10,7 @@ import { createInterface } from 'node:readline';
 import type { Logger } from 'pino';
 import type { InstanceState, InstanceView, WorkerConfig, WorkerControl, WorkerInfo, WorkerReport } from '../src/ipc/protocol.js';
 import { RequestReply } from '../src/ipc/request-reply.js';
-import type { ServiceConfig } from './config.js';
+import type { ServiceConfig } from '../src/config/config.js';
 import { RestartPolicy } from './restart-policy.js';
 
 const WORKER_ENTRY = new URL('../src/worker/main.js', import.meta.url);

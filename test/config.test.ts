@@ -6,7 +6,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, loadConfig } from '../supervisor/config.js';
+import { ConfigError, loadConfig } from '../src/config/config.js';
 import { checkListenAddress } from '../supervisor/preflight.js';
 import { describeService } from '../supervisor/cli.js';
 import { MODELS } from './helpers/server.js';

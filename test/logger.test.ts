@@ -5,7 +5,7 @@ import { existsSync, mkdtempSync, readFileSync, renameSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
-import { createLogger } from '../supervisor/logger.js';
+import { createLogger } from '../src/lib/logger.js';
 import { waitFor } from './helpers/server.js';
 
 function capture(isTTY: boolean): { out: PassThrough & { isTTY?: boolean }; text: () => string } {

@@ -1,5 +1,5 @@
 // What the supervisor tells an HTTP front at fork time, through the TILE_FRONT environment variable.
-import type { ServiceConfig } from '../../supervisor/config.js';
+import type { ServiceConfig } from '../config/config.js';
 
 export interface FrontConfig {
   service: ServiceConfig;

@@ -2,7 +2,7 @@
 // It reads, checks and answers requests and sends tiles to model workers over their sockets; it
 // never runs a model and owns no process. Told by the supervisor (TILE_FRONT, then messages).
 import process from 'node:process';
-import { createLogger } from '../../supervisor/logger.js';
+import { createLogger } from '../lib/logger.js';
 import type { ToFront } from '../ipc/protocol.js';
 import { buildApp } from '../http/app.js';
 import { ExitCode } from '../lib/exit-codes.js';

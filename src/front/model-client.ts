@@ -3,7 +3,7 @@
 // bound on the request bytes it holds, deadlines, and the one retry on another instance.
 import { connect } from 'node:net';
 import type { Registry } from 'prom-client';
-import type { ServiceConfig } from '../../supervisor/config.js';
+import type { ServiceConfig } from '../config/config.js';
 import { Channel } from '../ipc/channel.js';
 import type { ChannelReply, ChannelRequest, FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';

@@ -3,7 +3,7 @@
 import { createServer } from 'node:http';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import type { ServiceConfig } from '../../supervisor/config.js';
+import type { ServiceConfig } from '../config/config.js';
 import type { ModelBackend } from './backend.js';
 import errors from './plugins/errors.js';
 import connections from './plugins/connections.js';

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import pino from 'pino';
 import type { Registry } from 'prom-client';
 import type { FastifyInstance } from 'fastify';
-import { loadConfig, type ServiceConfig } from '../../supervisor/config.js';
+import { loadConfig, type ServiceConfig } from '../../src/config/config.js';
 import { buildApp } from '../../src/http/app.js';
 import type { ModelBackend } from '../../src/http/backend.js';
 import type { InferResult, ModelState, ModelView, TileJob, UsageReport } from '../../src/ipc/protocol.js';

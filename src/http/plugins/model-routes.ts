@@ -4,7 +4,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { ServiceConfig } from '../../../supervisor/config.js';
+import type { ServiceConfig } from '../../config/config.js';
 import type { Manifest, Task } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
 import type { WorkerInfo } from '../../ipc/protocol.js';

@@ -5,7 +5,7 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import underPressure from '@fastify/under-pressure';
-import type { ServiceConfig } from '../../../supervisor/config.js';
+import type { ServiceConfig } from '../../config/config.js';
 import { errors } from '../../lib/errors.js';
 
 declare module 'fastify' {

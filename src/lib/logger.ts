@@ -6,7 +6,7 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import pino, { type Logger } from 'pino';
 import type pinoPretty from 'pino-pretty';
-import type { ServiceConfig } from './config.js';
+import type { ServiceConfig } from '../config/config.js';
 
 const require = createRequire(import.meta.url);
 
