@@ -8,10 +8,8 @@ import { join } from 'node:path';
 import ort from 'onnxruntime-node';
 import { checkSignature, readPackage, PackageError } from '../src/model-package/model-package.js';
 import { shippedPackages, writePackage } from '../tools/model-build/build.js';
-import { writeForeignPackage } from './helpers/foreign-model.js';
-import { copyPackage, shellDigest } from './helpers/packages.js';
-import { startServer, MODELS } from './helpers/server.js';
-import { cellularPng, tileRequest } from './helpers/tiles.js';
+import { copyPackage } from './helpers/packages.js';
+import { MODELS } from './helpers/server.js';
 
 const sha = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
 const temp = () => mkdtempSync(join(tmpdir(), 'pkg-'));
@@ -49,23 +47,6 @@ t.test('manifest errors name the file, the field and the mismatch', async (t) =>
   }
   const missing = temp();
   t.throws(() => readPackage(missing), /manifest\.json: cannot read manifest/);
-});
-
-t.test('a foreign export (other names and size, dynamic batch, external data) serves from a folder', async (t) => {
-  const dir = join(temp(), 'foreign-vit');
-  writeForeignPackage(dir);
-  await check(dir);
-  const server = await startServer({ models: [{ name: 'foreign-vit', path: dir, max_queue_delay_ms: 5 }] });
-  t.teardown(() => server.stop());
-  const png = cellularPng(5, 256);
-  const responses = await Promise.all([1, 2, 3].map(() => server.post('/api/embed/foreign-vit', tileRequest(png, { resolution: 1.0 }))));
-  const bodies = await Promise.all(responses.map((r) => r.json() as Promise<Record<string, any>>));
-  t.same(responses.map((r) => r.status), [200, 200, 200]);
-  t.equal(bodies[0].output.length, 48);
-  t.same(bodies[1].output, bodies[0].output, 'batched requests agree');
-  const meta = (await (await server.get('/api/metadata/foreign-vit')).json()) as Record<string, any>;
-  t.match(meta, { model: 'foreign-vit', tile: { width: 256, height: 256, mpp: 1 }, embedding_dim: 48, trained: false, sha256: shellDigest(dir) });
-  t.equal((await server.post('/api/embed/foreign-vit', tileRequest(cellularPng(5, 224)))).status, 422, 'its own tile size applies');
 });
 
 t.test('npm run models:build is reproducible', async (t) => {

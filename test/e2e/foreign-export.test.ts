@@ -1,0 +1,25 @@
+// A model that is only a folder: a foreign export (other tensor names and tile size, a dynamic
+// batch axis, external data) served by the real service, batched, with its own metadata.
+import t from 'tap';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { writeForeignPackage } from '../helpers/foreign-model.js';
+import { shellDigest } from '../helpers/packages.js';
+import { startServer } from '../helpers/server.js';
+import { cellularPng, tileRequest } from '../helpers/tiles.js';
+t.test('a foreign export (other names and size, dynamic batch, external data) serves from a folder', async (t) => {
+  const dir = join(mkdtempSync(join(tmpdir(), 'pkg-')), 'foreign-vit');
+  writeForeignPackage(dir);
+  const server = await startServer({ models: [{ name: 'foreign-vit', path: dir, max_queue_delay_ms: 5 }] });
+  t.teardown(() => server.stop());
+  const png = cellularPng(5, 256);
+  const responses = await Promise.all([1, 2, 3].map(() => server.post('/api/embed/foreign-vit', tileRequest(png, { resolution: 1.0 }))));
+  const bodies = await Promise.all(responses.map((r) => r.json() as Promise<Record<string, any>>));
+  t.same(responses.map((r) => r.status), [200, 200, 200]);
+  t.equal(bodies[0].output.length, 48);
+  t.same(bodies[1].output, bodies[0].output, 'batched requests agree');
+  const meta = (await (await server.get('/api/metadata/foreign-vit')).json()) as Record<string, any>;
+  t.match(meta, { model: 'foreign-vit', tile: { width: 256, height: 256, mpp: 1 }, embedding_dim: 48, trained: false, sha256: shellDigest(dir) });
+  t.equal((await server.post('/api/embed/foreign-vit', tileRequest(cellularPng(5, 224)))).status, 422, 'its own tile size applies');
+});
