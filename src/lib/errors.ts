@@ -94,9 +94,6 @@ export class ServiceError extends Error {
 /** One constructor per error, so call sites read as what happened. */
 export const errors = {
   tileInvalid: (detail: FieldError[]) => new ServiceError('TILE_INVALID', detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; '), detail),
-  /** A single field error at body.<field> (or a deeper loc). */
-  field: (loc: (string | number)[], msg: string, type = 'value_error', ctx?: Record<string, unknown>) =>
-    errors.tileInvalid([{ loc, msg, type, ...(ctx && { ctx }) }]),
   modelLoading: (model: string) => new ServiceError('MODEL_LOADING', `model ${model} is loading`),
   modelFailed: (model: string, reason: string) => new ServiceError('MODEL_FAILED', `model ${model} failed to load: ${reason}`),
   queueFull: (model: string, limit: number) => new ServiceError('QUEUE_FULL', `model ${model} has ${limit} requests outstanding on this front, its share of max_queue; retry later`),
@@ -109,5 +106,4 @@ export const errors = {
    *  a model's name. */
   notFound: (url: string, models: string[]) =>
     new ServiceError('NOT_FOUND', /^\/(api|health\/ready)\//.test(url) ? `Not Found; enabled models: ${models.join(', ') || 'none'} (GET /api/models)` : 'Not Found'),
-  internal: (reason: string) => new ServiceError('INTERNAL', reason),
 };
