@@ -6,7 +6,7 @@ import { ConfigError, configFile, loadConfig, type ServiceConfig } from '../src/
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { checkListenAddress } from './preflight.js';
 import { PackageError, readPackage } from '../src/model-package/model-package.js';
-import type { Task } from '../src/model-package/manifest.js';
+import { endpointsFor } from '../src/http/model-route-config.js';
 
 const USAGE = `Usage: node dist/supervisor/main.js [--check-config | --help]   (npm start [-- --check-config])
 
@@ -31,8 +31,6 @@ Signals: SIGTERM/SIGINT stop after requests in flight; SIGHUP reloads model pack
 at a time; SIGUSR2 reopens LOG_FILE.
 Exit status: 0 stopped cleanly; 2 configuration or environment refused before start.`;
 
-const ENDPOINT: Record<Task, string> = { segmentation: 'predict', prediction: 'predict', embedding: 'embed' };
-
 function refuse(message: string): never {
   process.stderr.write(`configuration error: ${message}\n`);
   process.exit(ExitCode.CONFIG);
@@ -45,7 +43,7 @@ export function describeService(config: ServiceConfig): { lines: string[]; probl
   for (const model of config.models) {
     try {
       const { manifest, sha256 } = readPackage(model.path!);
-      const endpoints = [...new Set(manifest.tasks.map((task) => `POST /api/${ENDPOINT[task]}/${model.name}`))];
+      const endpoints = endpointsFor(model.name, manifest.tasks).filter((e) => e.startsWith('POST'));
       const { width, height, mpp } = manifest.tile;
       lines.push(`  ${model.name} ${manifest.version}: ${manifest.tasks.join(', ')}; ${width}x${height} at ${mpp} MPP; ${model.instances} instance(s), gpus ${JSON.stringify(model.gpus)}; sha256 ${sha256.slice(0, 12)}; ${endpoints.join(', ')}`);
     } catch (err) {

@@ -18,7 +18,7 @@ let stopping = false;
 async function stop(): Promise<void> {
   if (stopping) return;
   stopping = true;
-  // Stops accepting; requests in flight finish (graceful-close asks keep-alive clients to go).
+  // Stops accepting; requests in flight finish (plugins/connections.ts asks keep-alive clients to go).
   await app.close();
   logger.flush();
   process.exit(ExitCode.OK);

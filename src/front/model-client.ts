@@ -8,7 +8,7 @@ import { Channel } from '../ipc/channel.js';
 import type { ChannelReply, ChannelRequest, FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { errors, ServiceError } from '../lib/errors.js';
-import type { ModelBackend } from '../http/backend.js';
+import { unavailable, type ModelBackend } from '../http/backend.js';
 
 /** How long requests of a closed channel wait for the supervisor to say why their worker died. */
 const EXIT_NEWS_MS = 1000;
@@ -162,9 +162,8 @@ export class ModelClient implements ModelBackend {
 
   /** Throws what to answer when no instance of the model can take a request. */
   private available(model: string): void {
-    const view = this.views.get(model);
-    if (view?.state === 'failed') throw errors.modelFailed(model, view.reason ?? 'unknown');
-    if (view?.state !== 'ready') throw errors.modelLoading(model);
+    const error = unavailable(model, this.views.get(model));
+    if (error) throw error;
   }
 
   /** The ready instance with the fewest requests from this front. */

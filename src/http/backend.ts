@@ -4,6 +4,7 @@
 // the in-process tests implement it over a fake model.
 import type { Registry } from 'prom-client';
 import type { InferResult, ModelView, TileJob, UsageReport } from '../ipc/protocol.js';
+import { errors, type ServiceError } from '../lib/errors.js';
 
 export interface ModelBackend {
   /** Every enabled model, as last reported by the supervisor. */
@@ -23,4 +24,10 @@ export interface ModelBackend {
   /** Prometheus text for the whole service; `local` holds this front's own metrics. */
   metrics(local: Registry): Promise<string>;
   recordUsage(entry: UsageReport): void;
+}
+
+/** Why a model cannot take a request now (failed to load, or still loading), or null when ready. */
+export function unavailable(name: string, view: ModelView | undefined): ServiceError | null {
+  if (view?.state === 'failed') return errors.modelFailed(name, view.reason ?? 'unknown');
+  return view?.state === 'ready' ? null : errors.modelLoading(name);
 }

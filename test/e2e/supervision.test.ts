@@ -135,13 +135,17 @@ t.test('a worker hung by a request is killed and replaced; the request gets 503 
   const server = await startServer({ models: [{ name: 'gene-expr', instances: 2 }], config: { fronts: 1, supervisor: fast } });
   t.teardown(() => server.stop());
   await server.allWorkersReady();
-  // Instance #1 hangs (as on a poison tile). Of two requests sent together, least-outstanding
-  // routing gives one to each instance.
+  // Instance #1 hangs (as on a poison tile). Both instances are paused while two requests go
+  // out, so least-outstanding routing gives one to each whatever the timing; then #0 resumes.
   const pid = await pidOf(server, 'gene-expr#1');
   const other = await pidOf(server, 'gene-expr#0');
+  process.kill(other, 'SIGSTOP');
   process.kill(pid, 'SIGSTOP');
   const started = Date.now();
-  const [a, b] = await Promise.all([0, 1].map(() => server.post('/api/predict/gene-expr', tileRequest(tile))));
+  const both = Promise.all([0, 1].map(() => server.post('/api/predict/gene-expr', tileRequest(tile))));
+  await server.waitFor(async () => /model_queue_depth\{model="gene-expr"\} 2/.test(await (await server.get('/metrics')).text()));
+  process.kill(other, 'SIGCONT');
+  const [a, b] = await both;
   t.same([a.status, b.status].sort(), [200, 503], 'the request on the hung worker gets 503, the other 200');
   t.same(await (a.status === 503 ? a : b).json(), { status: 'loading' });
   t.ok(Date.now() - started < 5000, 'answered once the worker was declared hung');

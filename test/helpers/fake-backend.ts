@@ -9,7 +9,7 @@ import type { Registry } from 'prom-client';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig, type ServiceConfig } from '../../src/config/config.js';
 import { buildApp } from '../../src/http/app.js';
-import type { ModelBackend } from '../../src/http/backend.js';
+import { unavailable, type ModelBackend } from '../../src/http/backend.js';
 import type { InferResult, ModelState, ModelView, TileJob, UsageReport } from '../../src/ipc/protocol.js';
 import { errors } from '../../src/lib/errors.js';
 import { readManifest } from '../../src/model-package/model-package.js';
@@ -55,9 +55,8 @@ export class FakeBackend implements ModelBackend {
   }
 
   admit(model: string, _bytes: number): () => void {
-    const view = this.views.get(model)!;
-    if (view.state === 'failed') throw errors.modelFailed(model, view.reason ?? 'unknown');
-    if (view.state !== 'ready') throw errors.modelLoading(model);
+    const error = unavailable(model, this.views.get(model));
+    if (error) throw error;
     const limit = this.config.models.find((m) => m.name === model)!.max_queue;
     if (this.queued(model) >= limit) throw errors.queueFull(model, limit);
     this.held.set(model, this.queued(model) + 1);

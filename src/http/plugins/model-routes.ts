@@ -9,13 +9,13 @@ import type { Manifest, Task } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
 import type { WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
-import type { ModelBackend } from '../backend.js';
+import { unavailable, type ModelBackend } from '../backend.js';
 import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../schemas/tile.js';
 import { checkTile } from '../tile-checks.js';
 import { tileResponseJson } from '../response-writer.js';
 import { describeRoute, exampleRequest } from '../route-docs.js';
 import { Type } from 'typebox';
-import '../model-route-config.js';
+import { endpointsFor } from '../model-route-config.js';
 
 export interface ModelRoutesOptions {
   backend: ModelBackend;
@@ -49,10 +49,13 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   fastify.decorate('modelEndpoints', new Map<string, string[]>());
 
+  /** The loaded package of a ready model; otherwise throws why it is not (failed, loading). */
   const ready = (name: string): WorkerInfo => {
-    const info = backend.model(name)?.info;
-    if (!info) throw errors.modelLoading(name);
-    return info;
+    const view = backend.model(name);
+    const error = unavailable(name, view);
+    if (error) throw error;
+    if (!view?.info) throw errors.modelLoading(name);
+    return view.info;
   };
 
   for (const entry of config.models) {
@@ -61,7 +64,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
     const tasks: Task[] = planned?.tasks ?? ['segmentation', 'prediction', 'embedding'];
     const body = bodyFor(planned);
     const tags = ['Models'];
-    const endpoints: string[] = [];
+    const endpoints = endpointsFor(name, tasks);
     fastify.modelEndpoints.set(name, endpoints);
 
     /** Decided before the body is read: a request that cannot be served costs no memory. */
@@ -97,8 +100,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       return sendJson(reply, json);
     };
 
-    if (tasks.includes('prediction') || tasks.includes('segmentation')) {
-      endpoints.push(`POST /api/predict/${name}`);
+    if (endpoints.includes(`POST /api/predict/${name}`)) {
       app.post(
         `/api/predict/${name}`,
         {
@@ -125,8 +127,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       );
     }
 
-    if (tasks.includes('embedding')) {
-      endpoints.push(`POST /api/embed/${name}`);
+    if (endpoints.includes(`POST /api/embed/${name}`)) {
       app.post(
         `/api/embed/${name}`,
         {
@@ -138,10 +139,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       );
     }
 
-    endpoints.push(`GET /api/metadata/${name}`);
     app.get(`/api/metadata/${name}`, { schema: { summary: `${name} metadata`, tags, response: { 200: ModelMetadata, 503: Unavailable } } }, async () => {
-      const view = backend.model(name);
-      if (view?.state === 'failed') throw errors.modelFailed(name, view.reason ?? 'unknown');
       const { manifest, sha256 } = ready(name);
       return {
         model: manifest.name,
