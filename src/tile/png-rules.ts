@@ -47,9 +47,12 @@ export interface PngHeader {
 const BIT_DEPTHS: Record<number, number[]> = { 0: [1, 2, 4, 8, 16], 2: [8, 16], 3: [1, 2, 4, 8], 4: [8, 16], 6: [8, 16] };
 const SAMPLES: Record<number, number> = { 0: 1, 2: 3, 3: 1, 4: 2, 6: 4 };
 const MAX_DIMENSION = 2 ** 31 - 1;
-/** Chunks a decoder needs for the pixels; every other (ancillary) chunk is left out of what the
- *  decoder sees, so a compressed iCCP or zTXt cannot be inflated behind our back. */
-const PIXEL_CHUNKS = new Set(['IHDR', 'PLTE', 'tRNS', 'IDAT', 'IEND']);
+/** The critical chunks the format defines; any other critical chunk is refused. */
+const CRITICAL_CHUNKS = new Set(['IHDR', 'PLTE', 'IDAT', 'IEND']);
+/** Chunks before the image data that a decoder needs for the pixels; every other (ancillary)
+ *  chunk is left out of what the decoder sees, so a compressed iCCP or zTXt cannot be inflated
+ *  behind our back. */
+const HEAD_CHUNKS = new Set(['IHDR', 'PLTE', 'tRNS']);
 
 const fail = (rule: PngRule, message: string): never => {
   throw new PngError(rule, message);
@@ -87,16 +90,16 @@ export interface PngLayout {
   header: PngHeader;
   /** The zlib stream: every IDAT's data, in order. */
   imageData: Buffer;
-  /** The PNG with only the chunks a decoder needs for pixels (the input itself when it has no others). */
-  pixelChunks: Buffer;
+  /** The chunks before the image data that a decoder needs for pixels (IHDR, PLTE, tRNS), whole;
+   *  every other (ancillary) chunk is left out. */
+  headChunks: Buffer[];
 }
 
 /** Walks every chunk and applies the structural rules. */
 export function readPngLayout(bytes: Buffer): PngLayout {
   const header = readPngHeader(bytes);
   const idat: Buffer[] = [];
-  const kept: Buffer[] = [PNG_SIGNATURE];
-  let dropped = false;
+  const headChunks: Buffer[] = [];
   let idatEnded = false;
   let plte = false;
   let pos = 8;
@@ -125,19 +128,14 @@ export function readPngLayout(bytes: Buffer): PngLayout {
       if (pos + 12 !== bytes.length) fail('after_iend', `${bytes.length - pos - 12} bytes after the IEND chunk`);
     }
     const critical = type.charCodeAt(0) < 0x61;
-    if (critical && !PIXEL_CHUNKS.has(type)) fail('unknown_critical_chunk', `unknown critical chunk ${type} at byte ${pos} (known: IHDR, PLTE, IDAT, IEND)`);
-    if (PIXEL_CHUNKS.has(type)) kept.push(bytes.subarray(pos, pos + 12 + length));
-    else dropped = true;
+    if (critical && !CRITICAL_CHUNKS.has(type)) fail('unknown_critical_chunk', `unknown critical chunk ${type} at byte ${pos} (known: IHDR, PLTE, IDAT, IEND)`);
+    if (HEAD_CHUNKS.has(type) && idat.length === 0) headChunks.push(bytes.subarray(pos, pos + 12 + length));
     if (type === 'IEND') break;
     pos += 12 + length;
   }
   if (idat.length === 0) fail('no_idat', 'no image data (IDAT) chunk');
   if (header.colorType === 3 && !plte) fail('plte', 'colour type 3 (palette) without a PLTE chunk');
-  return {
-    header,
-    imageData: idat.length === 1 ? idat[0] : Buffer.concat(idat),
-    pixelChunks: dropped ? Buffer.concat(kept) : bytes,
-  };
+  return { header, imageData: idat.length === 1 ? idat[0] : Buffer.concat(idat), headChunks };
 }
 
 function checkPalette(header: PngHeader, length: number, pos: number, seen: boolean, afterIdat: boolean): void {
@@ -175,9 +173,10 @@ type InflateInfo = { buffer: Buffer; engine: { bytesWritten: number } };
 const inflateWithInfo = (data: Buffer, options: ZlibOptions & { info: true }) =>
   new Promise<InflateInfo>((resolve, reject) => inflate(data, options, (err, result) => (err ? reject(err) : resolve(result as unknown as InflateInfo))));
 
-/** Inflates the image data on the libuv pool, stopping past the bytes the header declares, and
- *  checks that the zlib stream holds exactly those bytes and ends where the IDAT data ends. */
-export async function checkImageData(layout: PngLayout): Promise<void> {
+/** Inflates the image data on the libuv pool, stopping past the bytes the header declares, checks
+ *  that the zlib stream holds exactly those bytes and ends where the IDAT data ends (zlib checks
+ *  its Adler-32), and returns them: the filtered scanlines. */
+export async function inflateImageData(layout: PngLayout): Promise<Buffer> {
   const { header, imageData } = layout;
   const expected = imageDataBytes(header);
   const size = `${header.width}x${header.height}${header.interlace ? ' interlaced' : ''}`;
@@ -196,4 +195,5 @@ export async function checkImageData(layout: PngLayout): Promise<void> {
   if (inflated < expected) fail('short_image_data', `image data inflates to ${inflated} bytes, a ${size} PNG needs ${expected}`);
   const trailing = imageData.length - result!.engine.bytesWritten;
   if (trailing > 0) fail('trailing_image_data', `${trailing} bytes of trailing data after the zlib stream in IDAT`);
+  return result!.buffer;
 }
