@@ -5,7 +5,7 @@
 // over IPC than the base64 text.
 import type { FieldError } from '../ipc/protocol.js';
 import type { Manifest } from '../model-package/manifest.js';
-import { decodeBase64Strict } from '../tile/base64.js';
+import { imageBytes } from './image-data.js';
 import { PngError, readPngHeader, type PngHeader } from '../tile/png-rules.js';
 import type { TileRequest } from './schemas/tile.js';
 
@@ -42,7 +42,7 @@ export function checkTile(body: TileRequest, manifest: Manifest, usesBulk: boole
     }
   }
 
-  const decoded = decodeBase64Strict(body.image_data);
+  const decoded = imageBytes(body);
   if ('reason' in decoded) {
     errors.push({ loc: ['body', 'image_data'], msg: `Base64 decoding error: ${decoded.reason}`, type: 'base64_decode' });
     return { errors, png: null };
