@@ -41,6 +41,20 @@ t.test('channel: framed messages with typed arrays survive any split of the stre
   });
   t.same(received.map((m: any) => m.n), [0, 1, 2]);
   t.same((received[2] as any).data, data);
+  // Every kind of typed array, at sizes that leave the next one unaligned, empty, nested, twice.
+  const png = Buffer.from('an odd number of bytes');
+  const mixed = { png, again: png, u8: new Uint8Array([1, 2, 3]), f64: Float64Array.of(Math.PI, -0), nested: [{ i64: BigInt64Array.of(-5n) }], empty: new Float32Array(0), view: new Int16Array(new ArrayBuffer(12), 2, 3).fill(-7) };
+  channel.send({ n: 3, data: mixed as unknown as Float32Array });
+  await new Promise<void>((r) => {
+    const check = () => (received.length === 4 ? r() : setTimeout(check, 5));
+    check();
+  });
+  const got = (received[3] as any).data;
+  t.ok(Buffer.isBuffer(got.png) && got.png.equals(png), 'a Buffer comes back a Buffer');
+  t.same(got.again, png);
+  t.same([got.u8, got.f64, got.nested[0].i64, got.empty, got.view], [mixed.u8, mixed.f64, mixed.nested[0].i64, mixed.empty, mixed.view]);
+  t.equal(got.f64.constructor, Float64Array);
+  t.equal(got.view.constructor, Int16Array);
   channel.close();
   await new Promise<void>((r) => channel.once('close', () => r()));
   t.notOk(channel.isOpen);
