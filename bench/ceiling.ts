@@ -41,6 +41,13 @@ function bodiesFor(size: 224 | 512, count: number): string[] {
   });
 }
 
+/** A fresh process compiles for seconds (V8 optimizes what gets hot): each server is first
+ *  driven for a while at every size, so its runs measure a server that has settled. */
+async function settle(url: string, path: (size: 224 | 512) => string, bodies: Record<number, string[]>, span: Span): Promise<void> {
+  if (!('seconds' in span)) return;
+  for (const size of SIZES) await fire(url, path(size), bodies[size], 16, { seconds: Math.min(5, span.seconds) });
+}
+
 /** Drives `path` and measures tiles/s and CPU per tile, `cpu()` read around the run. */
 async function measure(url: string, path: string, bodies: string[], c: number, span: Span, cpu: () => Record<string, number>) {
   await fire(url, path, bodies, c, warmUp(span));
@@ -66,6 +73,7 @@ async function serviceRows(system: string, root: string, fronts: number, models:
   await waitFor(async () => (await fetch(`${service.url}/health/ready`)).status === 200, 120000);
   const rows: CeilingRow[] = [];
   try {
+    await settle(service.url, (size) => `/api/predict/null-${size}`, bodies, options.span);
     for (const size of SIZES) {
       for (const c of options.concurrencies) {
         const r = await measure(service.url, `/api/predict/null-${size}`, bodies[size], c, options.span, () => cpuByRole(pid));
@@ -87,6 +95,7 @@ async function irreducibleRows(bodies: Record<number, string[]>, options: Ceilin
   await waitFor(async () => (await fetch(url, { method: 'POST', body: bodiesFor(224, 1)[0] })).status === 200, 30000);
   const rows: CeilingRow[] = [];
   try {
+    await settle(url, () => '/', bodies, options.span);
     for (const size of SIZES) {
       for (const c of options.concurrencies) {
         const r = await measure(url, '/', bodies[size], c, options.span, () => ({ server: cpuOfTree(server.pid!) }));
