@@ -7,6 +7,7 @@ import type { FromFront, ToFront } from '../src/ipc/protocol.js';
 import type { FrontConfig } from '../src/front/front-config.js';
 import { RestartPolicy } from './restart-policy.js';
 import type { ServiceConfig } from '../src/config/config.js';
+import { TILE_PROCESS_EXEC_ARGV } from './v8-flags.js';
 
 const FRONT_ENTRY = new URL('../src/front/main.js', import.meta.url).pathname;
 
@@ -27,7 +28,7 @@ export class Fronts {
     this.log = options.logger.child({ role: 'fronts' });
     const s = options.config.supervisor;
     this.policy = new RestartPolicy({ initialDelayMs: s.restart_initial_delay_ms, maxDelayMs: s.restart_max_delay_ms, resetAfterMs: s.restart_reset_after_ms });
-    cluster.setupPrimary({ exec: FRONT_ENTRY, args: [], execArgv: [], serialization: 'advanced' });
+    cluster.setupPrimary({ exec: FRONT_ENTRY, args: [], execArgv: TILE_PROCESS_EXEC_ARGV, serialization: 'advanced' });
   }
 
   get count(): number {

@@ -12,6 +12,7 @@ import type { InstanceState, InstanceView, WorkerConfig, WorkerControl, WorkerIn
 import { RequestReply } from '../src/ipc/request-reply.js';
 import type { ServiceConfig } from '../src/config/config.js';
 import { RestartPolicy } from './restart-policy.js';
+import { TILE_PROCESS_EXEC_ARGV } from './v8-flags.js';
 
 const WORKER_ENTRY = new URL('../src/worker/main.js', import.meta.url);
 const TAIL_LINES = 100;
@@ -111,7 +112,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     const child = fork(WORKER_ENTRY, [], {
       serialization: 'advanced',
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-      execArgv: [],
+      execArgv: TILE_PROCESS_EXEC_ARGV,
       // CUDA_VISIBLE_DEVICES pins the worker to its GPU; empty hides every GPU from a CPU worker.
       env: { ...process.env, CUDA_VISIBLE_DEVICES: this.options.gpu ?? '', TILE_WORKER: JSON.stringify(config), UV_THREADPOOL_SIZE: String(config.decodeThreads) },
     });
