@@ -6,14 +6,14 @@
 // `npm run bench -- --smoke` runs it for seconds (CI: no thresholds, it only has to work);
 // `--sections=ceiling,models`, `--baseline=DIR` (another built checkout, measured in the same run),
 // `--fronts=1,2`, `--root=DIR` (the models section on another checkout). Writes bench/results/<date>.json and .md.
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import pidusage from 'pidusage';
 import { readPackage } from '../src/model-package/model-package.js';
 import { cellularTile, encodePng, slideTile } from '../tools/synthetic/tissue.js';
 import { maskJson } from '../src/http/response-writer.js';
-import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
+import { shippedConfig, spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { frontCount, loadConfig } from '../src/config/config.js';
 import { measureFloor, type Floor } from './floor.js';
 import { ceilingMarkdown, measureCeiling, type CeilingRow } from './ceiling.js';
@@ -90,8 +90,7 @@ async function main(): Promise<void> {
   }
 
   // The service with its shipped configuration.
-  // No drain delay: nothing balances this service, and it is stopped once per run.
-  const server = await spawnService({ ...JSON.parse(readFileSync(configFile, 'utf8')), model_repository: MODELS, supervisor: { drain_delay_ms: 0 } }, { root: serviceRoot });
+  const server = await spawnService(shippedConfig(configFile), { root: serviceRoot });
   await waitFor(async () => (await fetch(`${server.url}/health/ready`)).status === 200, 120000);
   const runs: (LoadResult & Target)[] = [];
   for (const target of TARGETS.filter((t) => sections.includes('models') && (!only || only.some((word) => t.path.includes(word))))) {

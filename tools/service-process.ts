@@ -2,12 +2,19 @@
 // with its own config and data folder, and waits until it listens. Used by the tests and the
 // benchmark alike; `root` lets the benchmark run an older checkout beside this one.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
+
+/** A configuration file (config/default.json unless named) as a service to measure: the
+ *  repository's models, any free port on loopback whatever the file says (another service may
+ *  hold its port), no drain delay (nothing balances it, and it is stopped once per run). */
+export function shippedConfig(file = join(ROOT, 'config/default.json')): Record<string, unknown> {
+  return { ...JSON.parse(readFileSync(file, 'utf8')), host: '127.0.0.1', port: 0, model_repository: join(ROOT, 'models'), supervisor: { drain_delay_ms: 0 } };
+}
 
 export interface ServiceProcess {
   url: string;
