@@ -4,6 +4,7 @@
 import { appendFileSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import sharp from 'sharp';
 import t from 'tap';
 import { tileGrid } from '../src/slide/grid.js';
 import { Journal } from '../src/slide/journal.js';
@@ -45,6 +46,28 @@ for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
     t.ok(tileDiff / (224 * 224 * 3) < 4, `tile at 0.5 MPP: mean difference ${(tileDiff / (224 * 224 * 3)).toFixed(2)}`);
   });
 }
+
+t.test('lossless tiled TIFFs (deflate, LZW with a predictor): regions are the pixels, exactly', async (t) => {
+  const [width, height] = [600, 420];
+  const rgb = Buffer.from(Array.from({ length: width * height * 3 }, (_, i) => (i * 7919 + (i >> 9)) % 251));
+  for (const compression of ['deflate', 'lzw'] as const) {
+    const path = join(dir, `lossless-${compression}.tif`);
+    await sharp(rgb, { raw: { width, height, channels: 3 } }).tiff({ tile: true, tileWidth: 128, tileHeight: 128, compression, predictor: 'horizontal', pyramid: true }).toFile(path);
+    const slide = await TiffSlide.open(path);
+    t.teardown(() => slide.close());
+    t.ok(slide.levels.length >= 2, `${compression}: a pyramid`);
+    const [x, y, w, h] = [100, 250, 520, 200]; // across tile borders and past both far edges
+    const region = await slide.readRegion(0, x, y, w, h);
+    let same = true;
+    for (let r = 0; r < h; r++) {
+      for (let c = 0; c < w; c++) {
+        const inside = x + c < width && y + r < height;
+        for (let k = 0; k < 3; k++) same &&= region[(r * w + c) * 3 + k] === (inside ? rgb[((y + r) * width + x + c) * 3 + k] : 255);
+      }
+    }
+    t.ok(same, `${compression}: the encoded pixels, white past the edges`);
+  }
+});
 
 t.test('Aperio MPP from the description', async (t) => {
   t.equal(aperioMpp('Aperio Image Library v10 |AppMag = 40|MPP = 0.2520|Left = 1'), 0.252);

@@ -1,17 +1,17 @@
-// Pyramidal TIFF and Aperio SVS with no system library: geotiff.js parses the IFDs and tags and
-// decodes LZW, deflate and raw tiles; JPEG tiles (most slides) are read as bytes and decoded by
-// libjpeg-turbo inside sharp's bundled libvips, ~10x faster than a JavaScript JPEG decoder and off
-// the main thread. Decoded tiles are kept in a small LRU so that neighbouring output tiles, which
-// share TIFF tiles, decode each one once.
-import { open, type FileHandle } from 'node:fs/promises';
+// Pyramidal TIFF and Aperio SVS with no system library: geotiff.js parses the IFDs and tags (the
+// pyramid, MPP, compression); the pixels come from libvips' own TIFF reader in sharp (libtiff and
+// libjpeg-turbo), a band of several TIFF tiles of one tile row per call. A sharp call has a fixed
+// cost of about 1 CPU-ms whatever its size, more than decoding a 256x256 JPEG tile, so a call per
+// TIFF tile spent most of a slide's read time on it. Decoded bands are kept in a small LRU so that
+// neighbouring output tiles, which share TIFF tiles, decode each one once.
 import { fromFile, type GeoTIFF, type GeoTIFFImage } from 'geotiff';
-import sharp from 'sharp';
+import sharp, { type OutputInfo } from 'sharp';
 import { SlideError, type Slide, type SlideLevel } from './slide.js';
 
 const RGB = 2;
 const YCBCR = 6;
 const JPEG = 7;
-/** Compressions decoded here: none, LZW, JPEG, deflate (two codes), PackBits. */
+/** Compressions read here (by libtiff): none, LZW, JPEG, deflate (two codes), PackBits. */
 const DECODED = new Set([1, 5, JPEG, 8, 32946, 32773]);
 
 /** Aperio writes `|MPP = 0.2520|` into level 0's ImageDescription. */
@@ -39,33 +39,40 @@ async function resolutionMpp(image: GeoTIFFImage): Promise<number | null> {
 }
 
 interface Level extends SlideLevel {
-  image: GeoTIFFImage;
+  /** The level's directory in the file (libvips' `page`). */
+  page: number;
   tileWidth: number;
   tileHeight: number;
-  samples: number;
-  /** Shared JPEG tables (Aperio) to put before each abbreviated tile stream; null when not JPEG. */
-  jpegTables: Buffer | null;
-  jpeg: boolean;
+  /** Width of a decoded band: a whole number of TIFF tiles, about BAND_PIXELS wide. */
+  bandWidth: number;
 }
 
-/** A complete JPEG from shared tables (SOI, DQT, DHT, EOI) and an abbreviated stream (SOI ...). */
-const joinJpeg = (tables: Buffer | null, stream: Buffer) => (tables ? Buffer.concat([tables.subarray(0, tables.length - 2), stream.subarray(2)]) : stream);
+/** Band width to aim at: 8 tiles of 256 (measured per 256x256 tile of a 0.25 MPP SVS: 3.3 CPU-ms
+ *  as one JPEG per call, 1.3 as bands of 4 tiles, 1.0-1.2 as 8, 0.8-1.0 as 16 or whole rows);
+ *  wider bands decode more glass beside the tissue. */
+const BAND_PIXELS = 2048;
+
+interface Band {
+  data: Buffer;
+  width: number;
+}
 
 export class TiffSlide implements Slide {
   readonly reader = 'tiff' as const;
-  private readonly cache = new Map<string, Promise<Uint8Array>>();
-  private readonly cacheTiles: number;
+  private readonly cache = new Map<string, Promise<Band>>();
+  private readonly cacheBands: number;
 
   private constructor(
     readonly path: string,
     private readonly tiff: GeoTIFF,
-    private readonly file: FileHandle,
     private readonly pyramid: Level[],
     readonly mpp: number | null,
   ) {
-    const across = Math.ceil(pyramid[0].width / pyramid[0].tileWidth);
-    // Two rows of level-0 tiles: output tiles are read row by row and share TIFF tiles.
-    this.cacheTiles = Math.max(64, 2 * across + 16);
+    const l = pyramid[0];
+    // Output tiles are read row by row, and a row of them spans up to three tile rows (448-pixel
+    // regions over 256-pixel tiles), the last of which the next row starts in: keep three.
+    const across = Math.ceil(l.width / l.bandWidth);
+    this.cacheBands = Math.max(16, 3 * across + 4);
   }
 
   get levels(): SlideLevel[] {
@@ -92,92 +99,75 @@ export class TiffSlide implements Slide {
         throw new SlideError(`${path}: photometric interpretation ${photometric} is not RGB; install libopenslide0 to read it through OpenSlide`);
       }
       if (image.getBitsPerSample() !== 8) throw new SlideError(`${path}: ${image.getBitsPerSample()} bits per sample, expected 8`);
+      const tileWidth = image.getTileWidth();
       pyramid.push({
-        image,
+        page: images.indexOf(image),
         width: image.getWidth(),
         height: image.getHeight(),
         downsample: (base.getWidth() / image.getWidth() + base.getHeight() / image.getHeight()) / 2,
-        tileWidth: image.getTileWidth(),
+        tileWidth,
         tileHeight: image.getTileHeight(),
-        samples: image.getSamplesPerPixel(),
-        jpeg: compression === JPEG,
-        jpegTables: compression === JPEG && image.fileDirectory.hasTag('JPEGTables') ? Buffer.from((await image.fileDirectory.loadValue('JPEGTables')) as Uint8Array) : null,
+        bandWidth: tileWidth * Math.max(1, Math.round(BAND_PIXELS / tileWidth)),
       });
     }
     pyramid.sort((a, b) => a.downsample - b.downsample);
     const description = base.fileDirectory.hasTag('ImageDescription') ? String(await base.fileDirectory.loadValue('ImageDescription')) : undefined;
     const mpp = aperioMpp(description) ?? (await resolutionMpp(base));
-    return new TiffSlide(path, tiff, await open(path), pyramid, mpp);
+    return new TiffSlide(path, tiff, pyramid, mpp);
   }
 
-  /** The decoded RGB tile (tx, ty) of a level, full tile size (edge tiles padded white). */
-  private tile(level: number, tx: number, ty: number): Promise<Uint8Array> {
-    const key = `${level}:${tx}:${ty}`;
+  /** The decoded RGB of band `bx` of tile row `ty` of a level, clipped to the level's extent. */
+  private band(level: number, bx: number, ty: number): Promise<Band> {
+    const key = `${level}:${bx}:${ty}`;
     const hit = this.cache.get(key);
     if (hit) {
       this.cache.delete(key);
       this.cache.set(key, hit);
       return hit;
     }
-    const l = this.pyramid[level];
-    const x0 = tx * l.tileWidth;
-    const y0 = ty * l.tileHeight;
-    const x1 = Math.min(l.width, x0 + l.tileWidth);
-    const y1 = Math.min(l.height, y0 + l.tileHeight);
-    const decoded = l.jpeg ? this.decodeJpeg(l, tx, ty) : this.decodeOther(l, x0, y0, x1, y1);
+    const decoded = this.decodeBand(this.pyramid[level], bx, ty);
     decoded.catch(() => this.cache.delete(key));
     this.cache.set(key, decoded);
-    if (this.cache.size > this.cacheTiles) this.cache.delete(this.cache.keys().next().value!);
+    if (this.cache.size > this.cacheBands) this.cache.delete(this.cache.keys().next().value!);
     return decoded;
   }
 
-  private async decodeJpeg(l: Level, tx: number, ty: number): Promise<Uint8Array> {
-    const index = ty * Math.ceil(l.width / l.tileWidth) + tx;
-    const offset = Number(await l.image.fileDirectory.loadValueIndexed('TileOffsets', index));
-    const length = Number(await l.image.fileDirectory.loadValueIndexed('TileByteCounts', index));
-    const bytes = Buffer.alloc(length);
-    await this.file.read(bytes, 0, length, offset);
-    const { data, info } = await sharp(joinJpeg(l.jpegTables, bytes)).removeAlpha().toColourspace('srgb').raw().toBuffer({ resolveWithObject: true });
-    if (info.width !== l.tileWidth || info.height !== l.tileHeight) throw new SlideError(`${this.path}: tile ${tx},${ty} decodes to ${info.width}x${info.height}, expected ${l.tileWidth}x${l.tileHeight}`);
-    return data;
-  }
-
-  private async decodeOther(l: Level, x0: number, y0: number, x1: number, y1: number): Promise<Uint8Array> {
-    const data = (await l.image.readRasters({ window: [x0, y0, x1, y1], interleave: true })) as unknown as Uint8Array;
-    const w = x1 - x0;
-    const out = new Uint8Array(l.tileWidth * l.tileHeight * 3).fill(255);
-    for (let y = 0; y < y1 - y0; y++) {
-      for (let x = 0; x < w; x++) {
-        const s = (y * w + x) * l.samples;
-        const d = (y * l.tileWidth + x) * 3;
-        out[d] = data[s];
-        out[d + 1] = data[s + 1];
-        out[d + 2] = data[s + 2];
-      }
+  private async decodeBand(l: Level, bx: number, ty: number): Promise<Band> {
+    const left = bx * l.bandWidth;
+    const top = ty * l.tileHeight;
+    const width = Math.min(l.bandWidth, l.width - left);
+    const height = Math.min(l.tileHeight, l.height - top);
+    let result: { data: Buffer; info: OutputInfo };
+    try {
+      result = await sharp(this.path, { page: l.page, limitInputPixels: false, sequentialRead: false }).extract({ left, top, width, height }).removeAlpha().raw().toBuffer({ resolveWithObject: true });
+    } catch (err) {
+      throw new SlideError(`${this.path}: directory ${l.page}, ${width}x${height} at ${left},${top}: ${(err as Error).message}`);
     }
-    return out;
+    const { data, info } = result;
+    if (info.width !== width || info.height !== height || info.channels !== 3) throw new SlideError(`${this.path}: directory ${l.page} decodes to ${info.width}x${info.height}x${info.channels} at ${left},${top}, expected ${width}x${height}x3`);
+    return { data, width };
   }
 
   async readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
     const l = this.pyramid[level];
     const out = new Uint8Array(w * h * 3).fill(255);
-    const tx0 = Math.max(0, Math.floor(x / l.tileWidth));
+    const bx0 = Math.max(0, Math.floor(x / l.bandWidth));
     const ty0 = Math.max(0, Math.floor(y / l.tileHeight));
-    const tx1 = Math.min(Math.ceil(l.width / l.tileWidth), Math.ceil((x + w) / l.tileWidth));
+    const bx1 = Math.min(Math.ceil(l.width / l.bandWidth), Math.ceil((x + w) / l.bandWidth));
     const ty1 = Math.min(Math.ceil(l.height / l.tileHeight), Math.ceil((y + h) / l.tileHeight));
     const jobs: Promise<void>[] = [];
     for (let ty = ty0; ty < ty1; ty++) {
-      for (let tx = tx0; tx < tx1; tx++) {
+      for (let bx = bx0; bx < bx1; bx++) {
         jobs.push(
-          this.tile(level, tx, ty).then((tile) => {
-            // The overlap of this tile with the region, clipped to the level's own extent.
-            const left = Math.max(x, tx * l.tileWidth);
-            const right = Math.min(x + w, (tx + 1) * l.tileWidth, l.width);
+          this.band(level, bx, ty).then((band) => {
+            // The overlap of this band with the region (the band is already clipped to the level).
+            const left = Math.max(x, bx * l.bandWidth);
+            const right = Math.min(x + w, bx * l.bandWidth + band.width);
             const top = Math.max(y, ty * l.tileHeight);
-            const bottom = Math.min(y + h, (ty + 1) * l.tileHeight, l.height);
+            const bottom = Math.min(y + h, ty * l.tileHeight + band.data.length / (band.width * 3));
             for (let row = top; row < bottom; row++) {
-              const src = ((row - ty * l.tileHeight) * l.tileWidth + (left - tx * l.tileWidth)) * 3;
-              out.set(tile.subarray(src, src + (right - left) * 3), ((row - y) * w + (left - x)) * 3);
+              const src = ((row - ty * l.tileHeight) * band.width + (left - bx * l.bandWidth)) * 3;
+              band.data.copy(out, ((row - y) * w + (left - x)) * 3, src, src + (right - left) * 3);
             }
           }),
         );
@@ -190,6 +180,5 @@ export class TiffSlide implements Slide {
   async close(): Promise<void> {
     this.cache.clear();
     this.tiff.close();
-    await this.file.close();
   }
 }
