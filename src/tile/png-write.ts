@@ -22,8 +22,11 @@ const IEND = pngChunk('IEND');
 /** PNG of interleaved 8-bit RGB pixels; `level` is zlib's (0 stored, 1 fastest ... 9). */
 export function encodeRgbPng(rgb: Uint8Array, width: number, height: number, level = 0): Buffer {
   const stride = width * 3;
-  const scanlines = Buffer.alloc((stride + 1) * height); // each line's filter byte stays 0 (none)
-  for (let y = 0; y < height; y++) scanlines.set(rgb.subarray(y * stride, (y + 1) * stride), y * (stride + 1) + 1);
+  const scanlines = Buffer.allocUnsafe((stride + 1) * height);
+  for (let y = 0; y < height; y++) {
+    scanlines[y * (stride + 1)] = 0; // filter type none
+    scanlines.set(rgb.subarray(y * stride, (y + 1) * stride), y * (stride + 1) + 1);
+  }
   const ihdr = Buffer.alloc(13);
   ihdr.writeUInt32BE(width, 0);
   ihdr.writeUInt32BE(height, 4);
