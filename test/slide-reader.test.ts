@@ -9,7 +9,7 @@ import t from 'tap';
 import { tileGrid } from '../src/slide/grid.js';
 import { Journal } from '../src/slide/journal.js';
 import { coordsFromName, readPlan } from '../src/slide/process-tiles.js';
-import { bestLevel, readTile } from '../src/slide/region.js';
+import { bestLevel, expectTiles, readTile } from '../src/slide/region.js';
 import { aperioMpp, TiffSlide } from '../src/slide/tiff-slide.js';
 import { downsample, writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 
@@ -46,6 +46,34 @@ for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
     t.ok(tileDiff / (224 * 224 * 3) < 4, `tile at 0.5 MPP: mean difference ${(tileDiff / (224 * 224 * 3)).toFixed(2)}`);
   });
 }
+
+t.test('told the tiles to come, the reader decodes just their TIFF tiles, to the same pixels', async (t) => {
+  const path = join(dir, 'expect.svs');
+  await writeSlide(path, { ...spec('svs', 0.25), tileSize: 64 });
+  const plain = await TiffSlide.open(path);
+  const told = await TiffSlide.open(path);
+  t.teardown(() => Promise.all([plain.close(), told.close()]));
+  const decoded = { pixels: 0 };
+  const decode = (told as unknown as { decodeBandNow: (...a: unknown[]) => Promise<{ data: Buffer }> }).decodeBandNow.bind(told);
+  (told as unknown as { decodeBandNow: unknown }).decodeBandNow = async (...a: unknown[]) => {
+    const band = await decode(...a);
+    decoded.pixels += band.data.length / 3;
+    return band;
+  };
+  // Two runs of tiles with a gap, the second ending past the slide's right edge.
+  const extent = (0.5 * 224) / 0.25;
+  const tiles = [0, 1, 4, 5].map((k) => ({ x: k * extent, y: extent / 2 })).filter((c) => c.x < plain.levels[0].width);
+  expectTiles(told, tiles, extent, 224);
+  for (const c of tiles) t.ok((await readTile(told, c.x, c.y, extent, 224)).rgb.equals((await readTile(plain, c.x, c.y, extent, 224)).rgb), `tile at ${c.x},${c.y}`);
+  const tilesNeeded = new Set(tiles.flatMap((c) => {
+    const keys: string[] = [];
+    for (let ty = Math.floor(c.y / 64); ty < Math.ceil((c.y + extent) / 64); ty++) for (let tx = Math.floor(c.x / 64); tx < Math.min(Math.ceil((c.x + extent) / 64), Math.ceil(plain.levels[0].width / 64)); tx++) keys.push(`${tx},${ty}`);
+    return keys;
+  }));
+  t.ok(decoded.pixels <= tilesNeeded.size * 64 * 64, `${decoded.pixels} pixels decoded for ${tilesNeeded.size} TIFF tiles of 64x64`);
+  // A region no tile asked for is still read, from the fixed bands.
+  t.ok(Buffer.from(await told.readRegion(0, 10, 500, 300, 40)).equals(Buffer.from(await plain.readRegion(0, 10, 500, 300, 40))), 'an unexpected region');
+});
 
 t.test('lossless tiled TIFFs (deflate, LZW with a predictor): regions are the pixels, exactly', async (t) => {
   const [width, height] = [600, 420];

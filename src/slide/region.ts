@@ -2,7 +2,7 @@
 // tile is only ever reduced, as OpenSlide's best-level-for-downsample does) and resample.
 import sharp from 'sharp';
 import { encodeRgbPng } from '../tile/png-write.js';
-import type { Slide } from './slide.js';
+import type { Region, Slide } from './slide.js';
 
 /** The coarsest level whose downsample does not exceed the wanted one (with a 1% slack for
  *  levels whose size was rounded). */
@@ -20,15 +20,26 @@ export interface TileRead {
   size: number;
 }
 
-/** The square of `extent` level-0 pixels at (x, y) as a `size` x `size` RGB tile. */
-export async function readTile(slide: Slide, x: number, y: number, extent: number, size: number): Promise<TileRead> {
+/** The level a tile of `extent` level-0 pixels at (x, y) is read from, and the square there. */
+function tileRegion(slide: Slide, x: number, y: number, extent: number, size: number): { level: number; region: Region } {
   const level = bestLevel(slide, extent / size);
   const d = slide.levels[level].downsample;
-  const lx = Math.floor(x / d);
-  const ly = Math.floor(y / d);
   const side = Math.max(1, Math.round(extent / d));
-  const region = await slide.readRegion(level, lx, ly, side, side);
-  return { rgb: await resample(region, side, size), size };
+  return { level, region: { x: Math.floor(x / d), y: Math.floor(y / d), w: side, h: side } };
+}
+
+/** The square of `extent` level-0 pixels at (x, y) as a `size` x `size` RGB tile. */
+export async function readTile(slide: Slide, x: number, y: number, extent: number, size: number): Promise<TileRead> {
+  const { level, region: r } = tileRegion(slide, x, y, extent, size);
+  const region = await slide.readRegion(level, r.x, r.y, r.w, r.h);
+  return { rgb: await resample(region, r.w, size), size };
+}
+
+/** Tells the slide which tiles (level-0 corners) will be read with readTile, in that order. */
+export function expectTiles(slide: Slide, tiles: readonly { x: number; y: number }[], extent: number, size: number): void {
+  if (!slide.expect || !tiles.length) return;
+  const regions = tiles.map((t) => tileRegion(slide, t.x, t.y, extent, size));
+  slide.expect(regions[0].level, regions.map((r) => r.region));
 }
 
 /** A side x side RGB square as size x size (a copy-free view when the sizes agree). */

@@ -8,7 +8,7 @@ import { availableParallelism } from 'node:os';
 import { fromFile, type GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp, { type OutputInfo } from 'sharp';
 import { Semaphore } from '../client/semaphore.js';
-import { SlideError, type Slide, type SlideLevel } from './slide.js';
+import { SlideError, type Region, type Slide, type SlideLevel } from './slide.js';
 
 const RGB = 2;
 const YCBCR = 6;
@@ -61,13 +61,19 @@ const DECODERS = Math.max(1, Math.min(4, Math.floor(availableParallelism() / 2))
 
 interface Band {
   data: Buffer;
+  /** Where it lies in the level, and its size. */
+  left: number;
+  top: number;
   width: number;
+  height: number;
 }
 
 export class TiffSlide implements Slide {
   readonly reader = 'tiff' as const;
   private readonly cache = new Map<string, Promise<Band>>();
-  private readonly cacheBands: number;
+  private cacheBands: number;
+  /** Bands cut to the regions expected, per level and tile row (see expect). */
+  private readonly plans = new Map<number, Map<number, Int32Array>>();
   private readonly decoding = new Semaphore(DECODERS);
 
   private constructor(
@@ -124,35 +130,94 @@ export class TiffSlide implements Slide {
     return new TiffSlide(path, tiff, pyramid, mpp);
   }
 
-  /** The decoded RGB of band `bx` of tile row `ty` of a level, clipped to the level's extent. */
-  private band(level: number, bx: number, ty: number): Promise<Band> {
-    const key = `${level}:${bx}:${ty}`;
+  /** Bands cut to the regions that will be read: per level and tile row, for each tile column the
+   *  first and last+1 tile of its band (runs of needed tiles, at most a band's width each), or -1
+   *  for a tile no expected region needs. */
+  expect(level: number, regions: readonly Region[]): void {
+    const l = this.pyramid[level];
+    const across = Math.ceil(l.width / l.tileWidth);
+    const perBand = l.bandWidth / l.tileWidth;
+    const needed = new Map<number, Uint8Array>();
+    for (const r of regions) {
+      const [tx0, tx1, ty0, ty1] = this.tileSpan(l, r.x, r.y, r.w, r.h);
+      for (let ty = ty0; ty < ty1; ty++) {
+        let row = needed.get(ty);
+        if (!row) needed.set(ty, (row = new Uint8Array(across)));
+        row.fill(1, tx0, tx1);
+      }
+    }
+    const rows = new Map<number, Int32Array>();
+    let most = 0;
+    for (const [ty, row] of needed) {
+      const bands = new Int32Array(across * 2).fill(-1);
+      let count = 0;
+      for (let tx = 0; tx < across; ) {
+        if (!row[tx]) {
+          tx++;
+          continue;
+        }
+        let end = tx;
+        while (end < across && row[end] && end - tx < perBand) end++;
+        for (let k = tx; k < end; k++) bands.set([tx, end], k * 2);
+        count++;
+        tx = end;
+      }
+      rows.set(ty, bands);
+      most = Math.max(most, count);
+    }
+    this.plans.set(level, rows);
+    this.cacheBands = Math.max(this.cacheBands, 3 * most + 4);
+  }
+
+  /** Tile columns [tx0, tx1) and rows [ty0, ty1) of a level that a region overlaps. */
+  private tileSpan(l: Level, x: number, y: number, w: number, h: number): [number, number, number, number] {
+    return [
+      Math.max(0, Math.floor(x / l.tileWidth)),
+      Math.min(Math.ceil(l.width / l.tileWidth), Math.ceil((x + w) / l.tileWidth)),
+      Math.max(0, Math.floor(y / l.tileHeight)),
+      Math.min(Math.ceil(l.height / l.tileHeight), Math.ceil((y + h) / l.tileHeight)),
+    ];
+  }
+
+  /** The band holding tile (tx, ty), as its first and last+1 tile: the expected one, else the
+   *  fixed group of a band's width it falls in. */
+  private bandOf(level: number, l: Level, tx: number, ty: number): [number, number] {
+    const planned = this.plans.get(level)?.get(ty);
+    if (planned && planned[tx * 2] >= 0) return [planned[tx * 2], planned[tx * 2 + 1]];
+    const perBand = l.bandWidth / l.tileWidth;
+    const first = tx - (tx % perBand);
+    return [first, Math.min(first + perBand, Math.ceil(l.width / l.tileWidth))];
+  }
+
+  /** The decoded RGB of tiles [tx0, tx1) of tile row `ty` of a level, clipped to its extent. */
+  private band(level: number, ty: number, tx0: number, tx1: number): Promise<Band> {
+    const key = `${level}:${ty}:${tx0}:${tx1}`;
     const hit = this.cache.get(key);
     if (hit) {
       this.cache.delete(key);
       this.cache.set(key, hit);
       return hit;
     }
-    const decoded = this.decodeBand(this.pyramid[level], bx, ty);
+    const decoded = this.decodeBand(this.pyramid[level], ty, tx0, tx1);
     decoded.catch(() => this.cache.delete(key));
     this.cache.set(key, decoded);
     if (this.cache.size > this.cacheBands) this.cache.delete(this.cache.keys().next().value!);
     return decoded;
   }
 
-  private async decodeBand(l: Level, bx: number, ty: number): Promise<Band> {
+  private async decodeBand(l: Level, ty: number, tx0: number, tx1: number): Promise<Band> {
     const release = await this.decoding.acquire();
     try {
-      return await this.decodeBandNow(l, bx, ty);
+      return await this.decodeBandNow(l, ty, tx0, tx1);
     } finally {
       release();
     }
   }
 
-  private async decodeBandNow(l: Level, bx: number, ty: number): Promise<Band> {
-    const left = bx * l.bandWidth;
+  private async decodeBandNow(l: Level, ty: number, tx0: number, tx1: number): Promise<Band> {
+    const left = tx0 * l.tileWidth;
     const top = ty * l.tileHeight;
-    const width = Math.min(l.bandWidth, l.width - left);
+    const width = Math.min(tx1 * l.tileWidth, l.width) - left;
     const height = Math.min(l.tileHeight, l.height - top);
     let result: { data: Buffer; info: OutputInfo };
     try {
@@ -162,29 +227,26 @@ export class TiffSlide implements Slide {
     }
     const { data, info } = result;
     if (info.width !== width || info.height !== height || info.channels !== 3) throw new SlideError(`${this.path}: directory ${l.page} decodes to ${info.width}x${info.height}x${info.channels} at ${left},${top}, expected ${width}x${height}x3`);
-    return { data, width };
+    return { data, left, top, width, height };
   }
 
   async readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
     const l = this.pyramid[level];
     const inside = x >= 0 && y >= 0 && x + w <= l.width && y + h <= l.height;
     const out = inside ? Buffer.allocUnsafe(w * h * 3) : Buffer.alloc(w * h * 3, 255);
-    const bx0 = Math.max(0, Math.floor(x / l.bandWidth));
-    const ty0 = Math.max(0, Math.floor(y / l.tileHeight));
-    const bx1 = Math.min(Math.ceil(l.width / l.bandWidth), Math.ceil((x + w) / l.bandWidth));
-    const ty1 = Math.min(Math.ceil(l.height / l.tileHeight), Math.ceil((y + h) / l.tileHeight));
+    const [tx0, tx1, ty0, ty1] = this.tileSpan(l, x, y, w, h);
     const jobs: Promise<void>[] = [];
     for (let ty = ty0; ty < ty1; ty++) {
-      for (let bx = bx0; bx < bx1; bx++) {
+      for (let tx = tx0; tx < tx1; ) {
+        const [first, end] = this.bandOf(level, l, tx, ty);
+        tx = end;
         jobs.push(
-          this.band(level, bx, ty).then((band) => {
+          this.band(level, ty, first, end).then((band) => {
             // The overlap of this band with the region (the band is already clipped to the level).
-            const left = Math.max(x, bx * l.bandWidth);
-            const right = Math.min(x + w, bx * l.bandWidth + band.width);
-            const top = Math.max(y, ty * l.tileHeight);
-            const bottom = Math.min(y + h, ty * l.tileHeight + band.data.length / (band.width * 3));
-            for (let row = top; row < bottom; row++) {
-              const src = ((row - ty * l.tileHeight) * band.width + (left - bx * l.bandWidth)) * 3;
+            const left = Math.max(x, band.left);
+            const right = Math.min(x + w, band.left + band.width);
+            for (let row = Math.max(y, band.top); row < Math.min(y + h, band.top + band.height); row++) {
+              const src = ((row - band.top) * band.width + (left - band.left)) * 3;
               band.data.copy(out, ((row - y) * w + (left - x)) * 3, src, src + (right - left) * 3);
             }
           }),
