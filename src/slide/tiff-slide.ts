@@ -230,10 +230,11 @@ export class TiffSlide implements Slide {
     return { data, left, top, width, height };
   }
 
-  async readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
+  async readRegion(level: number, x: number, y: number, w: number, h: number, into?: Uint8Array): Promise<Uint8Array> {
     const l = this.pyramid[level];
     const inside = x >= 0 && y >= 0 && x + w <= l.width && y + h <= l.height;
-    const out = inside ? Buffer.allocUnsafe(w * h * 3) : Buffer.alloc(w * h * 3, 255);
+    const out = into?.length === w * h * 3 ? into : Buffer.allocUnsafe(w * h * 3);
+    if (!inside) out.fill(255);
     const [tx0, tx1, ty0, ty1] = this.tileSpan(l, x, y, w, h);
     const jobs: Promise<void>[] = [];
     for (let ty = ty0; ty < ty1; ty++) {

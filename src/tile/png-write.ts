@@ -18,11 +18,14 @@ export function pngChunk(type: string, data: Buffer = Buffer.alloc(0), crc?: num
 }
 
 const IEND = pngChunk('IEND');
+/** The filtered scanlines, reused: deflateSync is done with them before encodeRgbPng returns. */
+let scratch = Buffer.alloc(0);
 
 /** PNG of interleaved 8-bit RGB pixels; `level` is zlib's (0 stored, 1 fastest ... 9). */
 export function encodeRgbPng(rgb: Uint8Array, width: number, height: number, level = 0): Buffer {
   const stride = width * 3;
-  const scanlines = Buffer.allocUnsafe((stride + 1) * height);
+  if (scratch.length < (stride + 1) * height) scratch = Buffer.allocUnsafe((stride + 1) * height);
+  const scanlines = scratch.subarray(0, (stride + 1) * height);
   for (let y = 0; y < height; y++) {
     scanlines[y * (stride + 1)] = 0; // filter type none
     scanlines.set(rgb.subarray(y * stride, (y + 1) * stride), y * (stride + 1) + 1);
