@@ -1,16 +1,10 @@
 // Hand-built PNGs for the PNG rule and bomb tests: chunks with right or wrong CRCs, any IHDR,
 // Adam7 interlacing, and zlib streams of zeros that inflate to gigabytes from about a megabyte.
-import { constants, crc32, deflateRawSync, deflateSync } from 'node:zlib';
+import { constants, deflateRawSync, deflateSync } from 'node:zlib';
 import { ADAM7, PNG_SIGNATURE } from '../src/tile/png-rules.js';
+import { pngChunk } from '../src/tile/png-write.js';
 
-export function chunk(type: string, data: Buffer = Buffer.alloc(0), crc?: number): Buffer {
-  const b = Buffer.alloc(12 + data.length);
-  b.writeUInt32BE(data.length, 0);
-  b.write(type, 4, 'latin1');
-  data.copy(b, 8);
-  b.writeUInt32BE(crc ?? crc32(b.subarray(4, 8 + data.length)), 8 + data.length);
-  return b;
-}
+export const chunk = pngChunk;
 
 export interface Ihdr {
   width: number;

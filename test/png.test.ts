@@ -5,6 +5,7 @@ import { PNG } from 'pngjs';
 import { deflateSync } from 'node:zlib';
 import { decodePng } from '../src/tile/png.js';
 import { imageDataBytes, PngError, readPngHeader, type PngRule } from '../src/tile/png-rules.js';
+import { encodeRgbPng } from '../src/tile/png-write.js';
 import { decodeBase64Strict } from '../src/tile/base64.js';
 import { bombs, chunk, idatChunks, ihdr, noisePixels, png, rgbPng, scanlines, zeroStream } from './png-forge.js';
 
@@ -57,6 +58,17 @@ t.test('interlaced (Adam7) RGB and RGBA decode to the same pixels', async (t) =>
     }
   }
   t.equal(imageDataBytes({ width: 1, height: 1, bitDepth: 8, colorType: 2, interlace: 1 }), 4, 'a 1x1 interlaced image has pass 1 only');
+});
+
+t.test("the client's tile encoder: stored or deflated, the rules pass and the pixels come back", async (t) => {
+  const px = noisePixels(37, 19, 3, 5);
+  for (const level of [0, 1]) {
+    const bytes = encodeRgbPng(px, 37, 19, level);
+    const got = await decodePng(bytes);
+    t.match(got, { width: 37, height: 19, channels: 3 });
+    t.ok(Buffer.from(got.data).equals(Buffer.from(px)), `level ${level}`);
+    t.ok(encodeRgbPng(px, 37, 19, level).equals(bytes), `level ${level}: the same bytes again`);
+  }
 });
 
 t.test('other layouts (greyscale) go through pngjs after the same checks', async (t) => {

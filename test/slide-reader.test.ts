@@ -4,11 +4,12 @@
 import { appendFileSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import sharp from 'sharp';
 import t from 'tap';
 import { tileGrid } from '../src/slide/grid.js';
 import { Journal } from '../src/slide/journal.js';
 import { coordsFromName, readPlan } from '../src/slide/process-tiles.js';
-import { bestLevel, readTile } from '../src/slide/region.js';
+import { bestLevel, expectTiles, readTile } from '../src/slide/region.js';
 import { aperioMpp, TiffSlide } from '../src/slide/tiff-slide.js';
 import { downsample, writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 
@@ -45,6 +46,56 @@ for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
     t.ok(tileDiff / (224 * 224 * 3) < 4, `tile at 0.5 MPP: mean difference ${(tileDiff / (224 * 224 * 3)).toFixed(2)}`);
   });
 }
+
+t.test('told the tiles to come, the reader decodes just their TIFF tiles, to the same pixels', async (t) => {
+  const path = join(dir, 'expect.svs');
+  await writeSlide(path, { ...spec('svs', 0.25), tileSize: 64 });
+  const plain = await TiffSlide.open(path);
+  const told = await TiffSlide.open(path);
+  t.teardown(() => Promise.all([plain.close(), told.close()]));
+  const decoded = { pixels: 0 };
+  const decode = (told as unknown as { decodeBandNow: (...a: unknown[]) => Promise<{ data: Buffer }> }).decodeBandNow.bind(told);
+  (told as unknown as { decodeBandNow: unknown }).decodeBandNow = async (...a: unknown[]) => {
+    const band = await decode(...a);
+    decoded.pixels += band.data.length / 3;
+    return band;
+  };
+  // Two runs of tiles with a gap, the second ending past the slide's right edge.
+  const extent = (0.5 * 224) / 0.25;
+  const tiles = [0, 1, 4, 5].map((k) => ({ x: k * extent, y: extent / 2 })).filter((c) => c.x < plain.levels[0].width);
+  expectTiles(told, tiles, extent, 224);
+  for (const c of tiles) t.ok((await readTile(told, c.x, c.y, extent, 224)).rgb.equals((await readTile(plain, c.x, c.y, extent, 224)).rgb), `tile at ${c.x},${c.y}`);
+  const tilesNeeded = new Set(tiles.flatMap((c) => {
+    const keys: string[] = [];
+    for (let ty = Math.floor(c.y / 64); ty < Math.ceil((c.y + extent) / 64); ty++) for (let tx = Math.floor(c.x / 64); tx < Math.min(Math.ceil((c.x + extent) / 64), Math.ceil(plain.levels[0].width / 64)); tx++) keys.push(`${tx},${ty}`);
+    return keys;
+  }));
+  t.ok(decoded.pixels <= tilesNeeded.size * 64 * 64, `${decoded.pixels} pixels decoded for ${tilesNeeded.size} TIFF tiles of 64x64`);
+  // A region no tile asked for is still read, from the fixed bands.
+  t.ok(Buffer.from(await told.readRegion(0, 10, 500, 300, 40)).equals(Buffer.from(await plain.readRegion(0, 10, 500, 300, 40))), 'an unexpected region');
+});
+
+t.test('lossless tiled TIFFs (deflate, LZW with a predictor): regions are the pixels, exactly', async (t) => {
+  const [width, height] = [600, 420];
+  const rgb = Buffer.from(Array.from({ length: width * height * 3 }, (_, i) => (i * 7919 + (i >> 9)) % 251));
+  for (const compression of ['deflate', 'lzw'] as const) {
+    const path = join(dir, `lossless-${compression}.tif`);
+    await sharp(rgb, { raw: { width, height, channels: 3 } }).tiff({ tile: true, tileWidth: 128, tileHeight: 128, compression, predictor: 'horizontal', pyramid: true }).toFile(path);
+    const slide = await TiffSlide.open(path);
+    t.teardown(() => slide.close());
+    t.ok(slide.levels.length >= 2, `${compression}: a pyramid`);
+    const [x, y, w, h] = [100, 250, 520, 200]; // across tile borders and past both far edges
+    const region = await slide.readRegion(0, x, y, w, h);
+    let same = true;
+    for (let r = 0; r < h; r++) {
+      for (let c = 0; c < w; c++) {
+        const inside = x + c < width && y + r < height;
+        for (let k = 0; k < 3; k++) same &&= region[(r * w + c) * 3 + k] === (inside ? rgb[((y + r) * width + x + c) * 3 + k] : 255);
+      }
+    }
+    t.ok(same, `${compression}: the encoded pixels, white past the edges`);
+  }
+});
 
 t.test('Aperio MPP from the description', async (t) => {
   t.equal(aperioMpp('Aperio Image Library v10 |AppMag = 40|MPP = 0.2520|Left = 1'), 0.252);

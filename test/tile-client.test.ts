@@ -3,7 +3,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
-import { retryAfterMs, TileClient, TileClientError } from '../src/client/tile-client.js';
+import { retryAfterMs, TileClient, TileClientError, tileRequestBody } from '../src/client/tile-client.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse, n: number) => void;
 
@@ -106,4 +106,24 @@ t.test('Retry-After in seconds or as an HTTP date', async (t) => {
   t.equal(retryAfterMs(undefined), null);
   const inAMinute = new Date(Date.now() + 60_000).toUTCString();
   t.ok(Math.abs(retryAfterMs(inAMinute)! - 60_000) < 1500);
+});
+
+t.test('a body made from the PNG bytes is the JSON of the request', async (t) => {
+  const png = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0, 255, 7]);
+  const fields = { slide_name: 'Schnitt-ä "1"', x: 448, y: 0, width: 224, height: 224, patch_idx: 3, tissue_ratio: null, resolution: 0.5 };
+  t.equal(tileRequestBody(png, fields).toString('utf8'), JSON.stringify({ image_data: png.toString('base64'), ...fields }));
+  // Posted as it is, with the JSON content type.
+  let received = '';
+  const server = createServer((req, res) => {
+    t.equal(req.headers['content-type'], 'application/json');
+    req.setEncoding('utf8');
+    req.on('data', (d: string) => (received += d));
+    req.on('end', () => ok(res));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const client = new TileClient({ servers: [`http://127.0.0.1:${(server.address() as AddressInfo).port}`], concurrency: 1 });
+  t.teardown(() => client.close());
+  await client.infer('/api/predict/m', tileRequestBody(png, fields));
+  t.same(JSON.parse(received), { image_data: png.toString('base64'), ...fields });
 });

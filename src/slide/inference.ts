@@ -2,7 +2,7 @@
 // number in flight (results journalled as they arrive), and the CLAM/TRIDENT-style outputs.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ModelMetadataBody, TileClient } from '../client/tile-client.js';
+import { tileRequestBody, type ModelMetadataBody, type TileClient } from '../client/tile-client.js';
 import { Semaphore } from '../client/semaphore.js';
 import type { Journal } from './journal.js';
 import { predictionsCsv, writeFileAtomic, writeH5, type H5Attrs } from './outputs.js';
@@ -54,8 +54,7 @@ export async function runTiles(client: TileClient, plan: ModelPlan, tiles: Infer
     const job = (async () => {
       try {
         const png = await tile.png();
-        const res = await client.infer(plan.path, {
-          image_data: png.toString('base64'),
+        const body = tileRequestBody(png, {
           slide_name: request.slideName,
           x: tile.x,
           y: tile.y,
@@ -65,6 +64,7 @@ export async function runTiles(client: TileClient, plan: ModelPlan, tiles: Infer
           tissue_ratio: tile.tissue ?? null,
           resolution: request.resolution,
         });
+        const res = await client.infer(plan.path, body);
         journal.append({ idx: tile.idx, output: res.output, ...(plan.prediction && plan.embedding ? { embedding: res.embedding } : {}) });
         progress?.tick();
       } catch (err) {

@@ -11,7 +11,7 @@ import { modelPlan, runTiles, writeModelOutputs, type InferTile, type Progress }
 import { Journal } from './journal.js';
 import { writeFileAtomic } from './outputs.js';
 import { heatmapPng, overlayPng } from './pictures.js';
-import { encodeTilePng, readTile } from './region.js';
+import { encodeTilePng, expectTiles, readTile } from './region.js';
 import { SlideError } from './slide.js';
 import { openSlide } from './open.js';
 import { TISSUE_MPP, detectTissue, readOverview, readTissueMask, type TissueMask } from './tissue.js';
@@ -71,6 +71,7 @@ export async function processSlide(job: SlideJob): Promise<SlideResult> {
     mkdirSync(journalDir, { recursive: true });
     const journal = Journal.open(join(journalDir, `${stem}.${meta.model}.jsonl`), { model: meta.model, sha256: meta.sha256, path: plan.path, extent: grid.extent, tiles: tiles.length, mpp0 });
     try {
+      expectTiles(slide, grid.tiles.filter((t) => !journal.done.has(t.idx)), grid.extent, tile.width);
       const progress = job.onPlan?.(tiles.length, tiles.filter((t) => journal.done.has(t.idx)).length);
       await runTiles(job.client, plan, tiles, journal, { slideName: stem, width: tile.width, height: tile.height, resolution: tileMpp }, job.concurrency, progress);
       const attrs = { patch_size: tile.width, patch_size_level0: grid.extent, level0_mpp: mpp0, target_mpp: tileMpp, patch_level: 0 };

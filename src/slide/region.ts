@@ -1,7 +1,8 @@
 // Tiles at a requested MPP: read the pyramid level nearest it (never coarser than needed, so the
 // tile is only ever reduced, as OpenSlide's best-level-for-downsample does) and resample.
 import sharp from 'sharp';
-import type { Slide } from './slide.js';
+import { encodeRgbPng } from '../tile/png-write.js';
+import type { Region, Slide } from './slide.js';
 
 /** The coarsest level whose downsample does not exceed the wanted one (with a 1% slack for
  *  levels whose size was rounded). */
@@ -19,15 +20,35 @@ export interface TileRead {
   size: number;
 }
 
-/** The square of `extent` level-0 pixels at (x, y) as a `size` x `size` RGB tile. */
-export async function readTile(slide: Slide, x: number, y: number, extent: number, size: number): Promise<TileRead> {
+/** The level a tile of `extent` level-0 pixels at (x, y) is read from, and the square there. */
+function tileRegion(slide: Slide, x: number, y: number, extent: number, size: number): { level: number; region: Region } {
   const level = bestLevel(slide, extent / size);
   const d = slide.levels[level].downsample;
-  const lx = Math.floor(x / d);
-  const ly = Math.floor(y / d);
   const side = Math.max(1, Math.round(extent / d));
-  const region = await slide.readRegion(level, lx, ly, side, side);
-  return { rgb: await resample(region, side, size), size };
+  return { level, region: { x: Math.floor(x / d), y: Math.floor(y / d), w: side, h: side } };
+}
+
+/** Regions read only to be reduced, kept for the next read: a 448x448 region is 600 KB, and
+ *  allocating one per tile made V8 collect its whole heap every ~15 tiles. */
+const spare: Uint8Array[] = [];
+
+/** The square of `extent` level-0 pixels at (x, y) as a `size` x `size` RGB tile. */
+export async function readTile(slide: Slide, x: number, y: number, extent: number, size: number): Promise<TileRead> {
+  const { level, region: r } = tileRegion(slide, x, y, extent, size);
+  if (r.w === size) return { rgb: await resample(await slide.readRegion(level, r.x, r.y, r.w, r.h), r.w, size), size };
+  const bytes = r.w * r.h * 3;
+  const k = spare.findIndex((b) => b.length === bytes);
+  const region = await slide.readRegion(level, r.x, r.y, r.w, r.h, k >= 0 ? spare.splice(k, 1)[0] : undefined);
+  const rgb = await resample(region, r.w, size);
+  if (spare.length < 32) spare.push(region);
+  return { rgb, size };
+}
+
+/** Tells the slide which tiles (level-0 corners) will be read with readTile, in that order. */
+export function expectTiles(slide: Slide, tiles: readonly { x: number; y: number }[], extent: number, size: number): void {
+  if (!slide.expect || !tiles.length) return;
+  const regions = tiles.map((t) => tileRegion(slide, t.x, t.y, extent, size));
+  slide.expect(regions[0].level, regions.map((r) => r.region));
 }
 
 /** A side x side RGB square as size x size (a copy-free view when the sizes agree). */
@@ -37,15 +58,16 @@ export async function resample(region: Uint8Array, side: number, size: number): 
   return sharp(region, { raw: { width: side, height: side, channels: 3 } }).resize(size, size, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
 }
 
-/** PNG of an RGB tile with fast deflate: the service inflates it, nobody stores it. */
-export function encodeTilePng(rgb: Buffer, width: number, height: number): Promise<Buffer> {
-  return sharp(rgb, { raw: { width, height, channels: 3 } }).png({ compressionLevel: 1, adaptiveFiltering: false }).toBuffer();
+/** PNG of an RGB tile, deflate stored: the service inflates it at once and nobody keeps it
+ *  (see encodeRgbPng for the cost). */
+export function encodeTilePng(rgb: Buffer, width: number, height: number): Buffer {
+  return encodeRgbPng(rgb, width, height);
 }
 
 /** 2x2 box average: 40x slides read for 20x models, the common case; in JavaScript it costs a
  *  third of a libvips pipeline (1.2 vs 3.6 CPU-ms for 448 -> 224, measured). */
 function halve(region: Uint8Array, size: number): Buffer {
-  const out = Buffer.alloc(size * size * 3);
+  const out = Buffer.allocUnsafe(size * size * 3); // every byte is written
   const row = size * 2 * 3;
   for (let y = 0; y < size; y++) {
     let a = y * 2 * row;

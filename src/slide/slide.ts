@@ -6,6 +6,14 @@ export interface SlideLevel {
   downsample: number;
 }
 
+/** A block of a level, in that level's pixels. */
+export interface Region {
+  x: number;
+  y: number;
+  w: number;
+  h: number;
+}
+
 export interface Slide {
   path: string;
   /** Which reader opened it: the built-in TIFF reader or libopenslide. */
@@ -14,8 +22,12 @@ export interface Slide {
   levels: SlideLevel[];
   /** Level-0 microns per pixel from the slide's metadata; null when it records none. */
   mpp: number | null;
-  /** RGB of the w x h block at (x, y) in `level`'s own pixels; white past the slide's edges. */
-  readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array>;
+  /** RGB of the w x h block at (x, y) in `level`'s own pixels; white past the slide's edges.
+   *  `into`, w * h * 3 bytes, may be written and returned instead of a new buffer. */
+  readRegion(level: number, x: number, y: number, w: number, h: number, into?: Uint8Array): Promise<Uint8Array>;
+  /** Optional hint: the regions of a level about to be read. The TIFF reader then decodes the
+   *  TIFF tiles they need in runs, and none beside them. */
+  expect?(level: number, regions: readonly Region[]): void;
   close(): Promise<void>;
 }
 

@@ -1,7 +1,7 @@
 // Tissue detection over the whole slide: an overview at 8 MPP cut into 512x512 tiles for the
 // tissue-seg model, the masks stitched back into one slide-wide mask.
 import sharp from 'sharp';
-import type { TileClient } from '../client/tile-client.js';
+import { tileRequestBody, type TileClient } from '../client/tile-client.js';
 import { bestLevel, encodeTilePng } from './region.js';
 import type { Slide } from './slide.js';
 
@@ -54,9 +54,7 @@ export async function detectTissue(overview: Overview, mpp0: number, client: Til
             const src = ((ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE) * 3;
             overview.rgb.copy(tile, y * TISSUE_TILE * 3, src, src + w * 3);
           }
-          const png = await encodeTilePng(tile, TISSUE_TILE, TISSUE_TILE);
-          const res = await client.infer(`/api/predict/${encodeURIComponent(model)}`, {
-            image_data: png.toString('base64'),
+          const body = tileRequestBody(encodeTilePng(tile, TISSUE_TILE, TISSUE_TILE), {
             slide_name: slideName,
             x: Math.round(tx * TISSUE_TILE * scale),
             y: Math.round(ty * TISSUE_TILE * scale),
@@ -65,6 +63,7 @@ export async function detectTissue(overview: Overview, mpp0: number, client: Til
             patch_idx: patchIdx,
             resolution: TISSUE_MPP,
           });
+          const res = await client.infer(`/api/predict/${encodeURIComponent(model)}`, body);
           for (let y = 0; y < h; y++) {
             for (let x = 0; x < w; x++) mask[(ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE + x] = res.output[y * TISSUE_TILE + x] ? 1 : 0;
           }
