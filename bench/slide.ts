@@ -4,7 +4,7 @@
 // in one run after a warm-up slide; and the client's CPU per tile, in total and per stage.
 // Alone: `npm run bench:slide -- [--url=URL] [--concurrency=8]` (without --url it starts the
 // service from config/default.json on a free port).
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TileClient, tileRequestBody } from '../src/client/tile-client.js';
@@ -15,7 +15,7 @@ import { TiffSlide } from '../src/slide/tiff-slide.js';
 import { readTissueMask } from '../src/slide/tissue.js';
 import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 import { drive, type Span } from './load.js';
-import { ROOT, spawnService, waitFor } from '../tools/service-process.js';
+import { shippedConfig, spawnService, waitFor } from '../tools/service-process.js';
 
 const MODEL = 'gene-expr';
 const PATH = `/api/predict/${MODEL}?mode=prediction_with_embedding`;
@@ -138,7 +138,7 @@ export async function benchSlide(url: string, concurrency: number, span: Span = 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const arg = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.split('=')[1];
   const concurrency = Number(arg('concurrency') ?? 8);
-  const service = arg('url') ? null : await spawnService({ ...JSON.parse(readFileSync(join(ROOT, 'config/default.json'), 'utf8')), model_repository: join(ROOT, 'models'), supervisor: { drain_delay_ms: 0 } });
+  const service = arg('url') ? null : await spawnService(shippedConfig());
   const url = arg('url') ?? service!.url;
   try {
     await waitFor(async () => (await fetch(`${url}/health/ready`)).ok, 120000);
