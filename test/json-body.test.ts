@@ -9,13 +9,14 @@ import { decodeBase64Strict } from '../src/tile/base64.js';
 
 type Outcome = { error: string } | { fields: Record<string, unknown>; image: string };
 
-/** What a body means: its fields but image_data, and image_data's bytes or refusal. */
+/** What a body means: its fields but image_data, and image_data's bytes or refusal; or the
+ *  parse error, whose message gives the position in the body as sent (FastAPI's loc). */
 function outcome(parse: () => unknown): Outcome {
   let value: unknown;
   try {
     value = parse();
   } catch (err) {
-    return { error: (err as Error).name };
+    return { error: (err as Error).message };
   }
   if (value === null || typeof value !== 'object' || typeof (value as Record<string, unknown>).image_data !== 'string') return { fields: { value }, image: '' };
   const body = value as { image_data: string } & Record<string, unknown>;
@@ -59,6 +60,7 @@ t.test('traps give what the long way gives', async (t) => {
     'a number, not a string': `{"image_data": 5}`,
     'unterminated': `{"image_data": "${png}`,
     'truncated after the value': `{"image_data": "${png}", "x":`,
+    'a syntax error after the value': `{"image_data": "${png}", "x": 1,, "y": 2}`,
     '__proto__ beside it': `{"__proto__": {"polluted": 1}, "image_data": "${png}"}`,
     'an array at the top': `[{"image_data": "${png}"}]`,
   };

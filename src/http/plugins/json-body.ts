@@ -43,7 +43,12 @@ function parseTileBody(body: Buffer): Record<string, unknown> | null {
   if (raw.indexOf(BACKSLASH) >= 0 || !isAscii(raw)) return null;
   const decoded = decodeBase64Strict(raw);
   if ('reason' in decoded) return null;
-  const value: unknown = JSON.parse(`${body.toString('utf8', 0, start)}${PLACEHOLDER}${body.toString('utf8', end)}`);
+  let value: unknown;
+  try {
+    value = JSON.parse(`${body.toString('utf8', 0, start)}${PLACEHOLDER}${body.toString('utf8', end)}`);
+  } catch {
+    return null; // Malformed: the long way reports the error at its place in the body as sent.
+  }
   if (value === null || typeof value !== 'object' || (value as Record<string, unknown>).image_data !== PLACEHOLDER) return null;
   keepImageBytes(value as Record<string, unknown>, decoded.bytes);
   return value as Record<string, unknown>;
