@@ -123,6 +123,7 @@ t.test('each PNG rule is a PngError naming what is wrong', async (t) => {
   await refused(t, png(ihdr({ width: W, height: H, colorType: 0 }), chunk('PLTE', Buffer.alloc(3)), chunk('IDAT', data), iend), 'plte', /PLTE chunk in a colour type 0/);
   await refused(t, png(header, chunk('PLTE', Buffer.alloc(4)), chunk('IDAT', data), iend), 'plte', /PLTE holds 4 bytes/);
   await refused(t, png(header, chunk('IDAT', data), chunk('PLTE', Buffer.alloc(3)), iend), 'plte', /PLTE chunk at byte \d+ after the image data/);
+  await refused(t, png(header, chunk('IDAT', data), chunk('tRNS', Buffer.alloc(6)), iend), 'trns', /tRNS chunk at byte \d+ after the image data/);
 });
 
 t.test('multi-IDAT image data is one stream; the header reader checks IHDR alone', async (t) => {

@@ -1,7 +1,8 @@
 // A message channel over a stream socket (the Unix domain sockets between fronts and model
 // workers). A frame is the v8 serialization of the message with its typed arrays and Buffers
 // left out and attached after it, as bytes: the sender hands them to the socket as they are (one
-// writev, no copy into the serialization), and the receiver gets views into the frame.
+// writev, no copy into the serialization), and the receiver gets views into the frame (whose
+// ArrayBuffer may hold other frames too: copy one before transferring its buffer elsewhere).
 //   frame: u32 body length | u32 message length | u32 attachments | u32 length of each |
 //          message | each attachment, at an offset that is a multiple of 8
 import { EventEmitter } from 'node:events';

@@ -16,6 +16,7 @@ export type PngRule =
   | 'second_ihdr'
   | 'unknown_critical_chunk'
   | 'plte'
+  | 'trns'
   | 'idat_order'
   | 'no_idat'
   | 'no_iend'
@@ -122,6 +123,8 @@ export function readPngLayout(bytes: Buffer): PngLayout {
       idatEnded = true;
     }
     if (type === 'PLTE') checkPalette(header, length, pos, plte, idat.length > 0);
+    // The decoder is given only the chunks before the image data: a late tRNS would be dropped.
+    if (type === 'tRNS' && idat.length > 0) fail('trns', `tRNS chunk at byte ${pos} after the image data; it must come before the first IDAT`);
     plte ||= type === 'PLTE';
     if (type === 'IEND') {
       if (length !== 0) fail('no_iend', `IEND chunk at byte ${pos} holds ${length} bytes, expected none`);
