@@ -132,7 +132,8 @@ export function readPngLayout(bytes: Buffer): PngLayout {
     }
     const critical = type.charCodeAt(0) < 0x61;
     if (critical && !CRITICAL_CHUNKS.has(type)) fail('unknown_critical_chunk', `unknown critical chunk ${type} at byte ${pos} (known: IHDR, PLTE, IDAT, IEND)`);
-    if (HEAD_CHUNKS.has(type) && idat.length === 0) headChunks.push(bytes.subarray(pos, pos + 12 + length));
+    // IHDR is first, and PLTE and tRNS after the image data were refused above.
+    if (HEAD_CHUNKS.has(type)) headChunks.push(bytes.subarray(pos, pos + 12 + length));
     if (type === 'IEND') break;
     pos += 12 + length;
   }

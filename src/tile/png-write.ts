@@ -1,7 +1,8 @@
-// PNG writing for the client side: an 8-bit RGB image as one IDAT of filter-0 scanlines. Deflate
-// level 0 (stored blocks) by default: on a 224x224 slide tile it costs ~0.3 CPU-ms where libvips
-// at level 1 took ~2.8 (and Node's zlib at level 1 ~3.6), and the service's two inflates of it
-// are copies (~0.1 ms instead of ~1 each); the body is ~1.5x larger (201 KB of base64 instead of
+// PNG writing: chunks (pngChunk, IEND; the decoder's stored rewrap in png.ts uses IEND too), and
+// for the client side an 8-bit RGB image as one IDAT of filter-0 scanlines. Deflate level 0
+// (stored blocks) by default: on a 224x224 slide tile it costs ~0.3 CPU-ms where libvips at
+// level 1 took ~2.8 (and Node's zlib at level 1 ~3.6), and the service's inflate of it is
+// copy-speed (~0.1 ms instead of ~1); the body is ~1.5x larger (201 KB of base64 instead of
 // ~133 KB), which loopback and LAN links carry without notice. Deterministic: the same pixels
 // give the same bytes.
 import { crc32, deflateSync } from 'node:zlib';
@@ -17,7 +18,8 @@ export function pngChunk(type: string, data: Buffer = Buffer.alloc(0), crc?: num
   return b;
 }
 
-const IEND = pngChunk('IEND');
+/** The IEND chunk, the same in every PNG. */
+export const IEND = pngChunk('IEND');
 /** The filtered scanlines, reused: deflateSync is done with them before encodeRgbPng returns. */
 let scratch = Buffer.alloc(0);
 

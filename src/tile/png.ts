@@ -9,6 +9,7 @@ import { Transformer } from '@napi-rs/image';
 import { PNG } from 'pngjs';
 import { crc32 } from 'node:zlib';
 import { inflateImageData, PNG_SIGNATURE, readPngLayout, type PngHeader, type PngLayout } from './png-rules.js';
+import { IEND } from './png-write.js';
 
 export interface Pixels {
   width: number;
@@ -42,7 +43,7 @@ function storedPng({ headChunks, imageData }: PngLayout, scanlines: Buffer): Buf
   const blocks = Math.max(1, Math.ceil(scanlines.length / STORED_BLOCK));
   const idatLength = 2 + blocks * 5 + scanlines.length + 4;
   const head = headChunks.reduce((sum, c) => sum + c.length, PNG_SIGNATURE.length);
-  const out = Buffer.allocUnsafe(head + 12 + idatLength + 12);
+  const out = Buffer.allocUnsafe(head + 12 + idatLength + IEND.length);
   let pos = 0;
   for (const part of [PNG_SIGNATURE, ...headChunks]) pos += part.copy(out, pos);
   const idat = pos;
@@ -60,9 +61,7 @@ function storedPng({ headChunks, imageData }: PngLayout, scanlines: Buffer): Buf
   }
   pos += imageData.copy(out, pos, imageData.length - 4);
   pos = out.writeUInt32BE(crc32(out.subarray(idat + 4, pos)), pos);
-  pos = out.writeUInt32BE(0, pos);
-  pos += out.write('IEND', pos, 'latin1');
-  out.writeUInt32BE(crc32('IEND'), pos);
+  IEND.copy(out, pos);
   return out;
 }
 
