@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import { TileClient, tileRequestBody } from '../src/client/tile-client.js';
 import { tileGrid } from '../src/slide/grid.js';
 import { processSlide } from '../src/slide/process-slide.js';
-import { encodeTilePng, expectTiles, readTile } from '../src/slide/region.js';
+import { expectTiles, readTile } from '../src/slide/region.js';
+import { encodeRgbPng } from '../src/tile/png-write.js';
 import { TiffSlide } from '../src/slide/tiff-slide.js';
 import { readTissueMask } from '../src/slide/tissue.js';
 import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
@@ -103,7 +104,7 @@ export async function benchSlide(url: string, concurrency: number, span: Span = 
       const tile = await readTile(slide, t.x, t.y, grid.extent, 224);
       sums.read += cpuMs() - c;
       c = cpuMs();
-      const png = encodeTilePng(tile.rgb, 224, 224);
+      const png = encodeRgbPng(tile.rgb, 224, 224);
       sums.png += cpuMs() - c;
       c = cpuMs();
       const body = tileRequestBody(png, { slide_name: 'bench-slide', x: t.x, y: t.y, width: 224, height: 224, patch_idx: t.idx, tissue_ratio: t.tissue, resolution: 0.5 });

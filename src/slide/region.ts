@@ -1,7 +1,6 @@
 // Tiles at a requested MPP: read the pyramid level nearest it (never coarser than needed, so the
 // tile is only ever reduced, as OpenSlide's best-level-for-downsample does) and resample.
 import sharp from 'sharp';
-import { encodeRgbPng } from '../tile/png-write.js';
 import type { Region, Slide } from './slide.js';
 
 /** The coarsest level whose downsample does not exceed the wanted one (with a 1% slack for
@@ -56,12 +55,6 @@ export async function resample(region: Uint8Array, side: number, size: number): 
   if (side === size) return Buffer.from(region.buffer, region.byteOffset, region.byteLength);
   if (side === 2 * size) return halve(region, size);
   return sharp(region, { raw: { width: side, height: side, channels: 3 } }).resize(size, size, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
-}
-
-/** PNG of an RGB tile, deflate stored: the service inflates it at once and nobody keeps it
- *  (see encodeRgbPng for the cost). */
-export function encodeTilePng(rgb: Buffer, width: number, height: number): Buffer {
-  return encodeRgbPng(rgb, width, height);
 }
 
 /** 2x2 box average: 40x slides read for 20x models, the common case; in JavaScript it costs a

@@ -2,7 +2,8 @@
 // tissue-seg model, the masks stitched back into one slide-wide mask.
 import sharp from 'sharp';
 import { tileRequestBody, type TileClient } from '../client/tile-client.js';
-import { bestLevel, encodeTilePng } from './region.js';
+import { bestLevel } from './region.js';
+import { encodeRgbPng } from '../tile/png-write.js';
 import type { Slide } from './slide.js';
 
 export const TISSUE_MPP = 8;
@@ -54,7 +55,7 @@ export async function detectTissue(overview: Overview, mpp0: number, client: Til
             const src = ((ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE) * 3;
             overview.rgb.copy(tile, y * TISSUE_TILE * 3, src, src + w * 3);
           }
-          const body = tileRequestBody(encodeTilePng(tile, TISSUE_TILE, TISSUE_TILE), {
+          const body = tileRequestBody(encodeRgbPng(tile, TISSUE_TILE, TISSUE_TILE), {
             slide_name: slideName,
             x: Math.round(tx * TISSUE_TILE * scale),
             y: Math.round(ty * TISSUE_TILE * scale),
