@@ -20,6 +20,7 @@ async function stop(): Promise<void> {
   stopping = true;
   // Stops accepting; requests in flight finish (plugins/connections.ts asks keep-alive clients to go).
   await app.close();
+  client.flushUsage();
   logger.flush();
   process.exit(ExitCode.OK);
 }

@@ -90,14 +90,17 @@ t.test('usage entries after requests, kept across a restart of the service, neve
   t.match(usage[2], { endpoint: 'embed', mode: 'embedding', status: 422 });
   t.notMatch(JSON.stringify(usage), /SLIDE-SECRET/);
   t.same((await get(first, '/diagnostics')).body.usage_summary.find((s: Json) => s.status === 422), { model: 'gene-expr', endpoint: 'embed', status: 422, count: 1 });
+  // Answered just before the stop: the front sends its last batch of entries before it exits.
+  await first.post('/api/predict/gene-expr', tileRequest(tile, { x: 'last' }));
   await first.stop();
 
   const second = await startServer(options);
   t.teardown(() => second.stop());
   await second.post('/api/embed/gene-expr', tileRequest(tile));
   const after = (await get(second, '/diagnostics?categories=usage')).body.usage;
-  t.equal(after.length, 4, 'entries survive the restart');
-  t.match(after[3], { endpoint: 'embed', status: 200 }, 'newest last');
+  t.equal(after.length, 5, 'entries survive the restart, the last before the stop included');
+  t.match(after[3], { endpoint: 'predict', status: 422 });
+  t.match(after[4], { endpoint: 'embed', status: 200 }, 'newest last');
 });
 
 t.test('anonymization: planted values never leave the endpoint', async (t) => {
