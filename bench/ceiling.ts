@@ -1,7 +1,8 @@
 // The service's own ceiling: null models (bench/null-models.ts) served at 224 and 512 px, against
 // the irreducible-work server (bench/irreducible-server.ts), in one run on one machine, with the
 // CPU each process role spends per tile. Optionally the same for another checkout (--baseline=DIR,
-// e.g. the previous main), so "before" and "after" come from the same run.
+// e.g. the previous main), so "before" and "after" come from the same run. The systems take turns
+// at each size and concurrency, so a ratio compares runs that are seconds apart.
 import { fork } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
@@ -41,11 +42,20 @@ function bodiesFor(size: 224 | 512, count: number): string[] {
   });
 }
 
+/** A server under measurement: the irreducible one or a service, with how to read its CPU. */
+interface System {
+  name: string;
+  url: string;
+  path: (size: 224 | 512) => string;
+  cpu: () => Record<string, number>;
+  stop: () => Promise<void>;
+}
+
 /** A fresh process compiles for seconds (V8 optimizes what gets hot): each server is first
  *  driven for a while at every size, so its runs measure a server that has settled. */
-async function settle(url: string, path: (size: 224 | 512) => string, bodies: Record<number, string[]>, span: Span): Promise<void> {
+async function settle(system: System, bodies: Record<number, string[]>, span: Span): Promise<void> {
   if (!('seconds' in span)) return;
-  for (const size of SIZES) await fire(url, path(size), bodies[size], 16, { seconds: Math.min(5, span.seconds) });
+  for (const size of SIZES) await fire(system.url, system.path(size), bodies[size], 16, { seconds: Math.min(5, span.seconds) });
 }
 
 /** Drives `path` and measures tiles/s and CPU per tile, `cpu()` read around the run. */
@@ -64,59 +74,70 @@ async function measure(url: string, path: string, bodies: string[], c: number, s
   return { tilesPerSec: ok / seconds, p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx + result.timeouts, cpuMsPerTile };
 }
 
-async function serviceRows(system: string, root: string, fronts: number, models: string, bodies: Record<number, string[]>, options: CeilingOptions): Promise<CeilingRow[]> {
+async function startService(name: string, root: string, fronts: number, models: string): Promise<System> {
   const service = await spawnService(
     { fronts, model_repository: models, models: SIZES.map((size) => ({ name: `null-${size}`, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 256 })), supervisor: { drain_delay_ms: 0 } },
     { root },
   );
   const pid = service.proc.pid!;
   await waitFor(async () => (await fetch(`${service.url}/health/ready`)).status === 200, 120000);
-  const rows: CeilingRow[] = [];
-  try {
-    await settle(service.url, (size) => `/api/predict/null-${size}`, bodies, options.span);
-    for (const size of SIZES) {
-      for (const c of options.concurrencies) {
-        const r = await measure(service.url, `/api/predict/null-${size}`, bodies[size], c, options.span, () => cpuByRole(pid));
-        rows.push({ system, size, concurrency: c, ...r });
-        console.log(`${system} ${size}px c=${c}: ${r.tilesPerSec.toFixed(0)} tiles/s, errors ${r.errors}, CPU ms/tile ${JSON.stringify(r.cpuMsPerTile, (_, v) => (typeof v === 'number' ? Math.round(v * 100) / 100 : v))}`);
-      }
-    }
-  } finally {
-    service.proc.kill('SIGTERM');
-    await service.exited;
-  }
-  return rows;
+  return {
+    name,
+    url: service.url,
+    path: (size) => `/api/predict/null-${size}`,
+    cpu: () => cpuByRole(pid),
+    stop: async () => {
+      service.proc.kill('SIGTERM');
+      await service.exited;
+    },
+  };
 }
 
-async function irreducibleRows(bodies: Record<number, string[]>, options: CeilingOptions): Promise<CeilingRow[]> {
+async function startIrreducible(): Promise<System> {
   const port = 19000 + Math.floor(Math.random() * 900);
   const server = fork(join(ROOT, 'dist/bench/irreducible-server.js'), [String(port)], { execArgv: [], stdio: 'ignore' });
   const url = `http://127.0.0.1:${port}`;
   await waitFor(async () => (await fetch(url, { method: 'POST', body: bodiesFor(224, 1)[0] })).status === 200, 30000);
-  const rows: CeilingRow[] = [];
-  try {
-    await settle(url, () => '/', bodies, options.span);
-    for (const size of SIZES) {
-      for (const c of options.concurrencies) {
-        const r = await measure(url, '/', bodies[size], c, options.span, () => ({ server: cpuOfTree(server.pid!) }));
-        rows.push({ system: 'irreducible', size, concurrency: c, ...r });
-        console.log(`irreducible ${size}px c=${c}: ${r.tilesPerSec.toFixed(0)} tiles/s`);
-      }
-    }
-  } finally {
-    server.kill('SIGTERM');
-  }
-  return rows;
+  const exited = new Promise((resolve) => server.once('exit', resolve));
+  return {
+    name: 'irreducible',
+    url,
+    path: () => '/',
+    cpu: () => ({ server: cpuOfTree(server.pid!) }),
+    stop: async () => {
+      server.kill('SIGTERM');
+      await exited;
+    },
+  };
 }
 
+/** Every system is started and settled first; then, for each size and concurrency, each system
+ *  runs in turn, so a ratio compares runs minutes apart at most: on a shared host the machine's
+ *  share changes between the start and the end of a run of this length. */
 export async function measureCeiling(options: CeilingOptions): Promise<CeilingRow[]> {
   const models = writeNullPackages();
   const count = options.smoke ? 4 : 32;
   const bodies = { 224: bodiesFor(224, count), 512: bodiesFor(512, options.smoke ? 4 : 16) };
-  const rows = await irreducibleRows(bodies, options);
-  if (options.baselineRoot) rows.push(...(await serviceRows('baseline', options.baselineRoot, 1, models, bodies, options)));
-  for (const fronts of options.fronts) rows.push(...(await serviceRows(`service fronts=${fronts}`, ROOT, fronts, models, bodies, options)));
-  return rows;
+  const systems: System[] = [];
+  try {
+    systems.push(await startIrreducible());
+    if (options.baselineRoot) systems.push(await startService('baseline', options.baselineRoot, 1, models));
+    for (const fronts of options.fronts) systems.push(await startService(`service fronts=${fronts}`, ROOT, fronts, models));
+    for (const system of systems) await settle(system, bodies, options.span);
+    const rows: CeilingRow[] = [];
+    for (const size of SIZES) {
+      for (const c of options.concurrencies) {
+        for (const system of systems) {
+          const r = await measure(system.url, system.path(size), bodies[size], c, options.span, system.cpu);
+          rows.push({ system: system.name, size, concurrency: c, ...r });
+          console.log(`${system.name} ${size}px c=${c}: ${r.tilesPerSec.toFixed(0)} tiles/s, errors ${r.errors}, CPU ms/tile ${JSON.stringify(r.cpuMsPerTile, (_, v) => (typeof v === 'number' ? Math.round(v * 100) / 100 : v))}`);
+        }
+      }
+    }
+    return rows;
+  } finally {
+    for (const system of systems) await system.stop();
+  }
 }
 
 /** Markdown table: each service row with its ratio to the irreducible server at the same size and

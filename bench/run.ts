@@ -15,10 +15,10 @@ import { cellularTile, encodePng, slideTile } from '../tools/synthetic/tissue.js
 import { maskJson } from '../src/http/response-writer.js';
 import { shippedConfig, spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { frontCount, loadConfig } from '../src/config/config.js';
-import { measureFloor, type Floor } from './floor.js';
+import { measureFloor } from './floor.js';
 import { ceilingMarkdown, measureCeiling, type CeilingRow } from './ceiling.js';
 import { benchSlide, type SlideBench } from './slide.js';
-import { drive, type LoadResult, type Span } from './load.js';
+import { drive, type Span } from './load.js';
 
 const args = process.argv.slice(2);
 const smoke = args.includes('--smoke');
@@ -92,12 +92,24 @@ async function main(): Promise<void> {
   // The service with its shipped configuration.
   const server = await spawnService(shippedConfig(configFile), { root: serviceRoot });
   await waitFor(async () => (await fetch(`${server.url}/health/ready`)).status === 200, 120000);
-  const runs: (LoadResult & Target)[] = [];
+  // Each run's floor is measured right after it, with the service idle (its processes wait
+  // for requests and take no CPU): on a shared host the machine's share drifts within minutes,
+  // and a floor measured at the end of the section compared runs up to ten minutes apart.
+  // The floor is one per model and batch size the server actually formed (rounded), plus batch 1
+  // for the latency comparison.
+  const floorFor = async (model: string, batch: number) => {
+    const pkg = readPackage(join(MODELS, model));
+    const b = Math.max(1, Math.min(pkg.manifest.batch.max, Math.round(batch)));
+    return measureFloor(pkg, pngs[pkg.manifest.tile.width as 224 | 512], b, smoke ? 1 : 5);
+  };
+  const rows = [];
   for (const target of TARGETS.filter((t) => sections.includes('models') && (!only || only.some((word) => t.path.includes(word))))) {
     for (const c of concurrencies) {
       const r = await drive(server.url, target.model, target.path, bodies[target.size], c, span);
-      runs.push({ ...target, ...r });
-      console.log(`${target.path} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}`);
+      const floor = await floorFor(target.model, r.meanBatch);
+      const single = await floorFor(target.model, 1);
+      rows.push({ ...target, ...r, floor: floor.tilesPerSec, floorBatch: floor.batch, ratio: r.tilesPerSec / floor.tilesPerSec, p50OverModel: r.p50 - single.msPerBatch });
+      console.log(`${target.path} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}; floor ${floor.tilesPerSec.toFixed(1)} (batch ${floor.batch}): ${(r.tilesPerSec / floor.tilesPerSec).toFixed(2)}`);
     }
   }
 
@@ -120,26 +132,9 @@ async function main(): Promise<void> {
   server.proc.kill('SIGTERM');
   await server.exited;
 
-  // Floors, with the server gone so they have the machine to themselves: one per model and
-  // batch size the server actually formed (rounded), plus batch 1 for the latency comparison.
-  const floors = new Map<string, Floor>();
-  const floorFor = async (model: string, batch: number) => {
-    const pkg = readPackage(join(MODELS, model));
-    const b = Math.max(1, Math.min(pkg.manifest.batch.max, Math.round(batch)));
-    const key = `${model}@${b}`;
-    if (!floors.has(key)) floors.set(key, await measureFloor(pkg, pngs[pkg.manifest.tile.width as 224 | 512], b, smoke ? 1 : 5));
-    return floors.get(key)!;
-  };
-  const rows = [];
-  for (const r of runs) {
-    const floor = await floorFor(r.model, r.meanBatch);
-    const single = await floorFor(r.model, 1);
-    rows.push({ ...r, floor: floor.tilesPerSec, floorBatch: floor.batch, ratio: r.tilesPerSec / floor.tilesPerSec, p50OverModel: r.p50 - single.msPerBatch });
-  }
-
   const date = new Date().toISOString().slice(0, 10);
   const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;
-  const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, floors: Object.fromEntries(floors), slide, soak };
+  const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, slide, soak };
   mkdirSync(outDir, { recursive: true });
   const name = smoke ? 'smoke' : date;
   writeFileSync(join(outDir, `${name}.json`), JSON.stringify(report, null, 2) + '\n');
