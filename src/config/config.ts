@@ -180,6 +180,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
 export const defaultIntraOpThreads = (): number => availableParallelism();
 
 /** HTTP fronts when `fronts` is 0: one per core, at most 4. Measured (README "Throughput"): a
- *  front spends 1.4-2.3 CPU ms on a 224 px tile and 4 on a 512 px one, so 4 fronts feed about
- *  2,000 small tiles/s, more than a host's GPUs take; more fronts would only add memory. */
+ *  front spends 0.7-1.1 CPU ms on a 224 px tile and ~2 on a 512 px one, so 4 fronts feed about
+ *  4,000 small tiles/s, more than a host's GPUs take; more fronts would only add memory. */
 export const frontCount = (config: ServiceConfig): number => config.fronts || Math.min(4, availableParallelism());
