@@ -11,8 +11,11 @@ import { ModelClient } from './model-client.js';
 
 const { service: config, index, fronts } = JSON.parse(process.env.TILE_FRONT ?? 'null') as FrontConfig;
 const logger = createLogger(config).child({ front: index });
-const client = new ModelClient(config, fronts, (message) => process.send!(message));
+const client = new ModelClient(config, fronts, (message, written) => process.send!(message, undefined, undefined, written));
 const app = await buildApp({ config, backend: client, logger });
+
+/** How long a stopping front waits for its last usage entries to be written to the supervisor. */
+const FLUSH_WAIT_MS = 1000;
 
 let stopping = false;
 async function stop(): Promise<void> {
@@ -20,7 +23,9 @@ async function stop(): Promise<void> {
   stopping = true;
   // Stops accepting; requests in flight finish (plugins/connections.ts asks keep-alive clients to go).
   await app.close();
-  client.flushUsage();
+  // process.exit drops IPC writes still queued: the last usage entries are waited for (briefly:
+  // a supervisor that reads nothing more is stopping anyway).
+  await Promise.race([client.flushUsage(), new Promise((resolve) => setTimeout(resolve, FLUSH_WAIT_MS))]);
   logger.flush();
   process.exit(ExitCode.OK);
 }

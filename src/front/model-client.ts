@@ -63,7 +63,8 @@ export class ModelClient implements ModelBackend {
     private readonly config: ServiceConfig,
     /** How many fronts share each model's queue. */
     private readonly fronts: number,
-    private readonly send: (message: FromFront) => void,
+    /** Sends to the supervisor; `written` is called once the message has left this process. */
+    private readonly send: (message: FromFront, written?: () => void) => void,
   ) {}
 
   /** Messages from the supervisor. */
@@ -148,21 +149,21 @@ export class ModelClient implements ModelBackend {
   /** Usage goes to the supervisor's one log in batches, each sent USAGE_BATCH_MS after its first
    *  entry: a message per turn of the event loop cost the supervisor 0.15 CPU ms per tile. */
   recordUsage(entry: UsageReport): void {
-    if (this.usageBatch.push(entry) === 1) this.usageTimer = setTimeout(() => this.flushUsage(), USAGE_BATCH_MS);
+    if (this.usageBatch.push(entry) === 1) this.usageTimer = setTimeout(() => void this.flushUsage(), USAGE_BATCH_MS);
   }
 
   /** Sends the usage entries not sent yet: before a query (so /diagnostics on this front shows its
-   *  own requests) and before the front exits. */
-  flushUsage(): void {
+   *  own requests) and before the front exits, which waits until they have left the process. */
+  flushUsage(): Promise<void> {
     clearTimeout(this.usageTimer);
-    if (!this.usageBatch.length) return;
+    if (!this.usageBatch.length) return Promise.resolve();
     const entries = this.usageBatch;
     this.usageBatch = [];
-    this.send({ type: 'usage', entries });
+    return new Promise((resolve) => this.send({ type: 'usage', entries }, resolve));
   }
 
   private query(query: FrontQuery): Promise<unknown> {
-    this.flushUsage();
+    void this.flushUsage();
     const ms = this.config.supervisor.probe_timeout_ms + 2000;
     return this.queries.request((id) => this.send({ type: 'query', id, ...query }), { ms, error: () => new Error(`the supervisor did not answer within ${ms} ms`) });
   }
