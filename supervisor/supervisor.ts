@@ -40,14 +40,13 @@ export class Supervisor implements DiagnosticsSource {
     gpus: string[],
   ) {
     const plan = assignGpus(config.models, gpus);
-    const threads = defaultIntraOpThreads();
     for (const entry of config.models) {
       this.pools.set(
         entry.name,
         new ModelPool({
           entry,
           gpus: plan.get(entry.name)!,
-          intraOpThreads: threads,
+          intraOpThreads: defaultIntraOpThreads(entry.instances),
           config,
           logger,
           socketDir: this.socketDir,

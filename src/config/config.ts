@@ -174,10 +174,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
   return config;
 }
 
-/** Threads per worker when not configured: every core. A model busy alone (the common case:
- *  a pipeline runs one model over a slide) then uses the whole machine; ONNX Runtime's idle
- *  threads sleep (allow_spinning 0), so busy models sharing cores do not burn them. */
-export const defaultIntraOpThreads = (): number => availableParallelism();
+/** Threads per worker when not configured: the cores shared among the model's instances. A model
+ *  busy alone (the common case: a pipeline runs one model over a slide) then uses the whole
+ *  machine; ONNX Runtime's idle threads sleep (allow_spinning 0), so busy models sharing cores do
+ *  not burn them. Not more threads than that: with two instances of two threads on two cores,
+ *  tiles decoded beside a batch took a core from one of its threads and every operator waited
+ *  for the slower one (tile-embed ran ~1.7x slower per tile than alone). */
+export const defaultIntraOpThreads = (instances: number): number => Math.max(1, Math.floor(availableParallelism() / instances));
 
 /** HTTP fronts when `fronts` is 0: one per core, at most 4. Measured (README "Throughput"): a
  *  front spends 0.7-1.1 CPU ms on a 224 px tile and ~2 on a 512 px one, so 4 fronts feed about
