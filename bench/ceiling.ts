@@ -80,35 +80,31 @@ async function startService(name: string, root: string, fronts: number, models: 
     { root },
   );
   const pid = service.proc.pid!;
-  await waitFor(async () => (await fetch(`${service.url}/health/ready`)).status === 200, 120000);
-  return {
-    name,
-    url: service.url,
-    path: (size) => `/api/predict/null-${size}`,
-    cpu: () => cpuByRole(pid),
-    stop: async () => {
-      service.proc.kill('SIGTERM');
-      await service.exited;
-    },
+  const stop = async () => {
+    service.proc.kill('SIGTERM');
+    await service.exited;
   };
+  await waitFor(async () => (await fetch(`${service.url}/health/ready`)).status === 200, 120000).catch(async (err) => {
+    await stop();
+    throw err;
+  });
+  return { name, url: service.url, path: (size) => `/api/predict/null-${size}`, cpu: () => cpuByRole(pid), stop };
 }
 
 async function startIrreducible(): Promise<System> {
   const port = 19000 + Math.floor(Math.random() * 900);
   const server = fork(join(ROOT, 'dist/bench/irreducible-server.js'), [String(port)], { execArgv: [], stdio: 'ignore' });
-  const url = `http://127.0.0.1:${port}`;
-  await waitFor(async () => (await fetch(url, { method: 'POST', body: bodiesFor(224, 1)[0] })).status === 200, 30000);
   const exited = new Promise((resolve) => server.once('exit', resolve));
-  return {
-    name: 'irreducible',
-    url,
-    path: () => '/',
-    cpu: () => ({ server: cpuOfTree(server.pid!) }),
-    stop: async () => {
-      server.kill('SIGTERM');
-      await exited;
-    },
+  const stop = async () => {
+    server.kill('SIGTERM');
+    await exited;
   };
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor(async () => (await fetch(url, { method: 'POST', body: bodiesFor(224, 1)[0] })).status === 200, 30000).catch(async (err) => {
+    await stop();
+    throw err;
+  });
+  return { name: 'irreducible', url, path: () => '/', cpu: () => ({ server: cpuOfTree(server.pid!) }), stop };
 }
 
 /** Every system is started and settled first; then, for each size and concurrency, each system
