@@ -4,8 +4,6 @@ import { constants, deflateRawSync, deflateSync } from 'node:zlib';
 import { ADAM7, PNG_SIGNATURE } from '../src/tile/png-rules.js';
 import { pngChunk } from '../src/tile/png-write.js';
 
-export const chunk = pngChunk;
-
 export interface Ihdr {
   width: number;
   height: number;
@@ -25,7 +23,7 @@ export function ihdr(h: Ihdr): Buffer {
   d[10] = h.compression ?? 0;
   d[11] = h.filter ?? 0;
   d[12] = h.interlace ?? 0;
-  return chunk('IHDR', d);
+  return pngChunk('IHDR', d);
 }
 
 /** Signature, then the chunks as given. */
@@ -49,7 +47,7 @@ export function scanlines(pixels: Uint8Array, width: number, height: number, cha
 /** A valid 8-bit PNG of the pixels (RGB or RGBA), optionally interlaced. */
 export function rgbPng(pixels: Uint8Array, width: number, height: number, channels: 3 | 4, interlace = 0): Buffer {
   const idat = deflateSync(scanlines(pixels, width, height, channels, interlace));
-  return png(ihdr({ width, height, colorType: channels === 3 ? 2 : 6, interlace }), chunk('IDAT', idat), chunk('IEND'));
+  return png(ihdr({ width, height, colorType: channels === 3 ? 2 : 6, interlace }), pngChunk('IDAT', idat), pngChunk('IEND'));
 }
 
 export function noisePixels(width: number, height: number, channels: number, seed = 1): Uint8Array {
@@ -78,7 +76,7 @@ export function zeroStream(bytes: number): Buffer {
 /** Image data split into IDAT chunks of `size` bytes. */
 export function idatChunks(data: Buffer, size: number): Buffer[] {
   const out: Buffer[] = [];
-  for (let at = 0; at < data.length; at += size) out.push(chunk('IDAT', data.subarray(at, at + size)));
+  for (let at = 0; at < data.length; at += size) out.push(pngChunk('IDAT', data.subarray(at, at + size)));
   return out;
 }
 
@@ -88,10 +86,10 @@ export function bombs(gib = 1): Record<string, Buffer> {
   const tile = { width: 224, height: 224 };
   const valid = deflateSync(Buffer.alloc(224 * (224 * 3 + 1)));
   return {
-    'one IDAT': png(ihdr(tile), chunk('IDAT', zeros), chunk('IEND')),
-    interlaced: png(ihdr({ ...tile, interlace: 1 }), chunk('IDAT', zeros), chunk('IEND')),
-    'many IDATs': png(ihdr(tile), ...idatChunks(zeros, 1024), chunk('IEND')),
-    'trailing stream': png(ihdr(tile), chunk('IDAT', Buffer.concat([valid, zeros])), chunk('IEND')),
-    'iCCP profile': png(ihdr(tile), chunk('iCCP', Buffer.concat([Buffer.from('icc\0\0', 'latin1'), zeros])), chunk('IDAT', valid), chunk('IEND')),
+    'one IDAT': png(ihdr(tile), pngChunk('IDAT', zeros), pngChunk('IEND')),
+    interlaced: png(ihdr({ ...tile, interlace: 1 }), pngChunk('IDAT', zeros), pngChunk('IEND')),
+    'many IDATs': png(ihdr(tile), ...idatChunks(zeros, 1024), pngChunk('IEND')),
+    'trailing stream': png(ihdr(tile), pngChunk('IDAT', Buffer.concat([valid, zeros])), pngChunk('IEND')),
+    'iCCP profile': png(ihdr(tile), pngChunk('iCCP', Buffer.concat([Buffer.from('icc\0\0', 'latin1'), zeros])), pngChunk('IDAT', valid), pngChunk('IEND')),
   };
 }
