@@ -80,31 +80,45 @@ async function startService(name: string, root: string, fronts: number, models: 
     { root },
   );
   const pid = service.proc.pid!;
-  const stop = async () => {
-    service.proc.kill('SIGTERM');
-    await service.exited;
+  const system: System = {
+    name,
+    url: service.url,
+    path: (size) => `/api/predict/null-${size}`,
+    cpu: () => cpuByRole(pid),
+    stop: async () => {
+      service.proc.kill('SIGTERM');
+      await service.exited;
+    },
   };
-  await waitFor(async () => (await fetch(`${service.url}/health/ready`)).status === 200, 120000).catch(async (err) => {
-    await stop();
-    throw err;
-  });
-  return { name, url: service.url, path: (size) => `/api/predict/null-${size}`, cpu: () => cpuByRole(pid), stop };
+  return started(system, async () => (await fetch(`${service.url}/health/ready`)).status === 200, 120000);
 }
 
 async function startIrreducible(): Promise<System> {
   const port = 19000 + Math.floor(Math.random() * 900);
   const server = fork(join(ROOT, 'dist/bench/irreducible-server.js'), [String(port)], { execArgv: [], stdio: 'ignore' });
   const exited = new Promise((resolve) => server.once('exit', resolve));
-  const stop = async () => {
-    server.kill('SIGTERM');
-    await exited;
-  };
   const url = `http://127.0.0.1:${port}`;
-  await waitFor(async () => (await fetch(url, { method: 'POST', body: bodiesFor(224, 1)[0] })).status === 200, 30000).catch(async (err) => {
-    await stop();
+  const system: System = {
+    name: 'irreducible',
+    url,
+    path: () => '/',
+    cpu: () => ({ server: cpuOfTree(server.pid!) }),
+    stop: async () => {
+      server.kill('SIGTERM');
+      await exited;
+    },
+  };
+  return started(system, async () => (await fetch(url, { method: 'POST', body: bodiesFor(224, 1)[0] })).status === 200, 30000);
+}
+
+/** The system once `ready` holds; one that does not come up within `ms` is stopped, then the
+ *  error is thrown. */
+async function started(system: System, ready: () => Promise<boolean>, ms: number): Promise<System> {
+  await waitFor(ready, ms).catch(async (err) => {
+    await system.stop();
     throw err;
   });
-  return { name: 'irreducible', url, path: () => '/', cpu: () => ({ server: cpuOfTree(server.pid!) }), stop };
+  return system;
 }
 
 /** Every system is started and settled first; then, for each size and concurrency, each system
