@@ -107,7 +107,7 @@ async function main(): Promise<void> {
     for (const c of concurrencies) {
       const r = await drive(server.url, target.model, target.path, bodies[target.size], c, span);
       const floor = await floorFor(target.model, r.meanBatch);
-      const single = await floorFor(target.model, 1);
+      const single = floor.batch === 1 ? floor : await floorFor(target.model, 1);
       rows.push({ ...target, ...r, floor: floor.tilesPerSec, floorBatch: floor.batch, ratio: r.tilesPerSec / floor.tilesPerSec, p50OverModel: r.p50 - single.msPerBatch });
       console.log(`${target.path} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}; floor ${floor.tilesPerSec.toFixed(1)} (batch ${floor.batch}): ${(r.tilesPerSec / floor.tilesPerSec).toFixed(2)}`);
     }
