@@ -45,6 +45,9 @@ interface Level extends SlideLevel {
   page: number;
   tileWidth: number;
   tileHeight: number;
+  /** Tile columns and rows (edge tiles included). */
+  tilesAcross: number;
+  tilesDown: number;
   /** Width of a decoded band: a whole number of TIFF tiles, about BAND_PIXELS wide. */
   bandWidth: number;
 }
@@ -114,13 +117,16 @@ export class TiffSlide implements Slide {
       }
       if (image.getBitsPerSample() !== 8) throw new SlideError(`${path}: ${image.getBitsPerSample()} bits per sample, expected 8`);
       const tileWidth = image.getTileWidth();
+      const tileHeight = image.getTileHeight();
       pyramid.push({
         page: images.indexOf(image),
         width: image.getWidth(),
         height: image.getHeight(),
         downsample: (base.getWidth() / image.getWidth() + base.getHeight() / image.getHeight()) / 2,
         tileWidth,
-        tileHeight: image.getTileHeight(),
+        tileHeight,
+        tilesAcross: Math.ceil(image.getWidth() / tileWidth),
+        tilesDown: Math.ceil(image.getHeight() / tileHeight),
         bandWidth: tileWidth * Math.max(1, Math.round(BAND_PIXELS / tileWidth)),
       });
     }
@@ -135,7 +141,7 @@ export class TiffSlide implements Slide {
    *  for a tile no expected region needs. */
   expect(level: number, regions: readonly Region[]): void {
     const l = this.pyramid[level];
-    const across = Math.ceil(l.width / l.tileWidth);
+    const across = l.tilesAcross;
     const perBand = l.bandWidth / l.tileWidth;
     const needed = new Map<number, Uint8Array>();
     for (const r of regions) {
@@ -173,9 +179,9 @@ export class TiffSlide implements Slide {
   private tileSpan(l: Level, x: number, y: number, w: number, h: number): [number, number, number, number] {
     return [
       Math.max(0, Math.floor(x / l.tileWidth)),
-      Math.min(Math.ceil(l.width / l.tileWidth), Math.ceil((x + w) / l.tileWidth)),
+      Math.min(l.tilesAcross, Math.ceil((x + w) / l.tileWidth)),
       Math.max(0, Math.floor(y / l.tileHeight)),
-      Math.min(Math.ceil(l.height / l.tileHeight), Math.ceil((y + h) / l.tileHeight)),
+      Math.min(l.tilesDown, Math.ceil((y + h) / l.tileHeight)),
     ];
   }
 
@@ -186,7 +192,7 @@ export class TiffSlide implements Slide {
     if (planned && planned[tx * 2] >= 0) return [planned[tx * 2], planned[tx * 2 + 1]];
     const perBand = l.bandWidth / l.tileWidth;
     const first = tx - (tx % perBand);
-    return [first, Math.min(first + perBand, Math.ceil(l.width / l.tileWidth))];
+    return [first, Math.min(first + perBand, l.tilesAcross)];
   }
 
   /** The decoded RGB of tiles [tx0, tx1) of tile row `ty` of a level, clipped to its extent. */
