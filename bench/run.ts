@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import pidusage from 'pidusage';
 import { readPackage } from '../src/model-package/model-package.js';
 import { cellularTile, encodePng, slideTile } from '../tools/synthetic/tissue.js';
-import { maskJson } from '../src/http/response-writer.js';
+import { maskJson } from '../src/front/response-writer.js';
 import { shippedConfig, spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { frontCount, loadConfig } from '../src/config/config.js';
 import { measureFloor } from './floor.js';

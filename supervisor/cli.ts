@@ -6,7 +6,7 @@ import { ConfigError, configFile, loadConfig, type ServiceConfig } from '../src/
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { checkListenAddress } from './preflight.js';
 import { PackageError, readPackage } from '../src/model-package/model-package.js';
-import { endpointsFor } from '../src/http/model-route-config.js';
+import { endpointsFor } from '../src/contract/endpoints.js';
 
 const USAGE = `Usage: node dist/supervisor/main.js [--check-config | --help]   (npm start [-- --check-config])
 

@@ -4,7 +4,7 @@
 import cluster, { type Worker } from 'node:cluster';
 import type { Logger } from 'pino';
 import type { FromFront, ToFront } from '../src/ipc/protocol.js';
-import type { FrontConfig } from '../src/front/front-config.js';
+import { frontEnv } from '../src/ipc/fork-config.js';
 import { RestartPolicy } from './restart-policy.js';
 import type { ServiceConfig } from '../src/config/config.js';
 import { TILE_PROCESS_EXEC_ARGV } from './v8-flags.js';
@@ -63,8 +63,7 @@ export class Fronts {
   }
 
   private fork(index: number): void {
-    const frontConfig: FrontConfig = { service: this.options.config, index, fronts: this.options.count };
-    const front = cluster.fork({ TILE_FRONT: JSON.stringify(frontConfig) });
+    const front = cluster.fork(frontEnv({ service: this.options.config, index, fronts: this.options.count }));
     const startedAt = Date.now();
     this.fronts.add(front);
     front.on('message', (message: FromFront) => this.options.onMessage(front, message));

@@ -1,6 +1,6 @@
 // GPU discovery for "auto" placement, and the assignment of worker instances to GPUs.
 import type { Logger } from 'pino';
-import { queryGpus } from '../src/diagnostics/nvidia-smi.js';
+import { queryGpus } from '../src/gpu/nvidia-smi.js';
 import type { ModelEntry, ServiceConfig } from '../src/config/config.js';
 
 /** GPU ids for "auto" placement; none (CPU) when nvidia-smi is missing or fails. */

@@ -8,7 +8,8 @@ import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Logger } from 'pino';
-import type { InstanceState, InstanceView, WorkerConfig, WorkerControl, WorkerInfo, WorkerReport } from '../src/ipc/protocol.js';
+import type { InstanceState, InstanceView, WorkerControl, WorkerInfo, WorkerReport } from '../src/ipc/protocol.js';
+import { workerEnv, type WorkerConfig } from '../src/ipc/fork-config.js';
 import { RequestReply } from '../src/ipc/request-reply.js';
 import type { ServiceConfig } from '../src/config/config.js';
 import { RestartPolicy } from './restart-policy.js';
@@ -114,7 +115,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       execArgv: TILE_PROCESS_EXEC_ARGV,
       // CUDA_VISIBLE_DEVICES pins the worker to its GPU; empty hides every GPU from a CPU worker.
-      env: { ...process.env, CUDA_VISIBLE_DEVICES: this.options.gpu ?? '', TILE_WORKER: JSON.stringify(config), UV_THREADPOOL_SIZE: String(config.decodeThreads) },
+      env: { ...process.env, CUDA_VISIBLE_DEVICES: this.options.gpu ?? '', ...workerEnv(config), UV_THREADPOOL_SIZE: String(config.decodeThreads) },
     });
     this.child = child;
     this.packageFault = false;

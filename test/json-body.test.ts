@@ -3,8 +3,8 @@
 // same refusals, for hand-picked traps and for generated bodies.
 import t, { type Test } from 'tap';
 import fc from 'fast-check';
-import { parseJsonBody } from '../src/http/plugins/json-body.js';
-import { DECODED_IMAGE, imageBytes } from '../src/http/image-data.js';
+import { parseJsonBody } from '../src/front/plugins/json-body.js';
+import { DECODED_IMAGE, imageBytes } from '../src/front/image-data.js';
 import { decodeBase64Strict } from '../src/tile/base64.js';
 
 type Outcome = { error: string } | { fields: Record<string, unknown>; image: string };

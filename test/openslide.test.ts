@@ -5,9 +5,9 @@ import { copyFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { openSlide } from '../src/slide/open.js';
-import { OpenSlideSlide, openSlideLibrary } from '../src/slide/openslide-slide.js';
-import { TiffSlide } from '../src/slide/tiff-slide.js';
+import { openSlide } from '../src/client/slide/open.js';
+import { OpenSlideSlide, openSlideLibrary } from '../src/client/slide/openslide-slide.js';
+import { TiffSlide } from '../src/client/slide/tiff-slide.js';
 import { writeSlide } from '../tools/synthetic/slide.js';
 
 t.test('OpenSlide reads an SVS as the built-in reader does', async (t) => {

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { numbersJson, maskJson, tileResponseJson } from '../src/http/response-writer.js';
+import { numbersJson, maskJson, tileResponseJson } from '../src/front/response-writer.js';
 
 const request = { image_data: '', slide_name: 'a "quoted" \\ slide', x: 1, y: -2, width: 3, height: 2, patch_idx: 9, resolution: 0.5 };
 

@@ -6,11 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import t from 'tap';
-import { tileGrid } from '../src/slide/grid.js';
-import { Journal } from '../src/slide/journal.js';
-import { coordsFromName, readPlan } from '../src/slide/process-tiles.js';
-import { bestLevel, expectTiles, readTile } from '../src/slide/region.js';
-import { aperioMpp, TiffSlide } from '../src/slide/tiff-slide.js';
+import { tileGrid } from '../src/client/pipeline/grid.js';
+import { Journal } from '../src/client/pipeline/journal.js';
+import { coordsFromName, readPlan } from '../src/client/pipeline/process-tiles.js';
+import { bestLevel, expectTiles, readTile } from '../src/client/slide/region.js';
+import { aperioMpp, TiffSlide } from '../src/client/slide/tiff-slide.js';
 import { downsample, writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'slide-reader-'));

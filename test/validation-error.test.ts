@@ -1,10 +1,10 @@
 // Unit tests of the ajv -> pydantic error mapping, through fastify's own validator.
 import t from 'tap';
 import Fastify from 'fastify';
-import errors from '../src/http/plugins/errors.js';
-import nonJsonBody from '../src/http/plugins/non-json-body.js';
-import { TileRequest, PredictQuery } from '../src/http/schemas/tile.js';
-import { jsonInvalid } from '../src/http/validation-error.js';
+import errors from '../src/front/plugins/errors.js';
+import nonJsonBody from '../src/front/plugins/non-json-body.js';
+import { TileRequest, PredictQuery } from '../src/contract/schemas.js';
+import { jsonInvalid } from '../src/front/validation-error.js';
 
 async function app() {
   const app = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false } } });

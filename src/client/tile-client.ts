@@ -5,7 +5,7 @@
 // its backoff and the tile moves on), and a deadline per tile across all its attempts.
 import { Pool } from 'undici';
 import type { Static } from 'typebox';
-import type { ModelMetadata, TileRequest, TileResponse } from '../http/schemas/tile.js';
+import type { ModelMetadata, TileRequest, TileResponse } from '../contract/schemas.js';
 import { Semaphore } from './semaphore.js';
 
 export type TileResponseBody = Static<typeof TileResponse>;

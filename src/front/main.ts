@@ -4,12 +4,12 @@
 import process from 'node:process';
 import { createLogger } from '../lib/logger.js';
 import type { ToFront } from '../ipc/protocol.js';
-import { buildApp } from '../http/app.js';
+import { buildApp } from './app.js';
 import { ExitCode } from '../lib/exit-codes.js';
-import type { FrontConfig } from './front-config.js';
+import { readFrontConfig } from '../ipc/fork-config.js';
 import { ModelClient } from './model-client.js';
 
-const { service: config, index, fronts } = JSON.parse(process.env.TILE_FRONT ?? 'null') as FrontConfig;
+const { service: config, index, fronts } = readFrontConfig();
 const logger = createLogger(config).child({ front: index });
 const client = new ModelClient(config, fronts, (message, written) => process.send!(message, undefined, undefined, written));
 const app = await buildApp({ config, backend: client, logger });

@@ -8,7 +8,7 @@ import { Channel } from '../ipc/channel.js';
 import type { ChannelReply, ChannelRequest, FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { errors, ServiceError } from '../lib/errors.js';
-import { unavailable, type ModelBackend } from '../http/backend.js';
+import { unavailable, type ModelBackend } from './backend.js';
 
 /** How long requests of a closed channel wait for the supervisor to say why their worker died. */
 const EXIT_NEWS_MS = 1000;

@@ -10,9 +10,19 @@
 // Buffers cross as bytes.
 import type { Manifest, Task } from '../model-package/manifest.js';
 import type { FieldError, WireError } from '../lib/errors.js';
-import type { UsageEntry } from '../usage/usage-log.js';
 
 export type { FieldError, WireError };
+
+/** One line of the usage log (the supervisor writes it; fronts report their requests). */
+export interface UsageEntry {
+  timestamp: string;
+  model: string;
+  endpoint: 'predict' | 'embed';
+  mode: string;
+  status: number;
+  duration_ms: number;
+  tile: string;
+}
 
 export interface TileJob {
   task: Task;
@@ -52,24 +62,6 @@ export interface WorkerInfo {
   intraOpThreads: number;
   loadMs: number;
   /** The Unix socket fronts connect to for tiles. */
-  socket: string;
-}
-
-/** What the supervisor tells a worker at fork time, through the TILE_WORKER environment variable. */
-export interface WorkerConfig {
-  model: string;
-  dir: string;
-  intraOpThreads: number;
-  /** Threads of the worker's libuv pool, where its PNG tiles are decoded (set as UV_THREADPOOL_SIZE
-   *  at fork: the pool starts before any worker code runs). */
-  decodeThreads: number;
-  /** Largest batch; 0 means the manifest's batch.max (never more than it). */
-  maxBatch: number;
-  maxDelayMs: number;
-  heartbeatMs: number;
-  /** GPU id this worker is pinned to, or null for CPU. */
-  gpu: string | null;
-  /** Where to listen for fronts. */
   socket: string;
 }
 

@@ -1,7 +1,7 @@
 // Every domain error of the service, defined once: a code, an HTTP status and the body the
 // contract gives it (fastify's lib/errors.js is the model). Errors are thrown anywhere — front,
 // worker, supervisor — cross process boundaries as { code, message, detail } and are turned into a
-// response in one place (src/http/plugins/errors.ts).
+// response in one place (src/front/plugins/errors.ts).
 
 /** A validation failure in the spec's ValidationError shape. */
 export interface FieldError {

@@ -6,7 +6,6 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import pino, { type Logger } from 'pino';
 import type pinoPretty from 'pino-pretty';
-import type { ServiceConfig } from '../config/config.js';
 
 const require = createRequire(import.meta.url);
 
@@ -16,7 +15,14 @@ function readable(out: NodeJS.WritableStream): NodeJS.WritableStream {
   return pretty({ destination: out, colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid', singleLine: true, sync: true });
 }
 
-export function createLogger(config: Pick<ServiceConfig, 'log_file' | 'log_level'>, out: NodeJS.WritableStream & { isTTY?: boolean } = process.stdout): Logger {
+/** The logging part of the service configuration (config.ts), named here so that lib depends on
+ *  nothing of the service's. */
+export interface LogSettings {
+  log_file: string | null;
+  log_level: pino.LevelWithSilent;
+}
+
+export function createLogger(config: LogSettings, out: NodeJS.WritableStream & { isTTY?: boolean } = process.stdout): Logger {
   // Every stream takes every line the logger's level lets through (multistream's default is info).
   const streams: pino.StreamEntry[] = [{ level: 'trace', stream: out.isTTY ? readable(out) : out }];
   if (config.log_file) {

@@ -4,7 +4,8 @@
 import { createServer } from 'node:net';
 import { rmSync } from 'node:fs';
 import ort from 'onnxruntime-node';
-import type { ChannelReply, ChannelRequest, WorkerConfig, WorkerControl, WorkerReport } from '../ipc/protocol.js';
+import type { ChannelReply, ChannelRequest, WorkerControl, WorkerReport } from '../ipc/protocol.js';
+import { readWorkerConfig } from '../ipc/fork-config.js';
 import { Channel } from '../ipc/channel.js';
 import { errors } from '../lib/errors.js';
 import { ExitCode } from '../lib/exit-codes.js';
@@ -12,7 +13,7 @@ import { PackageError, readPackage, type ModelPackage } from '../model-package/m
 import { ModelSession } from './model-session.js';
 import { ModelWorker, type Reply } from './model-worker.js';
 
-const config = JSON.parse(process.env.TILE_WORKER ?? 'null') as WorkerConfig;
+const config = readWorkerConfig();
 const send = (message: WorkerReport, done?: () => void) => process.send!(message, undefined, undefined, done);
 
 /** Load errors that retrying with the same files may cure (memory, the GPU); any other load

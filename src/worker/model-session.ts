@@ -4,7 +4,7 @@
 import { Worker } from 'node:worker_threads';
 import type ort from 'onnxruntime-node';
 import { checkSignature, type ModelPackage, type ServingPlan, type SessionSignature } from '../model-package/model-package.js';
-import type { WorkerConfig } from '../ipc/protocol.js';
+import type { WorkerConfig } from '../ipc/fork-config.js';
 import type { SessionThreadData, ThreadReply, ThreadRequest, WireTensor } from './session-thread.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { ExitCode } from '../lib/exit-codes.js';

@@ -41,7 +41,7 @@ interface Run {
 
 /** The command as a user runs it, as a child process; `onStart` sees it while it runs. */
 function tileInfer(args: string[], onStart?: (proc: ReturnType<typeof spawn>) => void): Promise<Run> {
-  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/src/cli/tile-infer.js'), ...args], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/src/client/tile-infer.js'), ...args], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   proc.stderr!.on('data', (d) => (stderr += d));
   onStart?.(proc);

@@ -1,4 +1,4 @@
-// A ModelBackend for the in-process tier: the real HTTP app (src/http/app.ts) driven with
+// A ModelBackend for the in-process tier: the real HTTP app (src/front/app.ts) driven with
 // fastify.inject, over models whose states a test sets and whose "inference" is a cheap function
 // of the tile's bytes. Processes are the point of the e2e tier, not of this one.
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -8,8 +8,8 @@ import pino from 'pino';
 import type { Registry } from 'prom-client';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig, type ServiceConfig } from '../../src/config/config.js';
-import { buildApp } from '../../src/http/app.js';
-import { unavailable, type ModelBackend } from '../../src/http/backend.js';
+import { buildApp } from '../../src/front/app.js';
+import { unavailable, type ModelBackend } from '../../src/front/backend.js';
 import type { InferResult, ModelState, ModelView, TileJob, UsageReport } from '../../src/ipc/protocol.js';
 import { errors } from '../../src/lib/errors.js';
 import { readManifest } from '../../src/model-package/model-package.js';

@@ -17,7 +17,7 @@ import models from './plugins/models.js';
 import usage from './plugins/usage.js';
 import metrics from './plugins/metrics.js';
 import diagnostics from './plugins/diagnostics.js';
-import { SERVICE_VERSION } from '../version.js';
+import { SERVICE_VERSION } from '../lib/version.js';
 
 export interface AppOptions {
   config: ServiceConfig;

@@ -1,7 +1,6 @@
 // The route config that marks a model endpoint, so the usage and metrics hooks know what they
-// observe, and the endpoints each model has (for GET /api/models and --check-config).
+// observe, and the endpoints each model's routes defined (for GET /api/models).
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { Task } from '../model-package/manifest.js';
 
 export interface ModelRouteConfig {
   name: string;
@@ -24,14 +23,4 @@ export function modelRoute(request: FastifyRequest): ModelRouteConfig | undefine
 
 export function endpointsOf(app: FastifyInstance, model: string): string[] {
   return app.modelEndpoints.get(model) ?? [];
-}
-
-/** The endpoints a package's tasks give a model (`METHOD path`), in the order they are defined:
- *  the one mapping of tasks to routes, for the routes themselves, /api/models and --check-config. */
-export function endpointsFor(model: string, tasks: readonly Task[]): string[] {
-  return [
-    ...(tasks.includes('prediction') || tasks.includes('segmentation') ? [`POST /api/predict/${model}`] : []),
-    ...(tasks.includes('embedding') ? [`POST /api/embed/${model}`] : []),
-    `GET /api/metadata/${model}`,
-  ];
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 // tile-infer: whole slides (or folders of tiles) through the tile service.
 import { parseArgs } from 'node:util';
-import { TileClient } from '../client/tile-client.js';
-import { processSlide } from '../slide/process-slide.js';
-import { processTiles } from '../slide/process-tiles.js';
+import { TileClient } from './tile-client.js';
+import { processSlide } from './pipeline/process-slide.js';
+import { processTiles } from './pipeline/process-tiles.js';
 import { ProgressLine } from './progress.js';
 
 const HELP = `Usage:

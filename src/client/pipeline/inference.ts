@@ -2,8 +2,8 @@
 // number in flight (results journalled as they arrive), and the CLAM/TRIDENT-style outputs.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { tileRequestBody, type ModelMetadataBody, type TileClient } from '../client/tile-client.js';
-import { Semaphore } from '../client/semaphore.js';
+import { tileRequestBody, type ModelMetadataBody, type TileClient } from '../tile-client.js';
+import { Semaphore } from '../semaphore.js';
 import type { Journal } from './journal.js';
 import { predictionsCsv, writeFileAtomic, writeH5, type H5Attrs } from './outputs.js';
 

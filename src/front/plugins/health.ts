@@ -6,7 +6,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import type { ModelBackend } from '../backend.js';
 import { errors } from '../../lib/errors.js';
-import { ErrorDetail } from '../schemas/tile.js';
+import { ErrorDetail } from '../../contract/schemas.js';
 
 const Live = Type.Object({ status: Type.Literal('ok') });
 const Ready = Type.Object({

@@ -3,8 +3,8 @@
 // supervisor); fronts only relay it.
 import { dirname } from 'node:path';
 import pidusage from 'pidusage';
-import type { ModelView } from '../ipc/protocol.js';
-import type { UsageLog } from '../usage/usage-log.js';
+import type { ModelView } from '../../src/ipc/protocol.js';
+import type { UsageLog } from '../usage-log.js';
 import { Anonymizer } from './anonymize.js';
 import * as probes from './probes.js';
 

@@ -4,8 +4,8 @@ import { readFileSync, statfsSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import os from 'node:os';
 import ort from 'onnxruntime-node';
-import { queryGpus } from './nvidia-smi.js';
-import { SERVICE_PACKAGE } from '../version.js';
+import { queryGpus } from '../../src/gpu/nvidia-smi.js';
+import { SERVICE_PACKAGE } from '../../src/lib/version.js';
 
 const ROOT = new URL('../../../', import.meta.url);
 

@@ -6,7 +6,7 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ModelBackend } from '../backend.js';
-import { modelRoute } from '../model-route-config.js';
+import { modelRoute } from '../route-config.js';
 import { requireAdminToken } from '../admin-token.js';
 
 declare module 'fastify' {

@@ -2,8 +2,8 @@
 // (`..._x1024_y2048.png` or `..._1024_2048.png`) or from a CSV plan with `file,x,y` columns.
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
-import type { TileClient } from '../client/tile-client.js';
-import { readPngHeader, type PngHeader } from '../tile/png-rules.js';
+import type { TileClient } from '../tile-client.js';
+import { readPngHeader, type PngHeader } from '../../tile/png-rules.js';
 import { modelPlan, runTiles, writeModelOutputs, type InferTile, type Progress } from './inference.js';
 import { Journal } from './journal.js';
 

@@ -1,10 +1,10 @@
 // Tissue detection over the whole slide: an overview at 8 MPP cut into 512x512 tiles for the
 // tissue-seg model, the masks stitched back into one slide-wide mask.
 import sharp from 'sharp';
-import { tileRequestBody, type TileClient } from '../client/tile-client.js';
-import { bestLevel } from './region.js';
-import { encodeRgbPng } from '../tile/png-write.js';
-import type { Slide } from './slide.js';
+import { tileRequestBody, type TileClient } from '../tile-client.js';
+import { bestLevel } from '../slide/region.js';
+import { encodeRgbPng } from '../../tile/png-write.js';
+import type { Slide } from '../slide/slide.js';
 
 export const TISSUE_MPP = 8;
 export const TISSUE_TILE = 512;

@@ -4,17 +4,17 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { basename, extname, join } from 'node:path';
 import sharp from 'sharp';
-import type { TileClient } from '../client/tile-client.js';
+import type { TileClient } from '../tile-client.js';
 import { tissueGeoJson } from './geojson.js';
 import { tileGrid } from './grid.js';
 import { modelPlan, runTiles, writeModelOutputs, type InferTile, type Progress } from './inference.js';
 import { Journal } from './journal.js';
 import { writeFileAtomic } from './outputs.js';
 import { heatmapPng, overlayPng } from './pictures.js';
-import { expectTiles, readTile } from './region.js';
-import { encodeRgbPng } from '../tile/png-write.js';
-import { SlideError } from './slide.js';
-import { openSlide } from './open.js';
+import { expectTiles, readTile } from '../slide/region.js';
+import { encodeRgbPng } from '../../tile/png-write.js';
+import { SlideError } from '../slide/slide.js';
+import { openSlide } from '../slide/open.js';
 import { TISSUE_MPP, detectTissue, readOverview, readTissueMask, type TissueMask } from './tissue.js';
 
 export interface SlideJob {

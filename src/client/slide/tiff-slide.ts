@@ -7,7 +7,7 @@
 import { availableParallelism } from 'node:os';
 import { fromFile, type GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp, { type OutputInfo } from 'sharp';
-import { Semaphore } from '../client/semaphore.js';
+import { Semaphore } from '../semaphore.js';
 import { SlideError, type Region, type Slide, type SlideLevel } from './slide.js';
 
 const RGB = 2;

@@ -4,16 +4,7 @@
 import { createWriteStream, mkdirSync, readFileSync, renameSync, statSync, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-
-export interface UsageEntry {
-  timestamp: string;
-  model: string;
-  endpoint: 'predict' | 'embed';
-  mode: string;
-  status: number;
-  duration_ms: number;
-  tile: string;
-}
+import type { UsageEntry } from '../src/ipc/protocol.js';
 
 export interface UsageLogOptions {
   dir: string;

@@ -10,12 +10,12 @@ import { readManifest } from '../../model-package/model-package.js';
 import type { WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
 import { unavailable, type ModelBackend } from '../backend.js';
-import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../schemas/tile.js';
+import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../../contract/schemas.js';
 import { checkTile } from '../tile-checks.js';
 import { tileResponseJson } from '../response-writer.js';
 import { describeRoute, exampleRequest } from '../route-docs.js';
 import { Type } from 'typebox';
-import { endpointsFor } from '../model-route-config.js';
+import { endpointsFor } from '../../contract/endpoints.js';
 
 export interface ModelRoutesOptions {
   backend: ModelBackend;

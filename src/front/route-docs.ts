@@ -3,7 +3,7 @@
 // model's size, a few hundred bytes as PNG).
 import { PNG } from 'pngjs';
 import type { Manifest, Task } from '../model-package/manifest.js';
-import type { TileRequest } from './schemas/tile.js';
+import type { TileRequest } from '../contract/schemas.js';
 
 export function describeRoute(name: string, manifest: Manifest | null, task: Task): string {
   if (!manifest) return `${name}: its manifest could not be read at start; GET /api/models says why.`;

@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { Type } from 'typebox';
 import type { ModelBackend } from '../backend.js';
-import { endpointsOf } from '../model-route-config.js';
+import { endpointsOf } from '../route-config.js';
 
 const ModelSummary = Type.Object({
   name: Type.String(),

@@ -2,9 +2,9 @@
 // usage log (kept by the supervisor). The slide name travels along for scrubbing only.
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import type { TileRequest } from '../schemas/tile.js';
+import type { TileRequest } from '../../contract/schemas.js';
 import type { ModelBackend } from '../backend.js';
-import { modelRoute } from '../model-route-config.js';
+import { modelRoute } from '../route-config.js';
 
 async function usage(app: FastifyInstance, { backend }: { backend: ModelBackend }): Promise<void> {
   app.addHook('onResponse', async (request, reply) => {

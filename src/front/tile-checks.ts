@@ -7,7 +7,7 @@ import type { FieldError } from '../ipc/protocol.js';
 import type { Manifest } from '../model-package/manifest.js';
 import { imageBytes } from './image-data.js';
 import { PngError, readPngHeader, type PngHeader } from '../tile/png-rules.js';
-import type { TileRequest } from './schemas/tile.js';
+import type { TileRequest } from '../contract/schemas.js';
 
 export interface CheckedTile {
   errors: FieldError[];

@@ -1,6 +1,6 @@
 // Writes a tile response as JSON text directly. A 512x512 mask is 262,144 numbers: a Buffer of
 // "0,"/"1," bytes takes well under a millisecond where JSON.stringify of an array takes ~10 ms.
-import type { TileRequest } from './schemas/tile.js';
+import type { TileRequest } from '../contract/schemas.js';
 import type { Numbers, TileOutput } from '../ipc/protocol.js';
 
 const COMMA = 0x2c;

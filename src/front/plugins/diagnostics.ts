@@ -1,9 +1,9 @@
-// GET /diagnostics: the supervisor's anonymized payload (src/diagnostics/payload.ts), relayed.
+// GET /diagnostics: the supervisor's anonymized payload (supervisor/diagnostics/payload.ts), relayed.
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import type { ModelBackend } from '../backend.js';
 import { errors } from '../../lib/errors.js';
-import { HTTPValidationError } from '../schemas/tile.js';
+import { HTTPValidationError } from '../../contract/schemas.js';
 import { requireAdminToken } from '../admin-token.js';
 
 const CATEGORIES = ['usage', 'diagnostics'] as const;

@@ -1,0 +1,42 @@
+// What the supervisor tells a process it forks, through one environment variable each: an HTTP
+// front (TILE_FRONT) and a model worker (TILE_WORKER). Both sides read and write it here.
+import type { ServiceConfig } from '../config/config.js';
+
+export interface FrontConfig {
+  service: ServiceConfig;
+  /** This front's number, 0-based, and how many there are (a model's queue is shared out). */
+  index: number;
+  fronts: number;
+}
+
+export interface WorkerConfig {
+  model: string;
+  dir: string;
+  intraOpThreads: number;
+  /** Threads of the worker's libuv pool, where its PNG tiles are decoded (set as UV_THREADPOOL_SIZE
+   *  at fork: the pool starts before any worker code runs). */
+  decodeThreads: number;
+  /** Largest batch; 0 means the manifest's batch.max (never more than it). */
+  maxBatch: number;
+  maxDelayMs: number;
+  heartbeatMs: number;
+  /** GPU id this worker is pinned to, or null for CPU. */
+  gpu: string | null;
+  /** Where to listen for fronts. */
+  socket: string;
+}
+
+const FRONT_VARIABLE = 'TILE_FRONT';
+const WORKER_VARIABLE = 'TILE_WORKER';
+
+export const frontEnv = (config: FrontConfig) => ({ [FRONT_VARIABLE]: JSON.stringify(config) });
+export const workerEnv = (config: WorkerConfig) => ({ [WORKER_VARIABLE]: JSON.stringify(config) });
+
+function read<T>(variable: string): T {
+  const text = process.env[variable];
+  if (!text) throw new Error(`${variable} is not set: this process is forked by the supervisor (npm start)`);
+  return JSON.parse(text) as T;
+}
+
+export const readFrontConfig = () => read<FrontConfig>(FRONT_VARIABLE);
+export const readWorkerConfig = () => read<WorkerConfig>(WORKER_VARIABLE);
