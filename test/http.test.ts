@@ -34,6 +34,7 @@ t.test('422: every schema error at once, in the pydantic shape; tile checks name
   t.equal(res.statusCode, 422);
   const locs = (res.json() as Json).detail.map((d: Json) => d.loc.join('.'));
   t.same(locs.sort(), ['body.image_data', 'body.slide_name', 'body.x'].sort());
+  t.equal(res.headers['x-error-code'], 'TILE_ERR_VALIDATION', 'the code in a header; the body is the contract\'s');
   const small = await app.inject({ method: 'POST', url: '/api/predict/tissue-seg', payload: tileRequest(tile224) });
   t.equal(small.statusCode, 422);
   t.match((small.json() as Json).detail[0], { loc: ['body', 'width'], ctx: { expected: '512x512' } });
@@ -49,12 +50,14 @@ t.test('503s: loading, failed with its reason, queue full; each with Retry-After
   const loading = await app.inject({ method: 'POST', url: '/api/predict/tissue-seg', payload: tileRequest(tile512) });
   t.equal(loading.statusCode, 503);
   t.same(loading.json(), { status: 'loading' });
+  t.equal(loading.headers['x-error-code'], 'TILE_ERR_MODEL_LOADING');
   t.equal(loading.headers['retry-after'], '7');
   backend.setState('tile-embed', 'failed', 'manifest.json: tasks.0: must be one of segmentation, prediction, embedding');
   const failed = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: tileRequest(tile224) });
   t.equal(failed.statusCode, 503);
   t.same(failed.json(), { detail: 'model tile-embed failed to load: manifest.json: tasks.0: must be one of segmentation, prediction, embedding' });
   t.equal(failed.headers['retry-after'], '7');
+  t.equal(failed.headers['x-error-code'], 'TILE_ERR_MODEL_FAILED');
   t.equal((await app.inject('/api/metadata/tile-embed')).statusCode, 503);
 
   let open!: () => void;
@@ -64,6 +67,7 @@ t.test('503s: loading, failed with its reason, queue full; each with Retry-After
   const full = await app.inject({ method: 'POST', url: '/api/predict/gene-expr', payload: tileRequest(tile224) });
   t.equal(full.statusCode, 503);
   t.match(full.json(), { detail: /gene-expr has 1 requests outstanding/ });
+  t.equal(full.headers['x-error-code'], 'TILE_ERR_QUEUE_FULL');
   open();
   t.equal((await first).statusCode, 200);
   t.equal(backend.queued('gene-expr'), 0, 'the place is given back');
@@ -113,6 +117,7 @@ t.test('finding one’s way: GET /api/models, and 404s under /api name the model
   const missing = await app.inject({ method: 'POST', url: '/api/predict/gene_expr', payload: {} });
   t.equal(missing.statusCode, 404);
   t.same(missing.json(), { detail: 'Not Found; enabled models: tissue-seg, gene-expr, tile-embed (GET /api/models)' });
+  t.equal(missing.headers['x-error-code'], 'TILE_ERR_NOT_FOUND');
 });
 
 t.test('a body carrying __proto__ or constructor keys is served without them, polluting nothing', async (t) => {
@@ -128,6 +133,19 @@ t.test('bodies over the limit are 413 in the service shape', async (t) => {
   const res = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: tileRequest(tile224) });
   t.equal(res.statusCode, 413);
   t.type((res.json() as Json).detail, 'string');
+  t.equal(res.headers['x-error-code'], 'FST_ERR_CTP_BODY_TOO_LARGE', "fastify's own code");
+});
+
+t.test('admin_token: /metrics and /diagnostics answer 401 without the bearer token', async (t) => {
+  const { app } = await fakeService({ admin_token: 'secret' });
+  for (const url of ['/metrics', '/diagnostics']) {
+    const refused = await app.inject(url);
+    t.equal(refused.statusCode, 401, url);
+    t.same(refused.json(), { detail: 'Not authenticated' });
+    t.equal(refused.headers['www-authenticate'], 'Bearer');
+    t.equal(refused.headers['x-error-code'], 'TILE_ERR_UNAUTHORIZED');
+  }
+  t.equal((await app.inject({ url: '/metrics', headers: { authorization: 'Bearer secret' } })).statusCode, 200);
 });
 
 t.test('during a stop, a request still arriving gets the service 503 with Retry-After; those in flight finish', async (t) => {

@@ -193,7 +193,7 @@ export class ModelClient implements ModelBackend {
   }
 
   private retryable(err: unknown): boolean {
-    return err instanceof NotSent || (err instanceof WorkerLost && err.external) || (err instanceof ServiceError && err.code === 'WORKER_GONE');
+    return err instanceof NotSent || (err instanceof WorkerLost && err.external) || (err instanceof ServiceError && err.code === 'TILE_ERR_WORKER_GONE');
   }
 
   private answer(model: string, err: unknown): ServiceError {

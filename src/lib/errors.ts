@@ -1,7 +1,14 @@
-// Every domain error of the service, defined once: a code, an HTTP status and the body the
-// contract gives it (fastify's lib/errors.js is the model). Errors are thrown anywhere — front,
-// worker, supervisor — cross process boundaries as { code, message, detail } and are turned into a
-// response in one place (src/front/plugins/errors.ts).
+// Every error a user or operator can see, defined once: a stable code in fastify's FST_ERR_*
+// style (TILE_ERR_<AREA>_<WHAT>) with what it means, and for the HTTP API's errors the status and
+// the body the contract gives them (fastify's lib/errors.js is the model). Each error class of the
+// service carries one of these codes: ServiceError here, ConfigError (src/config), PackageError
+// (src/model-package), PngError (src/tile; its code is its rule's), and the whole-slide client's
+// SlideError, TilePlanError, TileClientError and UsageError (src/client). README's "Error codes"
+// table is this registry (test/error-codes.test.ts holds them equal).
+//
+// ServiceErrors are thrown anywhere (front, worker, supervisor), cross process boundaries as
+// { code, message, detail } and are turned into a response in one place
+// (src/front/plugins/errors.ts), which also names the code in an x-error-code header.
 
 /** A validation failure in the spec's ValidationError shape. */
 export interface FieldError {
@@ -16,50 +23,129 @@ export interface FieldError {
  *  or the plain 500 whose reason stays in the log. */
 type BodyKind = 'validation' | 'loading' | 'detail' | 'internal';
 
+interface Entry {
+  /** What happened and what to do, for README's table. */
+  meaning: string;
+}
+interface HttpEntry extends Entry {
+  status: number;
+  body: BodyKind;
+}
+
 const REGISTRY = {
-  /** The request fails a check (schema, tile size, PNG): 422 with every field error. */
-  TILE_INVALID: { status: 422, body: 'validation' },
-  /** No instance of the model is ready (starting, loading, restarting). */
-  MODEL_LOADING: { status: 503, body: 'loading' },
-  /** The model's package cannot load; retried when its files change, on SIGHUP, and slowly. */
-  MODEL_FAILED: { status: 503, body: 'detail' },
-  /** The model's requests outstanding reached its queue bound. */
-  QUEUE_FULL: { status: 503, body: 'detail' },
-  /** The front holds as many request bytes as it may; a bound on its memory. */
-  FRONT_BUSY: { status: 503, body: 'detail' },
-  /** The front's event loop or heap is past its configured limit (@fastify/under-pressure). */
-  UNDER_PRESSURE: { status: 503, body: 'detail' },
-  /** The service is draining for a stop. */
-  SHUTTING_DOWN: { status: 503, body: 'detail' },
-  /** No answer within the request deadline; the request is forgotten. */
-  DEADLINE: { status: 504, body: 'detail' },
-  /** The worker process died with the request in flight (answered as loading: it restarts). */
-  WORKER_GONE: { status: 503, body: 'loading' },
-  /** No such route; names the enabled models. */
-  NOT_FOUND: { status: 404, body: 'detail' },
-  /** session.run or another server part failed. */
-  INTERNAL: { status: 500, body: 'internal' },
-} as const satisfies Record<string, { status: number; body: BodyKind }>;
+  // The HTTP API (ServiceError): the status and the contract's body.
+  TILE_ERR_VALIDATION: { status: 422, body: 'validation', meaning: 'The request fails a check (schema, tile size, resolution, bulk RNA, PNG): every field error in the 422 list.' },
+  TILE_ERR_UNAUTHORIZED: { status: 401, body: 'detail', meaning: 'admin_token is set and /diagnostics or /metrics was asked without `Authorization: Bearer <token>`.' },
+  TILE_ERR_NOT_FOUND: { status: 404, body: 'detail', meaning: 'No such route; under /api and /health/ready the answer names the enabled models.' },
+  TILE_ERR_MODEL_LOADING: { status: 503, body: 'loading', meaning: 'No instance of the model is ready (starting, loading, restarting): retry after Retry-After.' },
+  TILE_ERR_WORKER_GONE: { status: 503, body: 'loading', meaning: 'The worker process died with the request in flight; it restarts: retry.' },
+  TILE_ERR_MODEL_FAILED: { status: 503, body: 'detail', meaning: "The model's package cannot load (the log has its TILE_ERR_PACKAGE_* or TILE_ERR_MODEL_LOAD code); retried when its files change, on SIGHUP, and slowly." },
+  TILE_ERR_QUEUE_FULL: { status: 503, body: 'detail', meaning: "The model's requests outstanding reached its max_queue share on this front: retry later." },
+  TILE_ERR_FRONT_BUSY: { status: 503, body: 'detail', meaning: 'The front holds front.max_inflight_bytes of requests, a bound on its memory: retry later.' },
+  TILE_ERR_UNDER_PRESSURE: { status: 503, body: 'detail', meaning: "The front's event loop, heap or open files are past their limit (the pressure settings): retry later." },
+  TILE_ERR_SHUTTING_DOWN: { status: 503, body: 'detail', meaning: 'The service is draining for a stop: retry on another host or later.' },
+  TILE_ERR_DEADLINE: { status: 504, body: 'detail', meaning: "No answer within the model's request_timeout_ms; the request is forgotten." },
+  TILE_ERR_INTERNAL: { status: 500, body: 'internal', meaning: 'session.run or another server part failed; the reason is in the log, not the answer.' },
+
+  // Configuration and start (ConfigError): one line on stderr, exit status 2, nothing started.
+  TILE_ERR_CONFIG_ARGS: { meaning: 'An unknown command-line option (the service takes --check-config and --help).' },
+  TILE_ERR_CONFIG_FILE: { meaning: 'The configuration file (CONFIG, default config/default.json) is missing, not JSON, or not an object of settings.' },
+  TILE_ERR_CONFIG_UNKNOWN_KEY: { meaning: 'A setting that does not exist (a misspelling is answered with the likely name).' },
+  TILE_ERR_CONFIG_MISSING_KEY: { meaning: 'A required setting is missing (a model entry without its name).' },
+  TILE_ERR_CONFIG_VALUE: { meaning: "A setting's value (in the file or its environment variable) is not what it takes; the line names the expected values." },
+  TILE_ERR_CONFIG_UNKNOWN_MODEL: { meaning: "MODELS names a model the configuration file does not list." },
+  TILE_ERR_CONFIG_NO_MODELS: { meaning: 'No model would be served: models is [] or MODELS is empty.' },
+  TILE_ERR_LISTEN_HOST: { meaning: 'HOST (or host) does not resolve, or is not an address of this machine.' },
+  TILE_ERR_LISTEN_PORT_IN_USE: { meaning: 'PORT (or port) is in use by another process.' },
+  TILE_ERR_LISTEN_PORT_DENIED: { meaning: 'PORT (or port) is below 1024 and the service lacks the privilege to bind it.' },
+  TILE_ERR_LISTEN_FAILED: { meaning: 'The listen address cannot be bound for another reason, named on the line.' },
+
+  // Model packages (PackageError) and loading them in a worker: the model is failed (503
+  // TILE_ERR_MODEL_FAILED) and the log's "model failed to load" line carries the code;
+  // --check-config and npm run package print it.
+  TILE_ERR_PACKAGE_MANIFEST_UNREADABLE: { meaning: "The package's manifest.json is missing or not JSON." },
+  TILE_ERR_PACKAGE_MANIFEST: { meaning: 'manifest.json breaks its schema or a rule between its fields (name and folder, a task and its tensor, preprocess); the line names the field.' },
+  TILE_ERR_PACKAGE_MODEL_UNREADABLE: { meaning: "The package's model.onnx is missing or unreadable." },
+  TILE_ERR_PACKAGE_GRAPH: { meaning: 'The manifest does not fit the ONNX graph (a tensor name, type, shape, batch dimension or mask channel); the line names the field and the graph.' },
+  TILE_ERR_PACKAGE_OUTPUT_SHAPE: { meaning: "At warm-up, an output's runtime shape does not fit its role (the graph's symbolic dimensions hid it at load)." },
+  TILE_ERR_MODEL_LOAD: { meaning: 'ONNX Runtime cannot load model.onnx (a corrupt graph, an unsupported operator, out of memory).' },
+
+  // PNG rules (PngError, src/tile/png-rules.ts; the code is the rule's name in capitals). Over
+  // HTTP a refused PNG is a 422 whose msg names what is wrong.
+  TILE_ERR_PNG_SIGNATURE: { meaning: 'The bytes do not start with the PNG signature.' },
+  TILE_ERR_PNG_IHDR: { meaning: 'The IHDR chunk is not first, or a field of it (size, bit depth, colour type, methods) is not allowed.' },
+  TILE_ERR_PNG_CHUNK_BOUNDS: { meaning: 'A chunk runs past the end of the file.' },
+  TILE_ERR_PNG_CHUNK_TYPE: { meaning: 'A chunk type is not 4 ASCII letters.' },
+  TILE_ERR_PNG_CRC: { meaning: "A chunk's CRC does not match its bytes." },
+  TILE_ERR_PNG_SECOND_IHDR: { meaning: 'A second IHDR chunk.' },
+  TILE_ERR_PNG_UNKNOWN_CRITICAL_CHUNK: { meaning: 'A critical chunk other than IHDR, PLTE, IDAT, IEND.' },
+  TILE_ERR_PNG_PLTE: { meaning: 'A palette that is missing, repeated, misplaced, or of the wrong size.' },
+  TILE_ERR_PNG_TRNS: { meaning: 'A tRNS chunk after the image data.' },
+  TILE_ERR_PNG_IDAT_ORDER: { meaning: 'IDAT chunks that are not consecutive.' },
+  TILE_ERR_PNG_NO_IDAT: { meaning: 'No image data (IDAT) chunk.' },
+  TILE_ERR_PNG_NO_IEND: { meaning: 'No IEND chunk, or one that holds data.' },
+  TILE_ERR_PNG_AFTER_IEND: { meaning: 'Bytes after the IEND chunk.' },
+  TILE_ERR_PNG_ZLIB: { meaning: 'The image data is not a valid zlib stream (its Adler-32 included).' },
+  TILE_ERR_PNG_SHORT_IMAGE_DATA: { meaning: 'The image data inflates to fewer bytes than the declared size needs.' },
+  TILE_ERR_PNG_EXCESS_IMAGE_DATA: { meaning: 'A decompression bomb: the image data inflates past the bytes the declared size needs (refused there), or the size needs more than a buffer holds.' },
+  TILE_ERR_PNG_TRAILING_IMAGE_DATA: { meaning: 'Bytes after the end of the zlib stream in IDAT.' },
+
+  // The whole-slide client, tile-infer: `tile-infer: [CODE] ...` on stderr; exit status 2 for
+  // a wrong command line, 1 otherwise.
+  TILE_ERR_CLIENT_USAGE: { meaning: 'A missing or invalid option or command of tile-infer.' },
+  TILE_ERR_CLIENT_HTTP: { meaning: 'The service refused a request with a status that retrying will not change (4xx); the line has its body.' },
+  TILE_ERR_CLIENT_DEADLINE: { meaning: 'A tile had no answer within --deadline, retries included.' },
+  TILE_ERR_CLIENT_MODEL_TASKS: { meaning: 'The --model serves neither embeddings nor predictions (a segmentation model goes in --tissue-model).' },
+  TILE_ERR_CLIENT_TILE_SHAPE: { meaning: "The model's tiles are not square; slides are tiled in squares." },
+  TILE_ERR_CLIENT_HEATMAP_GENE: { meaning: '--heatmap names a gene the model does not predict.' },
+  TILE_ERR_SLIDE_FORMAT: { meaning: 'A slide format or encoding the built-in TIFF reader does not read, and libopenslide is not there to read it (or does not recognise the file).' },
+  TILE_ERR_SLIDE_UNREADABLE: { meaning: 'A slide region cannot be read or decoded.' },
+  TILE_ERR_SLIDE_NO_MPP: { meaning: 'The slide records no microns per pixel: give it with --mpp.' },
+  TILE_ERR_PLAN_HEADER: { meaning: 'The --plan CSV has no file, x and y columns.' },
+  TILE_ERR_PLAN_COORDS: { meaning: "A tile's x and y are not integers (plan) or not in its name (x<N>_y<N> or <N>_<N>.png)." },
+  TILE_ERR_PLAN_NO_TILES: { meaning: 'The tiles folder holds no PNG tiles.' },
+  TILE_ERR_PLAN_NOT_PNG: { meaning: 'A tile is not a PNG (its TILE_ERR_PNG_* reason follows).' },
+} as const satisfies Record<string, Entry | HttpEntry>;
 
 export type ErrorCode = keyof typeof REGISTRY;
+/** The codes the HTTP API answers with (those with a status). */
+export type HttpCode = { [C in ErrorCode]: (typeof REGISTRY)[C] extends HttpEntry ? C : never }[ErrorCode];
+/** The codes of one area: CodesOf<'CONFIG'> is every TILE_ERR_CONFIG_*. */
+export type CodesOf<Area extends string> = Extract<ErrorCode, `TILE_ERR_${Area}_${string}`>;
+
+/** Every code with what it means and, for the HTTP API's, its status: README's table. */
+export const errorCodes = (): { code: ErrorCode; status: number | null; meaning: string }[] =>
+  Object.entries(REGISTRY).map(([code, entry]) => ({ code: code as ErrorCode, status: 'status' in entry ? entry.status : null, meaning: entry.meaning }));
+
+/** An error with its code; each area's error class extends it. */
+export class CodedError<C extends ErrorCode = ErrorCode> extends Error {
+  constructor(
+    readonly code: C,
+    message: string,
+  ) {
+    super(message);
+  }
+}
 
 /** An error as it crosses IPC: enough to rebuild it on the other side. */
 export interface WireError {
-  code: ErrorCode;
+  code: HttpCode;
   message: string;
   detail?: FieldError[];
 }
 
-export class ServiceError extends Error {
+const isHttpCode = (code: string): code is HttpCode => 'status' in ((REGISTRY as Record<string, Entry>)[code] ?? {});
+
+export class ServiceError extends CodedError<HttpCode> {
   override name = 'ServiceError';
   readonly statusCode: number;
 
   constructor(
-    readonly code: ErrorCode,
+    code: HttpCode,
     message: string,
     readonly detail?: FieldError[],
   ) {
-    super(message);
+    super(code, message);
     this.statusCode = REGISTRY[code].status;
   }
 
@@ -82,28 +168,29 @@ export class ServiceError extends Error {
   }
 
   static fromWire(wire: WireError): ServiceError {
-    return new ServiceError(wire.code in REGISTRY ? wire.code : 'INTERNAL', wire.message, wire.detail);
+    return new ServiceError(isHttpCode(wire.code) ? wire.code : 'TILE_ERR_INTERNAL', wire.message, wire.detail);
   }
 
-  /** Any thrown value as a ServiceError (an unknown error is INTERNAL, its message kept for the log). */
+  /** Any thrown value as a ServiceError (an unknown error is TILE_ERR_INTERNAL, its message kept for the log). */
   static from(err: unknown): ServiceError {
-    return err instanceof ServiceError ? err : new ServiceError('INTERNAL', err instanceof Error ? err.message : String(err));
+    return err instanceof ServiceError ? err : new ServiceError('TILE_ERR_INTERNAL', err instanceof Error ? err.message : String(err));
   }
 }
 
 /** One constructor per error, so call sites read as what happened. */
 export const errors = {
-  tileInvalid: (detail: FieldError[]) => new ServiceError('TILE_INVALID', detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; '), detail),
-  modelLoading: (model: string) => new ServiceError('MODEL_LOADING', `model ${model} is loading`),
-  modelFailed: (model: string, reason: string) => new ServiceError('MODEL_FAILED', `model ${model} failed to load: ${reason}`),
-  queueFull: (model: string, limit: number) => new ServiceError('QUEUE_FULL', `model ${model} has ${limit} requests outstanding on this front, its share of max_queue; retry later`),
-  frontBusy: (bytes: number) => new ServiceError('FRONT_BUSY', `this front holds ${bytes} bytes of requests, its limit (front.max_inflight_bytes); retry later`),
-  underPressure: (what: string, value: number) => new ServiceError('UNDER_PRESSURE', `Service under pressure (${what}: ${Math.round(value)}); retry later`),
-  shuttingDown: () => new ServiceError('SHUTTING_DOWN', 'the service is shutting down; retry on another host or later'),
-  deadline: (model: string, timeoutMs: number) => new ServiceError('DEADLINE', `model ${model} did not answer within the ${timeoutMs} ms request deadline`),
-  workerGone: (why: string) => new ServiceError('WORKER_GONE', why),
+  tileInvalid: (detail: FieldError[]) => new ServiceError('TILE_ERR_VALIDATION', detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; '), detail),
+  modelLoading: (model: string) => new ServiceError('TILE_ERR_MODEL_LOADING', `model ${model} is loading`),
+  modelFailed: (model: string, reason: string) => new ServiceError('TILE_ERR_MODEL_FAILED', `model ${model} failed to load: ${reason}`),
+  queueFull: (model: string, limit: number) => new ServiceError('TILE_ERR_QUEUE_FULL', `model ${model} has ${limit} requests outstanding on this front, its share of max_queue; retry later`),
+  frontBusy: (bytes: number) => new ServiceError('TILE_ERR_FRONT_BUSY', `this front holds ${bytes} bytes of requests, its limit (front.max_inflight_bytes); retry later`),
+  underPressure: (what: string, value: number) => new ServiceError('TILE_ERR_UNDER_PRESSURE', `Service under pressure (${what}: ${Math.round(value)}); retry later`),
+  shuttingDown: () => new ServiceError('TILE_ERR_SHUTTING_DOWN', 'the service is shutting down; retry on another host or later'),
+  deadline: (model: string, timeoutMs: number) => new ServiceError('TILE_ERR_DEADLINE', `model ${model} did not answer within the ${timeoutMs} ms request deadline`),
+  workerGone: (why: string) => new ServiceError('TILE_ERR_WORKER_GONE', why),
+  unauthorized: () => new ServiceError('TILE_ERR_UNAUTHORIZED', 'Not authenticated'),
   /** Under /api and /health/ready the answer names the enabled models, the likely mistake being
    *  a model's name. */
   notFound: (url: string, models: string[]) =>
-    new ServiceError('NOT_FOUND', /^\/(api|health\/ready)\//.test(url) ? `Not Found; enabled models: ${models.join(', ') || 'none'} (GET /api/models)` : 'Not Found'),
+    new ServiceError('TILE_ERR_NOT_FOUND', /^\/(api|health\/ready)\//.test(url) ? `Not Found; enabled models: ${models.join(', ') || 'none'} (GET /api/models)` : 'Not Found'),
 };

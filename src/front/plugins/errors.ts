@@ -1,6 +1,7 @@
 // Where every error becomes a response: ServiceErrors (src/lib/errors.ts) with their own status and
 // body, schema failures as the contract's 422, a Retry-After on every 503, and a plain 500 whose
-// reason stays in the log.
+// reason stays in the log. The x-error-code header names the error's code; bodies stay as the
+// contract writes them.
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
 import fp from 'fastify-plugin';
@@ -48,15 +49,21 @@ async function errors(app: FastifyInstance, { retryAfterS, models }: ErrorsOptio
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const known = toServiceError(request, error);
-    if (known && known.code !== 'INTERNAL') {
+    if (known && known.code !== 'TILE_ERR_INTERNAL') {
       if (known.statusCode === 503) reply.header('retry-after', String(retryAfterS));
-      return reply.code(known.statusCode).send(known.body());
+      if (known.statusCode === 401) reply.header('www-authenticate', 'Bearer');
+      return reply.code(known.statusCode).header('x-error-code', known.code).send(known.body());
     }
-    // Other client errors of fastify's (413 body too large, 415 media type, ...) keep their status.
+    // Other client errors of fastify's (413 body too large, 415 media type, ...) keep their status
+    // and their own FST_ERR_* code.
     const status = error.statusCode ?? 500;
-    if (!known && status >= 400 && status < 500) return reply.code(status).send({ detail: error.message });
-    request.log.error({ err: error }, 'request failed');
-    return reply.code(500).send(ServiceError.from(error).body());
+    if (!known && status >= 400 && status < 500) {
+      if (error.code) reply.header('x-error-code', error.code);
+      return reply.code(status).send({ detail: error.message });
+    }
+    const internal = ServiceError.from(error);
+    request.log.error({ err: error, errorCode: internal.code }, 'request failed');
+    return reply.code(500).header('x-error-code', internal.code).send(internal.body());
   });
 }
 
