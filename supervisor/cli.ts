@@ -1,8 +1,9 @@
 // The command line of `npm start` / `node dist/supervisor/main.js`: --help, --check-config, and
-// the checks a start must pass before any worker forks. Every refusal is one line on stderr and
-// exit status ExitCode.CONFIG.
+// the checks a start must pass before any worker forks. Every refusal is one line on stderr,
+// "configuration error [CODE]: ...", and exit status ExitCode.CONFIG.
 import { parseArgs } from 'node:util';
 import { ConfigError, configFile, loadConfig, type ServiceConfig } from '../src/config/config.js';
+import type { CodedError } from '../src/lib/errors.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { checkListenAddress } from './preflight.js';
 import { PackageError, readPackage } from '../src/model-package/model-package.js';
@@ -31,15 +32,18 @@ Signals: SIGTERM/SIGINT stop after requests in flight; SIGHUP reloads model pack
 at a time; SIGUSR2 reopens LOG_FILE.
 Exit status: 0 stopped cleanly; 2 configuration or environment refused before start.`;
 
-function refuse(message: string): never {
-  process.stderr.write(`configuration error: ${message}\n`);
+const refusal = (err: Pick<CodedError, 'code' | 'message'>) => `configuration error [${err.code}]: ${err.message}\n`;
+
+function refuse(err: ConfigError): never {
+  process.stderr.write(refusal(err));
   process.exit(ExitCode.CONFIG);
 }
 
-/** What each enabled model would serve, read from its package; problems come back apart. */
-export function describeService(config: ServiceConfig): { lines: string[]; problems: string[] } {
+/** What each enabled model would serve, read from its package; problems (a PackageError's code,
+ *  and its message after the model's name) come back apart. */
+export function describeService(config: ServiceConfig): { lines: string[]; problems: Pick<PackageError, 'code' | 'message'>[] } {
   const lines = [`listening on http://${config.host}:${config.port}, ${config.models.length} model(s):`];
-  const problems: string[] = [];
+  const problems: Pick<PackageError, 'code' | 'message'>[] = [];
   for (const model of config.models) {
     try {
       const { manifest, sha256 } = readPackage(model.path!);
@@ -48,7 +52,7 @@ export function describeService(config: ServiceConfig): { lines: string[]; probl
       lines.push(`  ${model.name} ${manifest.version}: ${manifest.tasks.join(', ')}; ${width}x${height} at ${mpp} MPP; ${model.instances} instance(s), gpus ${JSON.stringify(model.gpus)}; sha256 ${sha256.slice(0, 12)}; ${endpoints.join(', ')}`);
     } catch (err) {
       if (!(err instanceof PackageError)) throw err;
-      problems.push(`model ${model.name}: ${err.message}`);
+      problems.push({ code: err.code, message: `model ${model.name}: ${err.message}` });
     }
   }
   return { lines, problems };
@@ -63,7 +67,7 @@ export async function prepareStart(argv = process.argv.slice(2), env = process.e
   try {
     options = parseArgs({ args: argv, options: { help: { type: 'boolean', short: 'h' }, 'check-config': { type: 'boolean' } } }).values;
   } catch (err) {
-    refuse(`${(err as Error).message.split('\n')[0]}, expected --check-config or --help`);
+    refuse(new ConfigError('TILE_ERR_CONFIG_ARGS', `${(err as Error).message.split('\n')[0]}, expected --check-config or --help`));
   }
   if (options.help) {
     process.stdout.write(`${USAGE}\n`);
@@ -73,15 +77,15 @@ export async function prepareStart(argv = process.argv.slice(2), env = process.e
   try {
     config = loadConfig(env);
   } catch (err) {
-    if (err instanceof ConfigError) refuse(err.message);
+    if (err instanceof ConfigError) refuse(err);
     throw err;
   }
   if (options['check-config']) {
     const { lines, problems } = describeService(config);
     process.stdout.write(`${configFile(env)}: ${problems.length ? 'problems found' : 'ok'}\n${lines.join('\n')}\n`);
-    for (const problem of problems) process.stderr.write(`configuration error: ${problem}\n`);
+    for (const problem of problems) process.stderr.write(refusal(problem));
     process.exit(problems.length ? ExitCode.CONFIG : ExitCode.OK);
   }
-  await checkListenAddress(config, env).catch((err) => (err instanceof ConfigError ? refuse(err.message) : Promise.reject(err)));
+  await checkListenAddress(config, env).catch((err) => (err instanceof ConfigError ? refuse(err) : Promise.reject(err)));
   return config;
 }

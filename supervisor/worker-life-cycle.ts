@@ -12,6 +12,7 @@ import type { InstanceState, InstanceView, WorkerControl, WorkerInfo, WorkerRepo
 import { workerEnv, type WorkerConfig } from '../src/ipc/fork-config.js';
 import { RequestReply } from '../src/ipc/request-reply.js';
 import type { ServiceConfig } from '../src/config/config.js';
+import type { ErrorCode } from '../src/lib/errors.js';
 import { RestartPolicy } from './restart-policy.js';
 import { TILE_PROCESS_EXEC_ARGV } from './v8-flags.js';
 
@@ -67,6 +68,8 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
   private exitReason: string | null = null;
   /** The package is at fault: wait for its files to change (or a slow retry, or SIGHUP). */
   private packageFault = false;
+  /** The code of the last load failure (TILE_ERR_PACKAGE_*, TILE_ERR_MODEL_LOAD), for the log. */
+  private loadErrorCode: ErrorCode | null = null;
   private watchdog: NodeJS.Timeout | null = null;
   private restartTimer: NodeJS.Timeout | null = null;
   private readonly log: Logger;
@@ -119,6 +122,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     });
     this.child = child;
     this.packageFault = false;
+    this.loadErrorCode = null;
     this.setState('loading');
     this.startedAt = Date.now();
     this.lastBeat = Date.now();
@@ -191,6 +195,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       case 'load-failed':
         this.exitReason = `load failed: ${message.reason}`;
         this.packageFault = message.packageFault;
+        this.loadErrorCode = message.code;
         return;
       case 'log':
         return this.record('log', message.msg, message.level);
@@ -220,7 +225,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     this.restarts++;
     if (this.packageFault) return this.fail();
     const delay = this.policy.nextDelay(uptime);
-    this.log.warn({ code, signal, uptimeMs: uptime, restartInMs: delay, reason: this.lastError }, 'worker exited; restarting');
+    this.log.warn({ code, signal, uptimeMs: uptime, restartInMs: delay, reason: this.lastError, errorCode: this.loadErrorCode ?? undefined }, 'worker exited; restarting');
     this.setState('restarting');
     this.restartTimer = setTimeout(() => this.start(), delay);
   }
@@ -228,7 +233,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
   /** The package cannot load: retried when its files change, on SIGHUP, or after a long wait. */
   private fail(): void {
     const { failed_retry_ms, package_poll_ms } = this.options.config;
-    this.log.error({ reason: this.lastError, retryInMs: failed_retry_ms }, 'model failed to load; waiting for its files to change, SIGHUP, or the retry');
+    this.log.error({ errorCode: this.loadErrorCode, reason: this.lastError, retryInMs: failed_retry_ms }, 'model failed to load; waiting for its files to change, SIGHUP, or the retry');
     this.setState('failed');
     const seen = this.packageStamp();
     const since = Date.now();

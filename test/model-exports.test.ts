@@ -50,6 +50,7 @@ t.test('manifest errors are one line naming the field and the allowed values', a
     const dir = write(byName('x-int64'), edit);
     const error = await refusal(Promise.resolve().then(() => readPackage(dir)));
     t.type(error, PackageError, name);
+    t.equal((error as PackageError)?.code, 'TILE_ERR_PACKAGE_MANIFEST', name);
     t.match(error?.message, message, name);
     t.notMatch(error?.message, /must be equal to constant|\n/, `${name}: one line, no per-alternative noise`);
   }
@@ -73,6 +74,7 @@ t.test('load checks against the graph: dtypes, class channels, input types, batc
   for (const [name, promise, message] of refusals) {
     const error = await refusal(promise);
     t.type(error, PackageError, name);
+    t.equal((error as PackageError)?.code, 'TILE_ERR_PACKAGE_GRAPH', name);
     t.match((error as Error)?.message, message, name);
     t.notMatch((error as Error)?.message, /\n/, `${name}: one line`);
   }

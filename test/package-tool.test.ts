@@ -75,6 +75,6 @@ t.test('--lint on the command line: a good package passes, a broken one is refus
   const { code, out } = await packageCli('--lint', good, broken);
   t.equal(code, 1);
   t.match(out, /x-int64: ok\n/);
-  t.match(out, /x-uint8\/manifest\.json: preprocess\.mean: with channel_order "BGR" give it by channel name/);
+  t.match(out, /\[TILE_ERR_PACKAGE_MANIFEST\] \S*x-uint8\/manifest\.json: preprocess\.mean: with channel_order "BGR" give it by channel name/);
   t.equal(out.split('\n').filter((l) => l.includes('x-uint8')).length, 1, 'one line');
 });

@@ -38,20 +38,22 @@ const holder = createServer();
 await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
 const busy = (holder.address() as AddressInfo).port;
 // All at once: each is a Node start, seconds on a busy machine.
-const [badPort, unknownKey, portInUse, help, check] = await Promise.all([
+const [badPort, unknownKey, portInUse, help, check, badOption] = await Promise.all([
   start(good, { PORT: 'abc' }),
   start({ ...good, supervisor: { heartbeat_timout_ms: 5000 } }),
   start({ ...good, port: busy }),
   start(good, {}, ['--help']),
   start(good, {}, ['--check-config']),
+  start(good, {}, ['--chek-config']),
 ]);
 holder.close();
 
 t.test('refusals: exit 2, one line, nothing started', async (t) => {
   const expected: [Run, RegExp][] = [
-    [badPort, /^configuration error: PORT is "abc", expected an integer from 0 to 65535\n$/],
-    [unknownKey, /^configuration error: \S+config-1\.json: supervisor\.heartbeat_timout_ms is not a setting \(did you mean heartbeat_timeout_ms\?\)\n$/],
-    [portInUse, new RegExp(`^configuration error: \\S+config-2\\.json: port is ${busy} on 127\\.0\\.0\\.1, which is already in use by another process, expected a free port \\(or PORT=0 for any\\)\\n$`)],
+    [badPort, /^configuration error \[TILE_ERR_CONFIG_VALUE\]: PORT is "abc", expected an integer from 0 to 65535\n$/],
+    [unknownKey, /^configuration error \[TILE_ERR_CONFIG_UNKNOWN_KEY\]: \S+config-1\.json: supervisor\.heartbeat_timout_ms is not a setting \(did you mean heartbeat_timeout_ms\?\)\n$/],
+    [badOption, /^configuration error \[TILE_ERR_CONFIG_ARGS\]: Unknown option '--chek-config'.*, expected --check-config or --help\n$/],
+    [portInUse, new RegExp(`^configuration error \\[TILE_ERR_LISTEN_PORT_IN_USE\\]: \\S+config-2\\.json: port is ${busy} on 127\\.0\\.0\\.1, which is already in use by another process, expected a free port \\(or PORT=0 for any\\)\\n$`)],
   ];
   for (const [run, pattern] of expected) {
     t.equal(run.code, ExitCode.CONFIG, 'exit status 2');

@@ -1,8 +1,17 @@
-// TypeBox's validation errors as sentences a person acts on: where (file and field), the value
-// found, and what was expected, with a suggestion for a misspelled key or value.
+// TypeBox's validation errors as sentences a person acts on, each with its code: where (file and
+// field), the value found, and what was expected, with a suggestion for a misspelled key or value.
 import { closest, distance } from 'fastest-levenshtein';
 import type { TSchema } from 'typebox';
 import { Value } from 'typebox/value';
+import type { CodesOf } from '../lib/errors.js';
+
+/** The codes a refused configuration or listen address carries (src/lib/errors.ts). */
+export type ConfigCode = CodesOf<'CONFIG'> | CodesOf<'LISTEN'>;
+/** One thing wrong with the configuration: its code and one sentence. */
+export interface ConfigProblem {
+  code: ConfigCode;
+  message: string;
+}
 
 type Schema = TSchema & Record<string, any>;
 
@@ -52,12 +61,14 @@ const literals = (s: Schema): string[] => (s.anyOf ?? []).filter((b: Schema) => 
 
 const isPlainObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
 
+const problem = (code: ConfigCode, message: string): ConfigProblem => ({ code, message });
+
 /**
- * One sentence per wrong field of `value`. `where(path)` names the field for a person (the file
+ * One problem (its code and a sentence) per wrong field of `value`. `where(path)` names the field for a person (the file
  * and field, or the environment variable it came from). Objects and lists are walked here rather
  * than read from Value.Errors, which drops the errors after a failed union.
  */
-export function describeErrors(schema: TSchema, value: unknown, where: (path: string) => string, path = ''): string[] {
+export function describeErrors(schema: TSchema, value: unknown, where: (path: string) => string, path = ''): ConfigProblem[] {
   const s = schema as Schema;
   if (s.type === 'object' && isPlainObject(value)) {
     const known = Object.keys(s.properties ?? {});
@@ -65,14 +76,14 @@ export function describeErrors(schema: TSchema, value: unknown, where: (path: st
     return [
       ...unknown.map((key) => {
         const hint = suggest(key, known);
-        return `${where(`${path}/${key}`)} is not a setting (${hint ? `did you mean ${hint}?` : `settings here: ${known.join(', ')}`})`;
+        return problem('TILE_ERR_CONFIG_UNKNOWN_KEY', `${where(`${path}/${key}`)} is not a setting (${hint ? `did you mean ${hint}?` : `settings here: ${known.join(', ')}`})`);
       }),
-      ...((s.required ?? []) as string[]).filter((key) => value[key] === undefined).map((key) => `${where(`${path}/${key}`)} is missing (required)`),
+      ...((s.required ?? []) as string[]).filter((key) => value[key] === undefined).map((key) => problem('TILE_ERR_CONFIG_MISSING_KEY', `${where(`${path}/${key}`)} is missing (required)`)),
       ...known.filter((key) => value[key] !== undefined).flatMap((key) => describeErrors(s.properties[key], value[key], where, `${path}/${key}`)),
     ];
   }
   if (s.type === 'array' && Array.isArray(value)) return value.flatMap((item, i) => describeErrors(s.items, item, where, `${path}/${i}`));
   if (Value.Check(schema, value)) return [];
   const hint = typeof value === 'string' ? suggest(value, literals(s)) : undefined;
-  return [`${where(path)} is ${JSON.stringify(value)}, expected ${expected(s)}${hint ? ` (did you mean "${hint}"?)` : ''}`];
+  return [problem('TILE_ERR_CONFIG_VALUE', `${where(path)} is ${JSON.stringify(value)}, expected ${expected(s)}${hint ? ` (did you mean "${hint}"?)` : ''}`)];
 }

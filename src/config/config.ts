@@ -5,7 +5,8 @@ import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 import { Type, type Static } from 'typebox';
 import { Value } from 'typebox/value';
-import { describeErrors, fieldName, suggest } from './config-errors.js';
+import { CodedError } from '../lib/errors.js';
+import { describeErrors, fieldName, suggest, type ConfigCode, type ConfigProblem } from './config-errors.js';
 
 const ModelEntry = Type.Object({
   name: Type.String({ pattern: '^[a-z0-9][a-z0-9-]*$' }),
@@ -110,12 +111,22 @@ export const ServiceConfig = Type.Object({
 export type ServiceConfig = Static<typeof ServiceConfig>;
 export type ModelEntry = Static<typeof ModelEntry>;
 
-/** Exit status of a start refused for its configuration or environment (as EX_USAGE-like tools
- *  do: 2 for "fix how you call me"), before any worker forks. */
-
-/** A setting a person must fix; its message is one line naming where, the value and what was expected. */
-export class ConfigError extends Error {
+/** A configuration a person must fix; its message is one line naming where, the value and what
+ *  was expected, for every problem found; its code is the first problem's. */
+export class ConfigError extends CodedError<ConfigCode> {
   override name = 'ConfigError';
+
+  constructor(
+    code: ConfigCode,
+    message: string,
+    readonly problems: ConfigProblem[] = [{ code, message }],
+  ) {
+    super(code, message);
+  }
+
+  static of(problems: ConfigProblem[]): ConfigError {
+    return new ConfigError(problems[0].code, problems.map((p) => p.message).join('; '), problems);
+  }
 }
 
 /** Settings an environment variable overrides, and the variable. */
@@ -130,7 +141,7 @@ export function settingSource(field: string, env: NodeJS.ProcessEnv = process.en
 }
 
 function parsePort(value: string): number {
-  if (!/^\d+$/.test(value.trim()) || Number(value) > 65535) throw new ConfigError(`PORT is ${JSON.stringify(value)}, expected an integer from 0 to 65535`);
+  if (!/^\d+$/.test(value.trim()) || Number(value) > 65535) throw new ConfigError('TILE_ERR_CONFIG_VALUE', `PORT is ${JSON.stringify(value)}, expected an integer from 0 to 65535`);
   return Number(value);
 }
 
@@ -141,9 +152,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
   try {
     raw = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
-    throw new ConfigError(`${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file (set CONFIG to the configuration file)' : (err as Error).message}`);
+    throw new ConfigError('TILE_ERR_CONFIG_FILE', `${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file (set CONFIG to the configuration file)' : (err as Error).message}`);
   }
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`${file}: expected a JSON object of settings`);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError('TILE_ERR_CONFIG_FILE', `${file}: expected a JSON object of settings`);
   if (env.PORT) raw.port = parsePort(env.PORT);
   if (env.HOST) raw.host = env.HOST;
   if (env.LOG_FILE !== undefined) raw.log_file = env.LOG_FILE || null;
@@ -153,7 +164,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
   const config = Value.Default(ServiceConfig, raw) as ServiceConfig;
   const where = (path: string) => settingSource(fieldName(path) || '(root)', env, root);
   const problems = describeErrors(ServiceConfig, config, where);
-  if (problems.length) throw new ConfigError(problems.join('; '));
+  if (problems.length) throw ConfigError.of(problems);
 
   const names = config.models.map((m) => m.name);
   if (env.MODELS !== undefined) {
@@ -161,12 +172,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     const unknown = wanted.filter((name) => !names.includes(name));
     if (unknown.length) {
       const hints = unknown.map((name) => suggest(name, names)).filter(Boolean);
-      throw new ConfigError(`MODELS names ${unknown.join(', ')}, not in ${file}, expected some of ${names.join(', ')}${hints.length ? ` (did you mean ${hints.join(', ')}?)` : ''}`);
+      throw new ConfigError('TILE_ERR_CONFIG_UNKNOWN_MODEL', `MODELS names ${unknown.join(', ')}, not in ${file}, expected some of ${names.join(', ')}${hints.length ? ` (did you mean ${hints.join(', ')}?)` : ''}`);
     }
-    if (wanted.length === 0) throw new ConfigError(`MODELS is empty, so no model would be served, expected a comma-separated list of some of ${names.join(', ')}`);
+    if (wanted.length === 0) throw new ConfigError('TILE_ERR_CONFIG_NO_MODELS', `MODELS is empty, so no model would be served, expected a comma-separated list of some of ${names.join(', ')}`);
     config.models = config.models.filter((m) => wanted.includes(m.name));
   }
-  if (config.models.length === 0) throw new ConfigError(`${file}: models is [], so no model would be served, expected at least one entry such as {"name": "tissue-seg"}`);
+  if (config.models.length === 0) throw new ConfigError('TILE_ERR_CONFIG_NO_MODELS', `${file}: models is [], so no model would be served, expected at least one entry such as {"name": "tissue-seg"}`);
   config.model_repository = resolve(root, config.model_repository);
   config.data_dir = resolve(root, config.data_dir);
   if (config.log_file) config.log_file = resolve(root, config.log_file);

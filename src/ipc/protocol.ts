@@ -9,7 +9,7 @@
 // Messages cross with v8 serialization (advanced IPC, src/ipc/channel.ts), so typed arrays and
 // Buffers cross as bytes.
 import type { Manifest, Task } from '../model-package/manifest.js';
-import type { FieldError, WireError } from '../lib/errors.js';
+import type { ErrorCode, FieldError, WireError } from '../lib/errors.js';
 
 export type { FieldError, WireError };
 
@@ -72,8 +72,9 @@ export type WorkerControl = { type: 'probe'; id: number } | { type: 'stop' };
 export type WorkerReport =
   | { type: 'ready'; info: WorkerInfo }
   /** `packageFault`: the package itself cannot load (manifest, graph, signature): retrying the
-   *  same files cannot help, so the model is `failed` rather than restarted at once. */
-  | { type: 'load-failed'; reason: string; packageFault: boolean }
+   *  same files cannot help, so the model is `failed` rather than restarted at once. `code`: the
+   *  error's (TILE_ERR_PACKAGE_*, TILE_ERR_MODEL_LOAD), null for an error without one. */
+  | { type: 'load-failed'; reason: string; packageFault: boolean; code: ErrorCode | null }
   | { type: 'heartbeat' }
   | { type: 'probe'; id: number; data: Record<string, unknown> }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; msg: string };

@@ -4,13 +4,14 @@
 import { accessSync, readFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { Value } from 'typebox/value';
+import { CodedError, type CodesOf } from '../lib/errors.js';
 import { Manifest, taskOutput, type ImageInput } from './manifest.js';
 import { manifestErrors } from './manifest-errors.js';
 import { packageDigest } from './package-digest.js';
 
-export class PackageError extends Error {
+/** A package the service cannot serve; its code says which part is wrong (src/lib/errors.ts). */
+export class PackageError extends CodedError<CodesOf<'PACKAGE'>> {
   override name = 'PackageError';
-  readonly code = 'MODEL_PACKAGE_INVALID';
 }
 
 export interface ModelPackage {
@@ -24,16 +25,16 @@ export interface ModelPackage {
 export function readManifest(dir: string): Manifest {
   const file = join(dir, 'manifest.json');
   const fail = (field: string, msg: string): never => {
-    throw new PackageError(`${file}: ${field}: ${msg}`);
+    throw new PackageError('TILE_ERR_PACKAGE_MANIFEST', `${file}: ${field}: ${msg}`);
   };
   let raw: unknown;
   try {
     raw = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
-    throw new PackageError(`${file}: cannot read manifest: ${(err as Error).message}`);
+    throw new PackageError('TILE_ERR_PACKAGE_MANIFEST_UNREADABLE', `${file}: cannot read manifest: ${(err as Error).message}`);
   }
   const errors = Value.Errors(Manifest, raw);
-  if (errors.length > 0) throw new PackageError(`${file}: invalid manifest: ${manifestErrors(Manifest, raw, errors).join('; ')}`);
+  if (errors.length > 0) throw new PackageError('TILE_ERR_PACKAGE_MANIFEST', `${file}: invalid manifest: ${manifestErrors(Manifest, raw, errors).join('; ')}`);
   const manifest = raw as Manifest;
   const folder = basename(resolve(dir));
   if (manifest.name !== folder) fail('name', `"${manifest.name}" differs from its folder "${folder}"; the name is the package's folder name`);
@@ -68,7 +69,7 @@ export function readPackage(dir: string): ModelPackage {
     accessSync(modelPath);
     sha256 = packageDigest(dir);
   } catch (err) {
-    throw new PackageError(`${modelPath}: cannot read model: ${(err as Error).message}`);
+    throw new PackageError('TILE_ERR_PACKAGE_MODEL_UNREADABLE', `${modelPath}: cannot read model: ${(err as Error).message}`);
   }
   return { dir, manifest, modelPath, sha256 };
 }
@@ -111,7 +112,7 @@ export function checkSignature(pkg: ModelPackage, session: SessionSignature): Se
   const { manifest } = pkg;
   const file = join(pkg.dir, 'manifest.json');
   const fail = (field: string, msg: string): never => {
-    throw new PackageError(`${file}: ${field}: ${msg} (model.onnx inputs: ${session.inputNames.join(', ')}; outputs: ${session.outputNames.join(', ')})`);
+    throw new PackageError('TILE_ERR_PACKAGE_GRAPH', `${file}: ${field}: ${msg} (model.onnx inputs: ${session.inputNames.join(', ')}; outputs: ${session.outputNames.join(', ')})`);
   };
   const meta = (list: readonly TensorMeta[], name: string) => list.find((m) => m.name === name);
   const expectDims = (field: string, m: TensorMeta | undefined, want: (number | null)[]) => {

@@ -7,7 +7,7 @@ import ort from 'onnxruntime-node';
 import type { ChannelReply, ChannelRequest, WorkerControl, WorkerReport } from '../ipc/protocol.js';
 import { readWorkerConfig } from '../ipc/fork-config.js';
 import { Channel } from '../ipc/channel.js';
-import { errors } from '../lib/errors.js';
+import { CodedError, errors } from '../lib/errors.js';
 import { ExitCode } from '../lib/exit-codes.js';
 import { PackageError, readPackage, type ModelPackage } from '../model-package/model-package.js';
 import { ModelSession } from './model-session.js';
@@ -76,8 +76,9 @@ async function main(): Promise<void> {
   } catch (err) {
     const reason = (err as Error).message;
     const packageFault = err instanceof PackageError || !TRANSIENT.test(reason);
-    console.error(`model ${config.model} failed to load: ${reason}`);
-    send({ type: 'load-failed', reason, packageFault }, () => process.exit(ExitCode.LOAD_FAILED));
+    const code = err instanceof CodedError ? err.code : null;
+    console.error(`model ${config.model} failed to load${code ? ` [${code}]` : ''}: ${reason}`);
+    send({ type: 'load-failed', reason, packageFault, code }, () => process.exit(ExitCode.LOAD_FAILED));
     return;
   }
   send({

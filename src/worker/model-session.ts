@@ -7,6 +7,7 @@ import { checkSignature, type ModelPackage, type ServingPlan, type SessionSignat
 import type { WorkerConfig } from '../ipc/fork-config.js';
 import type { SessionThreadData, ThreadReply, ThreadRequest, WireTensor } from './session-thread.js';
 import { RequestReply } from '../ipc/request-reply.js';
+import { CodedError } from '../lib/errors.js';
 import { ExitCode } from '../lib/exit-codes.js';
 
 const THREAD_ENTRY = new URL('./session-thread.js', import.meta.url);
@@ -49,7 +50,7 @@ export class ModelSession {
     });
     if (ready.type === 'load-failed') {
       await thread.terminate();
-      throw new Error(ready.reason);
+      throw new CodedError('TILE_ERR_MODEL_LOAD', ready.reason);
     }
     if (ready.type !== 'ready') throw new Error(`session thread sent ${ready.type} before ready`);
     let plan: ServingPlan;

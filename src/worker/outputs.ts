@@ -29,7 +29,7 @@ export function checkOutputShape(manifest: Manifest, role: OutputRole, t: WireTe
   const { width, height } = manifest.tile;
   const per = dims.slice(1).reduce((a, b) => a * b, 1);
   const fail = (expected: string) => {
-    throw new PackageError(`${manifest.name}: tensors.${role}: "${name}" has shape [${dims.join(', ')}] for a batch of ${n} ${width}x${height} tiles, expected ${expected}`);
+    throw new PackageError('TILE_ERR_PACKAGE_OUTPUT_SHAPE', `${manifest.name}: tensors.${role}: "${name}" has shape [${dims.join(', ')}] for a batch of ${n} ${width}x${height} tiles, expected ${expected}`);
   };
   if (dims[0] !== n) fail(`the batch (${n}) as dimension 0`);
   if (role === 'mask') {

@@ -52,7 +52,7 @@ t.test('a model removed from the config list is likewise absent', async (t) => {
 });
 
 t.test('MODELS naming an unknown model stops the start with a clear message', async (t) => {
-  await t.rejects(startServer({ env: { MODELS: 'gene-expr,nope' } }), /MODELS names nope, not in/);
+  await t.rejects(startServer({ env: { MODELS: 'gene-expr,nope' } }), /configuration error \[TILE_ERR_CONFIG_UNKNOWN_MODEL\]: MODELS names nope, not in/);
 });
 
 t.test('under pressure (here: a heap limit the process is always over) the front answers 503 with Retry-After', async (t) => {
@@ -68,6 +68,7 @@ t.test('under pressure (here: a heap limit the process is always over) the front
   });
   t.equal(res.headers.get('retry-after'), '7');
   t.match(body, { detail: /Service under pressure \(heapUsedBytes/ });
+  t.equal(res.headers.get('x-error-code'), 'TILE_ERR_UNDER_PRESSURE');
   // Health checks are exempt: a balancer or systemd must see the truth, not the load.
   t.equal((await server.get('/health/live')).status, 200);
   // Readiness is exempt: it reports the model, so a balancer does not take a busy host out.

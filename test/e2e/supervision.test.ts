@@ -113,6 +113,10 @@ t.test('packages that cannot load are failed, not loading: one line each, 503 wi
   t.equal(seg.status, 503);
   t.match(seg.headers.get('retry-after'), /^\d+$/);
   t.match(await seg.json(), { detail: /^model tissue-seg failed to load: load failed: .*(protobuf|ONNX|onnx|parse|Load model)/i });
+  t.equal(seg.headers.get('x-error-code'), 'TILE_ERR_MODEL_FAILED');
+  const failure = (model: string) => server.lines.find((l) => l.model === model && String(l.msg).startsWith('model failed to load'));
+  t.equal(failure('tissue-seg')?.errorCode, 'TILE_ERR_MODEL_LOAD', 'the log has the code: ONNX Runtime could not load the graph');
+  t.equal(failure('tile-embed')?.errorCode, 'TILE_ERR_PACKAGE_MANIFEST', 'the manifest');
   const ready = await server.get('/health/ready');
   t.equal(ready.status, 503, 'strict readiness: a failed model keeps the service unready');
   t.match(await ready.json(), { status: 'not_ready', failed: ['tissue-seg', 'tile-embed'], models: { 'gene-expr': 'ready', 'tissue-seg': 'failed' } });
@@ -168,6 +172,7 @@ t.test('past its deadline a request gets 504 and is forgotten', async (t) => {
   process.kill(pid, 'SIGCONT');
   t.equal(res.status, 504);
   t.match(await res.json(), { detail: /did not answer within the 400 ms request deadline/ });
+  t.equal(res.headers.get('x-error-code'), 'TILE_ERR_DEADLINE');
   t.ok(elapsed >= 380 && elapsed < 3000, `answered after ${elapsed} ms`);
   t.equal((await server.post('/api/predict/gene-expr', tileRequest(tile))).status, 200, 'the worker serves on; the late answer is dropped');
   t.match(await (await server.get('/metrics')).text(), /model_queue_depth\{model="gene-expr"\} 0/, 'nothing held');
@@ -182,6 +187,7 @@ t.test('a full queue answers 503 with Retry-After instead of growing', async (t)
   t.ok(responses.every((r) => r.status === 200 || r.status === 503));
   t.match(await full[0].json(), { detail: /2 requests outstanding on this front, its share of max_queue/ });
   t.match(full[0].headers.get('retry-after'), /^\d+$/);
+  t.equal(full[0].headers.get('x-error-code'), 'TILE_ERR_QUEUE_FULL');
 });
 
 t.test('SIGTERM with requests in flight: all complete, then exit 0', async (t) => {

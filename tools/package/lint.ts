@@ -3,6 +3,7 @@
 // through the worker's own code path at the largest batch it will run.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { CodedError } from '../../src/lib/errors.js';
 import { readPackage } from '../../src/model-package/model-package.js';
 import { ModelSession } from '../../src/worker/model-session.js';
 import { ModelWorker } from '../../src/worker/model-worker.js';
@@ -10,7 +11,8 @@ import { todos } from './skeleton.js';
 
 export interface LintReport {
   dir: string;
-  /** Why the package would be refused, one line each; empty when it serves. */
+  /** Why the package would be refused, one line each ("[CODE] ..." where the error has one);
+   *  empty when it serves. */
   problems: string[];
   /** What the service will do differently from the manifest, and the warm-up. */
   notes: string[];
@@ -35,7 +37,8 @@ export async function lintPackage(dir: string): Promise<LintReport> {
     await worker.warmup(1, session.plan.maxBatch);
     report.notes.push(`warm-up: a batch of ${session.plan.maxBatch} zero tiles in ${Math.round(performance.now() - started)} ms; sha256 ${pkg.sha256}`);
   } catch (err) {
-    report.problems.push((err as Error).message.split('\n')[0]);
+    const line = (err as Error).message.split('\n')[0];
+    report.problems.push(err instanceof CodedError ? `[${err.code}] ${line}` : line);
   } finally {
     await session?.close();
   }
