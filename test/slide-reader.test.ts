@@ -135,6 +135,6 @@ t.test('tile coordinates from file names or a CSV plan', async (t) => {
   t.same(coordsFromName('tile_448_896.png'), { x: 448, y: 896 });
   t.equal(coordsFromName('tile.png'), null);
   t.same(readPlan('file,x,y\na.png,0,224\n', 'plan.csv'), [{ file: 'a.png', x: 0, y: 224 }]);
-  t.throws(() => readPlan('name,x,y\na.png,0,0\n', 'plan.csv'), /the header must name file, x and y/);
-  t.throws(() => readPlan('file,x,y\na.png,0,left\n', 'plan.csv'), /line 2: x and y must be integers/);
+  t.throws(() => readPlan('name,x,y\na.png,0,0\n', 'plan.csv'), { code: 'TILE_ERR_PLAN_HEADER', message: /the header must name file, x and y/ });
+  t.throws(() => readPlan('file,x,y\na.png,0,left\n', 'plan.csv'), { code: 'TILE_ERR_PLAN_COORDS', message: /line 2: x and y must be integers/ });
 });

@@ -70,6 +70,7 @@ t.test('422 is not retried and carries the body', async (t) => {
   t.teardown(() => client.close());
   const err = (await client.infer('/api/predict/m', tile).catch((e) => e)) as TileClientError;
   t.ok(err instanceof TileClientError);
+  t.equal(err.code, 'TILE_ERR_CLIENT_HTTP');
   t.equal(err.status, 422);
   t.same(err.body, detail);
   t.equal(client.retries, 0);
@@ -81,7 +82,7 @@ t.test('the deadline ends retries of a tile', async (t) => {
   t.teardown(() => client.close());
   const start = Date.now();
   const err = (await client.infer('/api/predict/m', tile).catch((e) => e)) as TileClientError;
-  t.equal(err.code, 'DEADLINE');
+  t.equal(err.code, 'TILE_ERR_CLIENT_DEADLINE');
   t.ok(Date.now() - start < 900, `gave up after ${Date.now() - start} ms`);
 });
 

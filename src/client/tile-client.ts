@@ -6,7 +6,9 @@
 import { Pool } from 'undici';
 import type { Static } from 'typebox';
 import type { ModelMetadata, TileRequest, TileResponse } from '../contract/schemas.js';
+import { CodedError } from '../lib/errors.js';
 import { Semaphore } from './semaphore.js';
+import { UsageError } from './usage-error.js';
 
 export type TileResponseBody = Static<typeof TileResponse>;
 export type ModelMetadataBody = Static<typeof ModelMetadata>;
@@ -25,14 +27,15 @@ export interface ClientOptions {
 }
 
 /** An answer the client will not retry (4xx) or a tile that ran out of time. */
-export class TileClientError extends Error {
+export class TileClientError extends CodedError<'TILE_ERR_CLIENT_HTTP' | 'TILE_ERR_CLIENT_DEADLINE'> {
+  override name = 'TileClientError';
   constructor(
+    code: 'TILE_ERR_CLIENT_HTTP' | 'TILE_ERR_CLIENT_DEADLINE',
     message: string,
-    readonly code: 'HTTP_STATUS' | 'DEADLINE',
     readonly status?: number,
     readonly body?: unknown,
   ) {
-    super(message);
+    super(code, message);
   }
 }
 
@@ -81,7 +84,7 @@ export class TileClient {
   retries = 0;
 
   constructor(private readonly options: ClientOptions) {
-    if (!options.servers.length) throw new Error('at least one server URL is needed');
+    if (!options.servers.length) throw new UsageError('TILE_ERR_CLIENT_USAGE', 'at least one server URL is needed');
     // Each pool may open as many connections as there are slots: with one server up, it takes
     // all the load.
     this.servers = options.servers.map((url) => ({ url: url.replace(/\/$/, ''), pool: new Pool(url, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 }), inFlight: 0, benchedUntil: 0 }));
@@ -111,7 +114,7 @@ export class TileClient {
     for (let attempt = 0; ; attempt++) {
       const server = this.pick();
       const remaining = deadline - Date.now();
-      if (remaining <= 0) throw new TileClientError(`${method} ${path}: no answer within the ${this.deadlineMs} ms deadline${reason && ` (last: ${reason})`}`, 'DEADLINE');
+      if (remaining <= 0) throw new TileClientError('TILE_ERR_CLIENT_DEADLINE', `${method} ${path}: no answer within the ${this.deadlineMs} ms deadline${reason && ` (last: ${reason})`}`);
       let wait: number;
       server.inFlight++;
       try {
@@ -141,7 +144,7 @@ export class TileClient {
           } catch {
             // not JSON: keep the text
           }
-          throw new TileClientError(`${method} ${server.url}${path}: ${res.statusCode} ${text.slice(0, 500)}`, 'HTTP_STATUS', res.statusCode, parsed);
+          throw new TileClientError('TILE_ERR_CLIENT_HTTP', `${method} ${server.url}${path}: ${res.statusCode} ${text.slice(0, 500)}`, res.statusCode, parsed);
         }
       } catch (err) {
         if (err instanceof TileClientError) throw err;

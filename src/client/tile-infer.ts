@@ -1,10 +1,12 @@
 #!/usr/bin/env node
 // tile-infer: whole slides (or folders of tiles) through the tile service.
 import { parseArgs } from 'node:util';
+import { CodedError } from '../lib/errors.js';
 import { TileClient } from './tile-client.js';
 import { processSlide } from './pipeline/process-slide.js';
 import { processTiles } from './pipeline/process-tiles.js';
 import { ProgressLine } from './progress.js';
+import { UsageError } from './usage-error.js';
 
 const HELP = `Usage:
   tile-infer slide SLIDE... --model MODEL --out DIR [options]
@@ -37,9 +39,15 @@ Options:
   --plan FILE          tiles: the CSV plan
   -h, --help           this text`;
 
+/** One line on stderr, "tile-infer: [CODE] message"; exit status 2 for a command to change, 1
+ *  otherwise. */
+function report(err: Error): never {
+  process.stderr.write(`tile-infer: ${err instanceof CodedError ? `[${err.code}] ` : ''}${err.message}\n`);
+  process.exit(err instanceof UsageError ? 2 : 1);
+}
+
 function fail(message: string): never {
-  process.stderr.write(`tile-infer: ${message}\n`);
-  process.exit(2);
+  report(new UsageError('TILE_ERR_CLIENT_USAGE', message));
 }
 
 function number(value: string | undefined, name: string, fallback: number, check: (v: number) => boolean): number {
@@ -101,7 +109,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: Error & { code?: string; status?: number }) => {
-  process.stderr.write(`tile-infer: ${err.message}\n`);
-  process.exit(1);
-});
+main().catch(report);

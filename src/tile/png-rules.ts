@@ -1,38 +1,26 @@
 // The one set of PNG rules every tile passes before any decoder sees it (PNG spec, 3rd edition):
 // the chunk structure with every CRC, the IHDR fields, the chunk order, and image data that
 // inflates to exactly the bytes the declared dimensions need. Each failure is a PngError naming
-// what is wrong; nothing here inflates more than those bytes (plus one zlib output chunk).
+// what is wrong, with the rule's code; nothing here inflates more than those bytes (plus one zlib
+// output chunk).
 import { kMaxLength } from 'node:buffer';
 import { crc32, inflate, type ZlibOptions } from 'node:zlib';
+import { CodedError, type CodesOf } from '../lib/errors.js';
 
 export const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
-export type PngRule =
-  | 'signature'
-  | 'ihdr'
-  | 'chunk_bounds'
-  | 'chunk_type'
-  | 'crc'
-  | 'second_ihdr'
-  | 'unknown_critical_chunk'
-  | 'plte'
-  | 'trns'
-  | 'idat_order'
-  | 'no_idat'
-  | 'no_iend'
-  | 'after_iend'
-  | 'zlib'
-  | 'short_image_data'
-  | 'excess_image_data'
-  | 'trailing_image_data';
+type PngCode = CodesOf<'PNG'>;
+type RuleOf<C> = C extends `TILE_ERR_PNG_${infer Rule}` ? Lowercase<Rule> : never;
+/** The rules, listed once with their meaning in src/lib/errors.ts: TILE_ERR_PNG_CRC is 'crc'. */
+export type PngRule = RuleOf<PngCode>;
 
-export class PngError extends Error {
+export class PngError extends CodedError<PngCode> {
   override name = 'PngError';
   constructor(
     readonly rule: PngRule,
     message: string,
   ) {
-    super(message);
+    super(`TILE_ERR_PNG_${rule.toUpperCase()}` as PngCode, message);
   }
 }
 

@@ -1,7 +1,6 @@
 // tile-infer on generated slides against the real service: tissue found vs the known islands,
 // coordinates (a tile's output equals posting that tile by hand), the HDF5 layout, the GeoJSON,
 // kill -9 then rerun, and a service restarted mid-slide.
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
@@ -9,7 +8,8 @@ import h5wasm from 'h5wasm/node';
 import sharp from 'sharp';
 import t from 'tap';
 import { truthMask, writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
-import { ROOT, startServer, waitFor, type TestServer } from '../helpers/server.js';
+import { startServer, waitFor, type TestServer } from '../helpers/server.js';
+import { tileInfer } from '../helpers/tile-infer.js';
 
 // A fixed port: the restarted service must come back where the command is talking.
 const PORT = 19150;
@@ -33,20 +33,6 @@ const TIFF: SlideSpec = {
 const SVS: SlideSpec = { widthUm: 1200, heightUm: 900, mpp: 0.25, seed: 12, format: 'svs', islands: [{ cx: 600, cy: 450, rx: 380, ry: 280 }] };
 const tiffPath = join(dir, 'tiff-slide.tif');
 const svsPath = join(dir, 'svs-slide.svs');
-
-interface Run {
-  code: number | null;
-  stderr: string;
-}
-
-/** The command as a user runs it, as a child process; `onStart` sees it while it runs. */
-function tileInfer(args: string[], onStart?: (proc: ReturnType<typeof spawn>) => void): Promise<Run> {
-  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/src/client/tile-infer.js'), ...args], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  proc.stderr!.on('data', (d) => (stderr += d));
-  onStart?.(proc);
-  return new Promise((resolve) => proc.once('exit', (code) => resolve({ code, stderr })));
-}
 
 const slideArgs = (slide: string, out: string, extra: string[] = []) => ['slide', slide, '--model', 'gene-expr', '--out', out, '--server', `http://127.0.0.1:${PORT}`, '--concurrency', '4', '--heatmap', 'ESR1', ...extra];
 

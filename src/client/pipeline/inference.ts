@@ -4,6 +4,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { tileRequestBody, type ModelMetadataBody, type TileClient } from '../tile-client.js';
 import { Semaphore } from '../semaphore.js';
+import { UsageError } from '../usage-error.js';
 import type { Journal } from './journal.js';
 import { predictionsCsv, writeFileAtomic, writeH5, type H5Attrs } from './outputs.js';
 
@@ -22,7 +23,7 @@ export function modelPlan(meta: ModelMetadataBody): ModelPlan {
   const embedding = meta.tasks.includes('embedding');
   if (prediction) return { path: `/api/predict/${model}${embedding ? '?mode=prediction_with_embedding' : ''}`, prediction, embedding };
   if (embedding) return { path: `/api/embed/${model}`, prediction, embedding };
-  throw new Error(`model ${meta.model} serves ${meta.tasks.join(', ')}: neither embeddings nor predictions (a segmentation model goes in --tissue-model)`);
+  throw new UsageError('TILE_ERR_CLIENT_MODEL_TASKS', `model ${meta.model} serves ${meta.tasks.join(', ')}: neither embeddings nor predictions (a segmentation model goes in --tissue-model)`);
 }
 
 export interface InferTile {

@@ -14,6 +14,7 @@ import { heatmapPng, overlayPng } from './pictures.js';
 import { expectTiles, readTile } from '../slide/region.js';
 import { encodeRgbPng } from '../../tile/png-write.js';
 import { SlideError } from '../slide/slide.js';
+import { UsageError } from '../usage-error.js';
 import { openSlide } from '../slide/open.js';
 import { TISSUE_MPP, detectTissue, readOverview, readTissueMask, type TissueMask } from './tissue.js';
 
@@ -43,7 +44,7 @@ export async function processSlide(job: SlideJob): Promise<SlideResult> {
   const slide = await openSlide(job.slide);
   try {
     const mpp0 = job.mpp ?? slide.mpp;
-    if (!mpp0) throw new SlideError(`${job.slide}: the slide records no MPP; give it with --mpp`);
+    if (!mpp0) throw new SlideError('TILE_ERR_SLIDE_NO_MPP', `${job.slide}: the slide records no MPP; give it with --mpp`);
     const meta = await job.client.metadata(job.model);
     const plan = modelPlan(meta);
     const l0 = slide.levels[0];
@@ -65,7 +66,7 @@ export async function processSlide(job: SlideJob): Promise<SlideResult> {
 
     const { tile } = meta;
     const tileMpp = tile.mpp;
-    if (tile.width !== tile.height) throw new SlideError(`model ${meta.model} takes ${tile.width}x${tile.height} tiles; slides are tiled in squares`);
+    if (tile.width !== tile.height) throw new UsageError('TILE_ERR_CLIENT_TILE_SHAPE', `model ${meta.model} takes ${tile.width}x${tile.height} tiles; slides are tiled in squares`);
     const grid = tileGrid(l0.width, l0.height, mpp0, tile.width, tileMpp, mask, job.minTissue);
     const tiles: InferTile[] = grid.tiles.map((t) => ({ ...t, png: async () => encodeRgbPng((await readTile(slide, t.x, t.y, grid.extent, tile.width)).rgb, tile.width, tile.height) }));
     const journalDir = join(job.outDir, '.journal');
@@ -86,7 +87,7 @@ export async function processSlide(job: SlideJob): Promise<SlideResult> {
       files.push(maskPath, join(tissueDir, `${stem}.geojson`), thumb);
       if (job.heatmap) {
         const g = (meta.output_genes ?? []).indexOf(job.heatmap);
-        if (!plan.prediction || g < 0) throw new SlideError(`--heatmap ${job.heatmap}: not an output gene of ${meta.model} (${(meta.output_genes ?? []).join(', ') || 'no predictions'})`);
+        if (!plan.prediction || g < 0) throw new UsageError('TILE_ERR_CLIENT_HEATMAP_GENE', `--heatmap ${job.heatmap}: not an output gene of ${meta.model} (${(meta.output_genes ?? []).join(', ') || 'no predictions'})`);
         const values = grid.tiles.map((t) => journal.done.get(t.idx)!.output[g]);
         const dir = join(job.outDir, `heatmaps_${meta.model}`);
         mkdirSync(dir, { recursive: true });

@@ -3,6 +3,7 @@
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import type { TileClient } from '../tile-client.js';
+import { CodedError, type CodesOf } from '../../lib/errors.js';
 import { readPngHeader, type PngHeader } from '../../tile/png-rules.js';
 import { modelPlan, runTiles, writeModelOutputs, type InferTile, type Progress } from './inference.js';
 import { Journal } from './journal.js';
@@ -20,8 +21,9 @@ export interface TilesJob {
   onPlan?: (total: number, done: number) => Progress;
 }
 
-export class TilePlanError extends Error {
-  readonly code = 'TILE_PLAN';
+/** Tiles whose coordinates or files cannot be used (the code says which). */
+export class TilePlanError extends CodedError<CodesOf<'PLAN'>> {
+  override name = 'TilePlanError';
 }
 
 /** x and y from a file name: `x123_y456` or the last two numbers before `.png`. */
@@ -34,12 +36,12 @@ export function readPlan(csv: string, path: string): { file: string; x: number; 
   const [header, ...lines] = csv.split(/\r?\n/).filter((l) => l.trim());
   const cols = header.split(',').map((c) => c.trim().toLowerCase());
   const [fi, xi, yi] = ['file', 'x', 'y'].map((c) => cols.indexOf(c));
-  if (fi < 0 || xi < 0 || yi < 0) throw new TilePlanError(`${path}: the header must name file, x and y; it is "${header}"`);
+  if (fi < 0 || xi < 0 || yi < 0) throw new TilePlanError('TILE_ERR_PLAN_HEADER', `${path}: the header must name file, x and y; it is "${header}"`);
   return lines.map((line, k) => {
     const cells = line.split(',').map((c) => c.trim());
     const x = Number(cells[xi]);
     const y = Number(cells[yi]);
-    if (!Number.isInteger(x) || !Number.isInteger(y)) throw new TilePlanError(`${path}: line ${k + 2}: x and y must be integers, got "${cells[xi]}", "${cells[yi]}"`);
+    if (!Number.isInteger(x) || !Number.isInteger(y)) throw new TilePlanError('TILE_ERR_PLAN_COORDS', `${path}: line ${k + 2}: x and y must be integers, got "${cells[xi]}", "${cells[yi]}"`);
     return { file: cells[fi], x, y };
   });
 }
@@ -53,10 +55,10 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
         .sort()
         .map((file) => {
           const c = coordsFromName(file);
-          if (!c) throw new TilePlanError(`${join(job.dir, file)}: no coordinates in the name (expected x<N>_y<N> or <N>_<N>.png); give a --plan CSV`);
+          if (!c) throw new TilePlanError('TILE_ERR_PLAN_COORDS', `${join(job.dir, file)}: no coordinates in the name (expected x<N>_y<N> or <N>_<N>.png); give a --plan CSV`);
           return { file, ...c };
         });
-  if (!entries.length) throw new TilePlanError(`${job.dir}: no PNG tiles`);
+  if (!entries.length) throw new TilePlanError('TILE_ERR_PLAN_NO_TILES', `${job.dir}: no PNG tiles`);
   const meta = await job.client.metadata(job.model);
   const plan = modelPlan(meta);
   const tiles: InferTile[] = entries.map((e, idx) => ({ idx, x: e.x, y: e.y, png: async () => readFileSync(join(job.dir, e.file)) }));
@@ -64,7 +66,8 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
   try {
     first = readPngHeader(readFileSync(join(job.dir, entries[0].file)));
   } catch (err) {
-    throw new TilePlanError(`${join(job.dir, entries[0].file)}: not a PNG tile (${(err as Error).message})`);
+    const reason = err instanceof CodedError ? `${err.code}: ${err.message}` : (err as Error).message;
+    throw new TilePlanError('TILE_ERR_PLAN_NOT_PNG', `${join(job.dir, entries[0].file)}: not a PNG tile (${reason})`);
   }
   mkdirSync(join(job.outDir, '.journal'), { recursive: true });
   const journal = Journal.open(join(job.outDir, '.journal', `${stem}.${meta.model}.jsonl`), { model: meta.model, sha256: meta.sha256, path: plan.path, files: entries.map((e) => e.file) });

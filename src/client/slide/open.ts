@@ -18,5 +18,5 @@ export async function openSlide(path: string): Promise<Slide> {
   }
   if (openSlideLibrary()) return OpenSlideSlide.open(path);
   const reason = tiffError ? `the TIFF reader says: ${tiffError.message}; ` : '';
-  throw new SlideError(`${path}: ${reason}other formats need libopenslide (Debian/Ubuntu: apt-get install libopenslide0)`);
+  throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: ${reason}other formats need libopenslide (Debian/Ubuntu: apt-get install libopenslide0)`);
 }

@@ -58,13 +58,13 @@ export class OpenSlideSlide implements Slide {
 
   static open(path: string): OpenSlideSlide {
     const lib = openSlideLibrary();
-    if (!lib) throw new SlideError(`${path}: reading this format needs libopenslide (Debian/Ubuntu: apt-get install libopenslide0)`);
+    if (!lib) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: reading this format needs libopenslide (Debian/Ubuntu: apt-get install libopenslide0)`);
     const osr = lib.open(path);
-    if (!osr) throw new SlideError(`${path}: OpenSlide does not recognise this file`);
+    if (!osr) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: OpenSlide does not recognise this file`);
     const error = lib.getError(osr);
     if (error) {
       lib.close(osr);
-      throw new SlideError(`${path}: OpenSlide: ${error}`);
+      throw new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${path}: OpenSlide: ${error}`);
     }
     const levels = Array.from({ length: lib.levelCount(osr) }, (_, level) => {
       const w: [number] = [0];
@@ -83,7 +83,7 @@ export class OpenSlideSlide implements Slide {
       // OpenSlide takes the top-left corner in level-0 pixels.
       this.lib.readRegion.async(this.osr, argb, Math.round(x * d), Math.round(y * d), level, w, h, (err) => {
         const error = err ?? this.lib.getError(this.osr);
-        if (error) return reject(new SlideError(`${this.path}: OpenSlide: ${String(error)}`));
+        if (error) return reject(new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: OpenSlide: ${String(error)}`));
         // Premultiplied ARGB composited over white: transparent pixels (outside the scanned
         // area) become white, opaque ones keep their colour.
         const rgb = new Uint8Array(w * h * 3);

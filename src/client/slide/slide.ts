@@ -1,4 +1,6 @@
 // What the pipeline needs from a whole-slide image, whichever reader opened it.
+import { CodedError, type CodesOf } from '../../lib/errors.js';
+
 export interface SlideLevel {
   width: number;
   height: number;
@@ -31,6 +33,7 @@ export interface Slide {
   close(): Promise<void>;
 }
 
-export class SlideError extends Error {
-  readonly code = 'SLIDE_UNREADABLE';
+/** A slide that cannot be read: its format, a region, or its MPP (the code says which). */
+export class SlideError extends CodedError<CodesOf<'SLIDE'>> {
+  override name = 'SlideError';
 }

@@ -103,7 +103,7 @@ export class TiffSlide implements Slide {
     // Pyramid levels are the tiled RGB images with level 0's aspect ratio; SVS thumbnails, labels
     // and macro images are stripped and are left out.
     const tiled = images.filter((im) => im.isTiled && im.getSamplesPerPixel() >= 3);
-    if (!tiled.length) throw new SlideError(`${path}: no tiled RGB image in this TIFF (a flat image is not a slide pyramid)`);
+    if (!tiled.length) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: no tiled RGB image in this TIFF (a flat image is not a slide pyramid)`);
     const base = tiled[0];
     const aspect = base.getWidth() / base.getHeight();
     const pyramid: Level[] = [];
@@ -111,11 +111,11 @@ export class TiffSlide implements Slide {
       if (Math.abs(image.getWidth() / image.getHeight() - aspect) > 0.02 * aspect && image !== base) continue;
       const photometric = Number(await image.fileDirectory.loadValue('PhotometricInterpretation'));
       const compression = Number(image.fileDirectory.hasTag('Compression') ? await image.fileDirectory.loadValue('Compression') : 1);
-      if (!DECODED.has(compression)) throw new SlideError(`${path}: TIFF compression ${compression} (JPEG 2000 is 33003/33005) needs libopenslide0`);
+      if (!DECODED.has(compression)) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: TIFF compression ${compression} (JPEG 2000 is 33003/33005) needs libopenslide0`);
       if (photometric !== RGB && !(photometric === YCBCR && compression === JPEG)) {
-        throw new SlideError(`${path}: photometric interpretation ${photometric} is not RGB; install libopenslide0 to read it through OpenSlide`);
+        throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: photometric interpretation ${photometric} is not RGB; install libopenslide0 to read it through OpenSlide`);
       }
-      if (image.getBitsPerSample() !== 8) throw new SlideError(`${path}: ${image.getBitsPerSample()} bits per sample, expected 8`);
+      if (image.getBitsPerSample() !== 8) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: ${image.getBitsPerSample()} bits per sample, expected 8`);
       const tileWidth = image.getTileWidth();
       const tileHeight = image.getTileHeight();
       pyramid.push({
@@ -229,10 +229,10 @@ export class TiffSlide implements Slide {
     try {
       result = await sharp(this.path, { page: l.page, limitInputPixels: false, sequentialRead: false }).extract({ left, top, width, height }).removeAlpha().raw().toBuffer({ resolveWithObject: true });
     } catch (err) {
-      throw new SlideError(`${this.path}: directory ${l.page}, ${width}x${height} at ${left},${top}: ${(err as Error).message}`);
+      throw new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: directory ${l.page}, ${width}x${height} at ${left},${top}: ${(err as Error).message}`);
     }
     const { data, info } = result;
-    if (info.width !== width || info.height !== height || info.channels !== 3) throw new SlideError(`${this.path}: directory ${l.page} decodes to ${info.width}x${info.height}x${info.channels} at ${left},${top}, expected ${width}x${height}x3`);
+    if (info.width !== width || info.height !== height || info.channels !== 3) throw new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: directory ${l.page} decodes to ${info.width}x${info.height}x${info.channels} at ${left},${top}, expected ${width}x${height}x3`);
     return { data, left, top, width, height };
   }
 
