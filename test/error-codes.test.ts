@@ -1,0 +1,29 @@
+// The error registry (src/lib/errors.ts) is the one list of codes: README's "Error codes" table is
+// that list, and every code is one the code can throw.
+import t from 'tap';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { errorCodes } from '../src/lib/errors.js';
+import { ROOT } from './helpers/server.js';
+
+const sources = (dir: string): string[] =>
+  readdirSync(join(ROOT, dir), { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.ts'))
+    .map((f) => readFileSync(join(ROOT, dir, f), 'utf8'));
+
+t.test("README's table lists every code, its status and meaning, in the registry's order", async (t) => {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('\n## Error codes\n'));
+  const rows = section.slice(0, section.indexOf('\n## ', 1)).split('\n').filter((l) => l.startsWith('| `'));
+  t.same(rows, errorCodes().map(({ code, status, meaning }) => `| \`${code}\` | ${status ?? ''} | ${meaning} |`));
+});
+
+t.test('every code is thrown somewhere (a PNG code by its rule)', async (t) => {
+  // The registry's keys are bare names: a quoted code is a use (the HTTP API's in the errors
+  // constructors beside the registry).
+  const code = [...sources('src'), ...sources('supervisor')].join('\n');
+  for (const { code: c } of errorCodes()) {
+    const rule = /^TILE_ERR_PNG_(.*)$/.exec(c)?.[1].toLowerCase();
+    t.ok(code.includes(rule ? `fail('${rule}'` : `'${c}'`), c);
+  }
+});
