@@ -1,9 +1,11 @@
 // Bring your own export: packages shaped like torch.onnx.export output (class-channel logits,
 // int64/uint8/float16/int32/float64 outputs, float16 input, a fixed batch of 1, BGR) served by
 // the real service, each answer checked against one computed independently from the tile's
-// pixels; and a package that cannot be served refused at load with one line naming the field.
-// Where ../shared/interop exists (the PyTorch-made packages), they are served and checked too.
-import t from 'tap';
+// pixels; and packages that cannot be served refused at load or warm-up with one line naming the
+// field, and their code in the log. All are built here by the project's ONNX writer
+// (test/helpers/export-models.ts). Where ../shared/interop exists (packages that PyTorch itself
+// exported, with answers PyTorch computed), the same checks run on them as a cross-check.
+import t, { type Test } from 'tap';
 import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +13,7 @@ import { PNG } from 'pngjs';
 import { startServer, ROOT, type TestServer } from '../helpers/server.js';
 import { cellularPng, tileRequest } from '../helpers/tiles.js';
 import { shellDigest } from '../helpers/packages.js';
-import { SIZE, exportPackages, expectedAnswer, symbolicSegPackage, writeExportPackage } from '../helpers/export-models.js';
+import { SIZE, exportPackages, expectedAnswer, floatSegPackage, symbolicSegPackage, writeExportPackage } from '../helpers/export-models.js';
 import type { Pixels } from '../../src/tile/png.js';
 
 const INTEROP = process.env.INTEROP_DIR ?? join(ROOT, '../shared/interop');
@@ -39,9 +41,38 @@ async function modelState(server: TestServer, name: string): Promise<{ ready: bo
   return state;
 }
 
+/** The code the supervisor logged when the model failed to load. */
+async function failureCode(server: TestServer, name: string): Promise<unknown> {
+  const logged = () => server.lines.find((l) => l.model === name && String(l.msg).startsWith('model failed to load'));
+  await server.waitFor(() => logged() !== undefined);
+  return logged()!.errorCode;
+}
+
+/** Beside a class-channel package as exported (float logits [N, 2, H, W], mask_threshold set, no
+ *  mask_channel), a copy whose manifest says channel 1 wins the argmax; returns the copy's name. */
+function addArgmaxCopy(root: string, name: string): string {
+  const copy = `${name}-argmax`;
+  cpSync(join(root, name), join(root, copy), { recursive: true });
+  const manifest = JSON.parse(readFileSync(join(root, copy, 'manifest.json'), 'utf8'));
+  delete manifest.mask_threshold;
+  writeFileSync(join(root, copy, 'manifest.json'), JSON.stringify({ ...manifest, name: copy, mask_channel: { index: 1, rule: 'argmax' } }));
+  return copy;
+}
+
+/** The package as exported cannot say which channel is tissue: refused at load, one line naming
+ *  mask_channel and the tensor's channels, TILE_ERR_PACKAGE_GRAPH in the log. */
+async function refusedForChannels(t: Test, server: TestServer, name: string, tensor: string): Promise<void> {
+  const { ready, lastError } = await modelState(server, name);
+  t.equal(ready, false, `${name} is not served`);
+  t.match(lastError, new RegExp(`manifest\\.json: mask_channel: "${tensor}" has 2 channels`));
+  t.notMatch(lastError, /\n/, 'one line');
+  t.equal(await failureCode(server, name), 'TILE_ERR_PACKAGE_GRAPH');
+}
+
 const root = mkdtempSync(join(tmpdir(), 'exports-'));
 const packages = exportPackages();
-for (const p of [...packages, symbolicSegPackage()]) writeExportPackage(root, p);
+for (const p of [...packages, symbolicSegPackage(), floatSegPackage()]) writeExportPackage(root, p);
+const floatArgmax = addArgmaxCopy(root, 'x-seg-c2-float');
 const server = await startServer({ models: models(root), waitReady: false });
 t.teardown(() => server.stop());
 const tiles = [3, 17, 29, 41, 53, 67, 71, 83].map((seed) => cellularPng(seed, SIZE));
@@ -91,29 +122,34 @@ t.test('class-channel logits without mask_channel are refused at warm-up, naming
   t.equal(ready, false);
   t.match(lastError, /tensors\.mask: "logits" has shape \[1, 2, 64, 64\]/);
   t.notMatch(lastError, /\n/, 'one line');
+  t.equal(await failureCode(server, 'x-seg-symbolic'), 'TILE_ERR_PACKAGE_OUTPUT_SHAPE');
   const res = await server.post('/api/predict/x-seg-symbolic', tileRequest(tiles[0], { resolution: 0.5 }));
   t.equal(res.status, 503, 'not served: loading, never a per-request 500');
 });
 
-t.test('the PyTorch-made interop packages (../shared/interop), when that folder exists', { skip: !existsSync(INTEROP) && `no ${INTEROP} in this checkout` }, async (t) => {
+t.test('class-channel float logits with a threshold and no mask_channel: refused at load; with mask_channel argmax, served', async (t) => {
+  await refusedForChannels(t, server, 'x-seg-c2-float', 'logits');
+  t.same(await modelState(server, floatArgmax), { ready: true, lastError: null });
+  const answers = await Promise.all(tiles.map(async (png) => json(await server.post(`/api/predict/${floatArgmax}`, tileRequest(png, { resolution: 0.5 })))));
+  answers.forEach(({ status, body }, i) => {
+    t.equal(status, 200, `tile ${i}`);
+    t.same(body.output, expectedAnswer(floatArgmax, pixelsOf(tiles[i])), `tile ${i}: channel 1 wins`);
+  });
+});
+
+// A cross-check only: everything above runs without it, on packages built here.
+t.test('cross-check: the PyTorch-made interop packages (../shared/interop), when that folder exists', { skip: !existsSync(INTEROP) && `no ${INTEROP} in this checkout: the same checks ran above on packages built here` }, async (t) => {
   const copies = mkdtempSync(join(tmpdir(), 'interop-'));
   const names = readdirSync(INTEROP).filter((n) => existsSync(join(INTEROP, n, 'manifest.json')));
   for (const name of names) cpSync(join(INTEROP, name), join(copies, name), { recursive: true });
-  // r-seg-c2 as written cannot say which channel is tissue; with mask_channel it serves.
-  const fixed = join(copies, 'r-seg-c2-argmax');
-  cpSync(join(INTEROP, 'r-seg-c2'), fixed, { recursive: true });
-  const manifest = JSON.parse(readFileSync(join(fixed, 'manifest.json'), 'utf8'));
-  delete manifest.mask_threshold;
-  writeFileSync(join(fixed, 'manifest.json'), JSON.stringify({ ...manifest, name: 'r-seg-c2-argmax', mask_channel: { index: 1, rule: 'argmax' } }));
+  const fixed = addArgmaxCopy(copies, 'r-seg-c2');
   const interop = await startServer({ models: models(copies), waitReady: false });
   t.teardown(() => interop.stop());
   const png = readFileSync(join(INTEROP, 'tile-64.png'));
-  const refused = await modelState(interop, 'r-seg-c2');
-  t.match(refused.lastError, /manifest\.json: mask_channel: "seg_c2" has 2 channels/);
-  t.notMatch(refused.lastError, /\n/, 'one line');
-  for (const name of [...names.filter((n) => n !== 'r-seg-c2'), 'r-seg-c2-argmax']) {
+  await refusedForChannels(t, interop, 'r-seg-c2', 'seg_c2');
+  for (const name of [...names.filter((n) => n !== 'r-seg-c2'), fixed]) {
     t.same(await modelState(interop, name), { ready: true, lastError: null }, name);
-    const expected = JSON.parse(readFileSync(join(INTEROP, name === 'r-seg-c2-argmax' ? 'r-seg-c2' : name, 'expected.json'), 'utf8'));
+    const expected = JSON.parse(readFileSync(join(INTEROP, name === fixed ? 'r-seg-c2' : name, 'expected.json'), 'utf8'));
     const answers = await Promise.all(Array.from({ length: name === 'r-static' ? 8 : 1 }, async () => json(await interop.post(`/api/predict/${name}`, tileRequest(png, { resolution: 0.5 })))));
     for (const { status, body } of answers) {
       t.equal(status, 200, name);

@@ -152,6 +152,7 @@ export function expectedAnswer(name: string, tile: Pixels): number[] {
     });
   switch (name) {
     case 'x-seg-c2':
+    case 'x-seg-c2-float-argmax':
     case 'x-seg-int64':
       return Array.from({ length: plane }, (_, p) => {
         const [l0, l1] = [0, 1].map((k) => W[k][0] * pixel(p, 0) + W[k][1] * pixel(p, 1) + W[k][2] * pixel(p, 2) + B[k]);
@@ -182,6 +183,17 @@ export function expectedAnswer(name: string, tile: Pixels): number[] {
     default:
       throw new Error(`no expected answer for ${name}`);
   }
+}
+
+/** Two-class float logits [N, 2, H, W] over a float32 image tensor, as torch exports a
+ *  segmentation model, with a manifest that sets mask_threshold but not which channel is tissue:
+ *  refused at load naming mask_channel. Preprocessing passes the pixels through (scale 1, mean 0,
+ *  std 1), so every logit is exact and the argmax mask is x-seg-c2's. */
+export function floatSegPackage(): ExportPackage {
+  return pkg('x-seg-c2-float', { tasks: ['segmentation'], preprocess: { scale: 1, mean: [0, 0, 0], std: [1, 1, 1], channel_order: 'RGB' }, tensors: { image: 'image', mask: 'logits' }, mask_threshold: 0 }, (g) => {
+    g.op('Identity', [logits(g)], {}, 'logits');
+    g.output('logits', DType.FLOAT, ['batch_size', 2, SIZE, SIZE]);
+  });
 }
 
 /** Segmentation logits whose every dimension is symbolic (as DeepLabV3 exports them) and a
