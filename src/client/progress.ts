@@ -29,12 +29,11 @@ export class CohortProgress {
     this.tty = Boolean(stream.isTTY);
     this.bar = new SingleBar({
       stream,
-      format: '{slides} slides | {bar} {value}/{total} tiles | {rate} tiles/s | ETA {eta_formatted} | {retries} retries{waiting}',
+      format: '{slides} slides | {bar} {value}/{total} tiles | {rate} tiles/s | ETA {eta} | {retries} retries{waiting}',
       noTTYOutput: true,
       notTTYSchedule: intervalMs,
       fps: 5,
       forceRedraw: true,
-      etaBuffer: 200,
       hideCursor: false,
       barsize: 20,
     });
@@ -44,10 +43,14 @@ export class CohortProgress {
 
   private payload() {
     const seconds = (performance.now() - this.started) / 1000;
+    const rate = seconds > 0 ? (this.done - this.startDone) / seconds : 0;
+    // Over the tiles planned so far: slides not yet opened are not in it.
+    const eta = rate > 0 ? Math.round((this.tiles - this.done) / rate) : null;
     const r = this.retries();
     return {
       slides: `${this.slidesDone}/${this.slides}`,
-      rate: seconds > 0 ? ((this.done - this.startDone) / seconds).toFixed(1) : '0.0',
+      rate: rate.toFixed(1),
+      eta: eta === null ? '-' : `${Math.floor(eta / 60)}:${String(eta % 60).padStart(2, '0')}`,
       retries: r.retries,
       waiting: r.waiting ? ` (waiting: ${r.waiting})` : '',
     };
