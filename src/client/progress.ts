@@ -29,7 +29,7 @@ export class CohortProgress {
     this.tty = Boolean(stream.isTTY);
     this.bar = new SingleBar({
       stream,
-      format: '{slides} slides | {bar} {value}/{total} tiles | {rate} tiles/s | ETA {eta} | {retries} retries{waiting}',
+      format: '{slides} slides | {bar} {value}/{total} tiles | {rate} tiles/s | ETA {remaining} | {retries} retries{waiting}',
       noTTYOutput: true,
       notTTYSchedule: intervalMs,
       fps: 5,
@@ -50,7 +50,7 @@ export class CohortProgress {
     return {
       slides: `${this.slidesDone}/${this.slides}`,
       rate: rate.toFixed(1),
-      eta: eta === null ? '-' : `${Math.floor(eta / 60)}:${String(eta % 60).padStart(2, '0')}`,
+      remaining: eta === null ? '-' : `${Math.floor(eta / 60)}:${String(eta % 60).padStart(2, '0')}`,
       retries: r.retries,
       waiting: r.waiting ? ` (waiting: ${r.waiting})` : '',
     };

@@ -43,12 +43,12 @@ export type OnTileError = (tile: InferTile, err: TileClientError) => 'stop' | 's
 /** Posts every tile body as it comes, at most `concurrency` at a time, journalling results as they
  *  arrive. The first failure stops new tiles and is thrown once those in flight have settled
  *  (their results are journalled), unless onTileError skips it. */
-export async function runTiles(client: TileClient, plan: ModelPlan, bodies: AsyncIterable<{ tile: InferTile; body: Buffer }>, journal: Journal, concurrency: number, progress?: Progress, onTileError?: OnTileError): Promise<void> {
+export async function runTiles(client: TileClient, plan: ModelPlan, bodies: AsyncIterable<{ tile: InferTile; body: Buffer; release?: () => void }>, journal: Journal, concurrency: number, progress?: Progress, onTileError?: OnTileError): Promise<void> {
   const slots = new Semaphore(concurrency);
   const running = new Set<Promise<void>>();
   let failure: unknown = null;
   try {
-    for await (const { tile, body } of bodies) {
+    for await (const { tile, body, release: done } of bodies) {
       const release = await slots.acquire();
       if (failure) {
         release();
@@ -63,6 +63,7 @@ export async function runTiles(client: TileClient, plan: ModelPlan, bodies: Asyn
           if (err instanceof TileClientError && err.code === 'HTTP_STATUS' && onTileError?.(tile, err) === 'skip') return;
           failure ??= err;
         } finally {
+          done?.();
           release();
         }
       })();

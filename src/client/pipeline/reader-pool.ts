@@ -7,10 +7,14 @@ import type { Bodies, BodiesTask, DecodeTask } from './reader-worker.js';
 /** Band buffers kept for reuse: a fresh 1.5 MB SharedArrayBuffer costs more CPU (zeroed,
  *  page-faulted in) than decoding the JPEG tiles into it. */
 const SPARE_BANDS = 64;
+/** Body buffers kept for reuse: a fresh 200 KB one per tile is page faults in the thread that
+ *  writes it and external memory that makes V8 collect in the one that posts it. */
+const SPARE_BODIES = 256;
 
 export class ReaderPool {
   private readonly pool: Piscina;
   private readonly spare = new Map<number, SharedArrayBuffer[]>();
+  private readonly spareBodies: ArrayBuffer[] = [];
 
   /** `env`: the threads' environment (TILE_INFER_TURBOJPEG=0 decodes JPEG tiles with libvips). */
   constructor(
@@ -24,8 +28,15 @@ export class ReaderPool {
     return this.pool.run(task, { name: 'decode' });
   }
 
-  bodies(task: BodiesTask): Promise<Bodies> {
-    return this.pool.run(task, { name: 'bodies' });
+  /** The bodies of a task's tiles, written into body buffers given back before when there are. */
+  bodies(task: Omit<BodiesTask, 'spare'>): Promise<Bodies> {
+    const spare = this.spareBodies.splice(0, task.tiles.length);
+    return this.pool.run({ ...task, spare }, { name: 'bodies', transferList: spare });
+  }
+
+  /** Gives a body buffer back once its request is done with it. */
+  releaseBody(body: Buffer): void {
+    if (body.byteOffset === 0 && this.spareBodies.length < SPARE_BODIES) this.spareBodies.push(body.buffer as ArrayBuffer);
   }
 
   /** A band buffer of `bytes`, reused when one is free. */

@@ -21,11 +21,16 @@ export interface BodiesTask {
   bands?: BandView[];
   /** ... or the slide to read them from through OpenSlide, at this level. */
   openslide?: { path: string; level: number };
+  /** Body buffers the main thread is done with, to write into (moved here, not copied). */
+  spare: ArrayBuffer[];
 }
 
-/** The bodies of a task, each in an ArrayBuffer of its own that moves to the main thread
- *  uncopied (a Buffer of over 4 KiB owns its ArrayBuffer whole). */
-export type Bodies = ArrayBuffer[];
+/** The bodies of a task, each in an ArrayBuffer of its own (a spare one, or a Buffer of over 4 KiB,
+ *  which owns its ArrayBuffer whole) that moves to the main thread uncopied, and their lengths. */
+export interface Bodies {
+  buffers: ArrayBuffer[];
+  lengths: number[];
+}
 
 export async function decode(task: DecodeTask): Promise<void> {
   await decodeBand(task.job, new Uint8Array(task.into));
@@ -48,7 +53,7 @@ function openSlideOf(path: string): OpenSlideSlide {
 }
 
 export async function bodies(task: BodiesTask): Promise<unknown> {
-  const out: ArrayBuffer[] = [];
+  const out: Bodies = { buffers: [], lengths: [] };
   for (const { region: r, fields } of task.tiles) {
     let rows: RegionRows;
     if (task.openslide) rows = bufferRows(await openSlideOf(task.openslide.path).readRegion(task.openslide.level, r.x, r.y, r.w, r.h), r.w);
@@ -56,8 +61,9 @@ export async function bodies(task: BodiesTask): Promise<unknown> {
       const bands = task.bands ?? [];
       rows = (y0, n, into, at) => cutRows(r, y0, n, bands, into, at);
     }
-    const body = tileBody(task.size, await resampledRows(rows, r.w, task.size), fields);
-    out.push(body.byteOffset === 0 && body.byteLength === body.buffer.byteLength ? (body.buffer as ArrayBuffer) : Uint8Array.prototype.slice.call(body).buffer);
+    const body = tileBody(task.size, await resampledRows(rows, r.w, task.size), fields, task.spare.pop());
+    out.buffers.push(body.byteOffset === 0 ? (body.buffer as ArrayBuffer) : Uint8Array.prototype.slice.call(body).buffer);
+    out.lengths.push(body.length);
   }
-  return move({ [transferableSymbol]: out, [valueSymbol]: out } as never);
+  return move({ [transferableSymbol]: out.buffers, [valueSymbol]: out } as never);
 }

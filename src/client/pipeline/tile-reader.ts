@@ -17,7 +17,14 @@ export interface TileAt {
 /** Tiles per pool task: enough to spread a task's fixed cost, few enough to keep threads even. */
 const CHUNK = 4;
 
-export async function* tileBodies<T extends TileAt>(pool: ReaderPool, slide: Slide, tiles: readonly T[], extent: number, size: number, fields: (tile: T) => TileFields): AsyncGenerator<{ tile: T; body: Buffer }> {
+/** A tile's body; `release` gives its buffer back for another tile's once the request is done. */
+export interface TileBody<T> {
+  tile: T;
+  body: Buffer;
+  release?: () => void;
+}
+
+export async function* tileBodies<T extends TileAt>(pool: ReaderPool, slide: Slide, tiles: readonly T[], extent: number, size: number, fields: (tile: T) => TileFields): AsyncGenerator<TileBody<T>> {
   if (!tiles.length) return;
   const placed = tiles.map((tile) => ({ tile, ...tileRegion(slide, tile.x, tile.y, extent, size) }));
   const level = placed[0].level;
@@ -80,8 +87,11 @@ export async function* tileBodies<T extends TileAt>(pool: ReaderPool, slide: Sli
   };
   for (let k = 0; k < chunks.length; k++) {
     fill();
-    const bodies = await inFlight.shift()!;
+    const { buffers, lengths } = await inFlight.shift()!;
     fill();
-    for (let i = 0; i < bodies.length; i++) yield { tile: chunks[k][i].tile, body: Buffer.from(bodies[i]) };
+    for (let i = 0; i < buffers.length; i++) {
+      const body = Buffer.from(buffers[i], 0, lengths[i]);
+      yield { tile: chunks[k][i].tile, body, release: () => pool.releaseBody(body) };
+    }
   }
 }

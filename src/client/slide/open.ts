@@ -37,7 +37,7 @@ export async function openSlide(path: string): Promise<Slide> {
       return OpenSlideSlide.open(path);
     } catch (err) {
       // The TIFF reader's complaint is the more telling one for a TIFF it could not read.
-      if (tiffError) throw new SlideError(`${tiffError.message}; OpenSlide: ${(err as Error).message.replace(`${path}: `, '')}`);
+      if (tiffError) throw new SlideError(`${tiffError.message}; ${(err as Error).message.replace(`${path}: `, '')}`);
       throw err;
     }
   }
