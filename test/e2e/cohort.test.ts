@@ -13,7 +13,7 @@ import { startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { outputs, summaryRows, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'cohort-'));
-const spec = (format: 'tiff' | 'svs', mpp: number, seed: number): SlideSpec => ({ widthUm: 900, heightUm: 700, mpp, seed, format, islands: [{ cx: 450, cy: 350, rx: 330, ry: 250 }] });
+const spec = (format: 'tiff' | 'svs', mpp: number, seed: number): SlideSpec => ({ widthUm: 700, heightUm: 520, mpp, seed, format, islands: [{ cx: 350, cy: 260, rx: 280, ry: 200 }] });
 const SLIDES = [
   { wsi: 'site-a/c1.tif', spec: spec('tiff', 0.5, 1) },
   { wsi: 'site-a/c2.svs', spec: spec('svs', 0.25, 2) },
