@@ -17,7 +17,7 @@ import { shippedConfig, spawnService, waitFor, ROOT } from '../tools/service-pro
 import { frontCount, loadConfig } from '../src/config/config.js';
 import { measureFloor } from './floor.js';
 import { ceilingMarkdown, measureCeiling, type CeilingRow } from './ceiling.js';
-import { benchSlide, type SlideBench } from './slide.js';
+import { benchSlide, slideMarkdown, type SlideBench } from './slide.js';
 import { drive, type Span } from './load.js';
 
 const args = process.argv.slice(2);
@@ -113,13 +113,6 @@ async function main(): Promise<void> {
     }
   }
 
-  // A whole slide through tile-infer against the service alone on the same bodies.
-  let slide: SlideBench | null = null;
-  if (sections.includes('slide')) {
-    slide = await benchSlide(server.url, 16, span);
-    console.log(`slide c=16: ${slide.tilesPerSec.toFixed(1)} tiles/s, service alone ${slide.serviceTilesPerSec.toFixed(1)}: ratio ${slide.ratio.toFixed(2)}; client CPU ${slide.clientCpuMsPerTile.toFixed(1)} ms/tile`);
-  }
-
   let soak: { seconds: number; concurrency: number; rssMb: number[]; tilesPerSec: number; errors: number } | null = null;
   if (soakSeconds > 0) {
     const rss: number[] = [];
@@ -131,6 +124,11 @@ async function main(): Promise<void> {
   }
   server.proc.kill('SIGTERM');
   await server.exited;
+
+  // Whole slides and a cohort through tile-infer's pipeline on a null model, against the service
+  // alone on the same bodies (bench/slide.ts: its own service, started once this one stopped).
+  let slide: SlideBench | null = null;
+  if (sections.includes('slide')) slide = await benchSlide({ smoke, span, concurrency: 16 });
 
   const date = new Date().toISOString().slice(0, 10);
   const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;
@@ -162,7 +160,7 @@ function markdown(report: { date: string; smoke: boolean; machine: string; secon
   ];
   if (report.ceiling.length) lines.unshift(ceilingMarkdown(report.ceiling), '');
   const sl = report.slide;
-  if (sl) lines.push('', `Whole slide (tile-infer, ${sl.tiles} tiles of gene-expr at c=${sl.concurrency}): ${f(sl.tilesPerSec)} tiles/s against ${f(sl.serviceTilesPerSec)} for the service alone on the same bodies (ratio ${f(sl.ratio, 2)}); client CPU ${f(sl.clientCpuMsPerTile)} ms/tile (read ${f(sl.stagesMs.read)}, PNG ${f(sl.stagesMs.png)}, body ${f(sl.stagesMs.body)}).`);
+  if (sl) lines.push('', slideMarkdown(sl));
   if (report.soak) lines.push('', `Soak: ${report.soak.seconds} s at concurrency 32 on /api/predict/gene-expr, ${f(report.soak.tilesPerSec)} tiles/s, ${report.soak.errors} errors; supervisor RSS every 10 s (MB): ${report.soak.rssMb.join(', ')}.`);
   return lines.join('\n') + '\n';
 }

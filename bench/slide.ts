@@ -1,56 +1,78 @@
-// Whole-slide throughput: tile-infer's pipeline on a generated 0.25 MPP SVS-style slide (JPEG
-// decode, 2x reduction to 0.5 MPP, stored PNG, HTTP) against the service's own throughput on the
-// very same request bodies at the same concurrency (autocannon, run before and after the slide),
-// in one run after a warm-up slide; and the client's CPU per tile, in total and per stage.
-// Alone: `npm run bench:slide -- [--url=URL] [--concurrency=8]` (without --url it starts the
-// service from config/default.json on a free port).
-import { mkdtempSync, rmSync } from 'node:fs';
+// Whole slides and cohorts through tile-infer's pipeline (in this process, reader pool included)
+// against a service serving a null model (mean colour: only our code is measured), in one run:
+//   1. the pipeline on one 0.5 MPP JPEG TIFF against the service alone on the very same request
+//      bodies at the same concurrency (autocannon, run before and after each pipeline run; the
+//      host's load drifts, so each ratio compares runs seconds apart), repeated;
+//   2. the client's CPU ms per tile by stage (decode, the rest of reading and encoding on the
+//      pool, posting) and for the whole pipeline, on that slide and on a 0.25 MPP SVS;
+//   3. slides/hour for a cohort of 8 synthetic slides (0.5 and 0.25 MPP, TIFF and SVS), and its
+//      tile rate against the same slides run one at a time.
+// --smoke runs it all on small slides (a cohort of 4) for seconds: CI's check that it works.
+// `npm run bench:slide -- [--concurrency=16] [--seconds=8] [--repeats=3] [--smoke]`.
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { TileClient, tileRequestBody } from '../src/client/tile-client.js';
+import { TileClient } from '../src/client/tile-client.js';
 import { tileGrid } from '../src/client/pipeline/grid.js';
-import { processSlide } from '../src/client/pipeline/process-slide.js';
-import { expectTiles, readTile } from '../src/client/slide/region.js';
-import { encodeRgbPng } from '../src/tile/png-write.js';
-import { TiffSlide } from '../src/client/slide/tiff-slide.js';
+import { modelPlan } from '../src/client/pipeline/inference.js';
+import type { SlideRun } from '../src/client/pipeline/process-slide.js';
+import { ReaderPool } from '../src/client/pipeline/reader-pool.js';
+import { defaultSlidesInFlight, runCohort } from '../src/client/pipeline/run-cohort.js';
+import { tileBodies } from '../src/client/pipeline/tile-reader.js';
 import { readTissueMask } from '../src/client/pipeline/tissue.js';
+import { Summary, stemOf, type CohortSlide } from '../src/client/pipeline/cohort.js';
+import { planBands, TILES_PER_BAND } from '../src/client/slide/bands.js';
+import { openSlide } from '../src/client/slide/open.js';
+import { tileRegion } from '../src/client/slide/region.js';
 import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
+import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { drive, type Span } from './load.js';
-import { shippedConfig, spawnService, waitFor } from '../tools/service-process.js';
+import { writeNullPackage } from './null-models.js';
 
-const MODEL = 'gene-expr';
-const PATH = `/api/predict/${MODEL}?mode=prediction_with_embedding`;
-const SLIDE: SlideSpec = {
-  widthUm: 2000,
-  heightUm: 1400,
-  mpp: 0.25,
-  seed: 21,
-  format: 'svs',
-  islands: [
-    { cx: 560, cy: 640, rx: 420, ry: 480 },
-    { cx: 1400, cy: 700, rx: 480, ry: 560 },
-  ],
-};
+const MODEL = 'null-224';
+const PATH = `/api/predict/${MODEL}`;
+
+const islands = (w: number, h: number) => [
+  { cx: w * 0.28, cy: h * 0.5, rx: w * 0.2, ry: h * 0.3 },
+  { cx: w * 0.72, cy: h * 0.45, rx: w * 0.16, ry: h * 0.32 },
+];
+const slideSpec = (format: 'tiff' | 'svs', mpp: number, widthUm: number, heightUm: number, seed: number): SlideSpec => ({ widthUm, heightUm, mpp, seed, format, islands: islands(widthUm, heightUm) });
+
+export interface PipelineRun {
+  tiles: number;
+  /** Tiles per second from the first tile to the last. */
+  tilesPerSec: number;
+  serviceBefore: number;
+  serviceAfter: number;
+  /** tilesPerSec over the mean of the service-alone runs around it. */
+  ratio: number;
+  /** Client process CPU (every thread) per tile over the tile stage. */
+  clientCpuMsPerTile: number;
+}
+
+export interface StageCosts {
+  slide: string;
+  tiles: number;
+  /** CPU ms per tile: decoding the TIFF tiles the grid needs (each once), the rest of reading and
+   *  encoding (cutting, resampling, PNG, base64, JSON, moving the bodies to the main thread),
+   *  posting the bodies (main thread: HTTP, answers), and the whole pipeline's tile stage. */
+  decode: number;
+  encode: number;
+  post: number;
+  pipeline: number;
+}
 
 export interface SlideBench {
   concurrency: number;
+  threads: number;
+  slide: string;
   tiles: number;
-  /** Whole slide: open, tissue, tiles, outputs. */
-  slideSeconds: number;
-  /** Tiles per second while the tiles were posted. */
-  tilesPerSec: number;
-  /** The service alone on the same bodies at the same concurrency: the mean of a run before and
-   *  one after the slide. */
-  serviceTilesPerSec: number;
-  serviceRuns: [number, number];
-  /** tilesPerSec / serviceTilesPerSec. */
+  runs: PipelineRun[];
+  /** Median of the runs' ratios, and the client CPU of that run. */
   ratio: number;
-  /** Client process CPU (all threads) per tile during the tile stage. */
   clientCpuMsPerTile: number;
-  /** CPU ms per tile of each client stage, measured one tile at a time: read (the TIFF tiles
-   *  decoded by libvips in bands cut to the grid, assembly, 2x reduction), PNG (stored deflate),
-   *  JSON body bytes with the base64. */
-  stagesMs: { read: number; png: number; body: number };
+  stages: StageCosts[];
+  cohort: { slides: number; tiles: number; seconds: number; slidesPerHour: number; tilesPerSec: number; oneAtATimeTilesPerSec: number; ratio: number; slidesInFlight: number };
 }
 
 const cpuMs = () => {
@@ -58,94 +80,202 @@ const cpuMs = () => {
   return (u.user + u.system) / 1000;
 };
 
-export async function benchSlide(url: string, concurrency: number, span: Span = { seconds: 8 }): Promise<SlideBench> {
-  const dir = mkdtempSync(join(tmpdir(), 'bench-slide-'));
-  try {
-    const slidePath = join(dir, 'bench-slide.svs');
-    await writeSlide(slidePath, SLIDE);
-    const client = new TileClient({ servers: [url], concurrency });
-    /** One whole slide into a fresh folder; the tile stage timed from the grid to the last tile. */
-    const runSlide = async (outDir: string) => {
-      const stage = { start: 0, cpu: 0, end: 0, cpuEnd: 0 };
-      const start = performance.now();
-      const result = await processSlide({
-        slide: slidePath,
-        model: MODEL,
-        outDir,
-        client,
-        concurrency,
-        minTissue: 0.25,
-        tissueModel: 'tissue-seg',
-        onPlan: () => {
-          stage.start = performance.now();
-          stage.cpu = cpuMs();
-          return {
-            tick: () => {
-              stage.end = performance.now();
-              stage.cpuEnd = cpuMs();
-            },
-          };
-        },
-      });
-      return { tiles: result.tiles, seconds: (performance.now() - start) / 1000, tilesPerSec: result.tiles / ((stage.end - stage.start) / 1000), cpuMsPerTile: (stage.cpuEnd - stage.cpu) / result.tiles };
-    };
-    // The first run warms the service and the client and gives the tissue mask for the bodies.
-    await runSlide(join(dir, 'warm-up'));
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-    // The same tiles, one at a time, stage by stage; and their request bodies for the service run.
-    const slide = await TiffSlide.open(slidePath);
-    const mask = await readTissueMask(join(dir, 'warm-up/tissue/bench-slide.png'));
-    const grid = tileGrid(slide.levels[0].width, slide.levels[0].height, SLIDE.mpp, 224, 0.5, mask, 0.25);
-    expectTiles(slide, grid.tiles, grid.extent, 224);
-    const sums = { read: 0, png: 0, body: 0 };
-    const bodies: string[] = [];
-    for (const t of grid.tiles) {
-      let c = cpuMs();
-      const tile = await readTile(slide, t.x, t.y, grid.extent, 224);
-      sums.read += cpuMs() - c;
-      c = cpuMs();
-      const png = encodeRgbPng(tile.rgb, 224, 224);
-      sums.png += cpuMs() - c;
-      c = cpuMs();
-      const body = tileRequestBody(png, { slide_name: 'bench-slide', x: t.x, y: t.y, width: 224, height: 224, patch_idx: t.idx, tissue_ratio: t.tissue, resolution: 0.5 });
-      sums.body += cpuMs() - c;
-      bodies.push(body.toString());
-    }
-    await slide.close();
-    // Service alone, the slide, the service alone again: the host's load drifts (shared machines),
-    // so the slide is compared with the mean of the runs around it.
-    const before = await drive(url, MODEL, PATH, bodies, concurrency, span);
-    const measured = await runSlide(join(dir, 'measured'));
-    const after = await drive(url, MODEL, PATH, bodies, concurrency, span);
-    await client.close();
-    const serviceTilesPerSec = (before.tilesPerSec + after.tilesPerSec) / 2;
-    const per = (v: number) => v / grid.tiles.length;
-    return {
-      concurrency,
-      tiles: measured.tiles,
-      slideSeconds: measured.seconds,
-      tilesPerSec: measured.tilesPerSec,
-      serviceTilesPerSec,
-      serviceRuns: [before.tilesPerSec, after.tilesPerSec],
-      ratio: measured.tilesPerSec / serviceTilesPerSec,
-      clientCpuMsPerTile: measured.cpuMsPerTile,
-      stagesMs: { read: per(sums.read), png: per(sums.png), body: per(sums.body) },
+interface Setup {
+  url: string;
+  client: TileClient;
+  pool: ReaderPool;
+  run: (outDir: string) => SlideRun;
+}
+
+/** A cohort into a fresh folder, timed end to end and over the tile stage. */
+async function timedCohort(setup: Setup, slides: CohortSlide[], outDir: string, inFlight: number) {
+  const stage = { start: 0, cpu: 0, end: 0, cpuEnd: 0, tiles: 0 };
+  const run = setup.run(outDir);
+  run.onPlan = (total, done) => {
+    if (!stage.start) [stage.start, stage.cpu] = [performance.now(), cpuMs()];
+    stage.tiles += total - done;
+    return { tick: () => ([stage.end, stage.cpuEnd] = [performance.now(), cpuMs()]) };
+  };
+  const summary = new Summary(join(outDir, 'summary.csv'), () => 0);
+  const started = performance.now();
+  await runCohort(run, slides, inFlight, summary, { slideDone: () => {} });
+  if (summary.failed) throw new Error(`${summary.failed} slides failed:\n${readFileSync(summary.path, 'utf8')}`);
+  return { tiles: stage.tiles, seconds: (performance.now() - started) / 1000, tilesPerSec: stage.tiles / ((stage.end - stage.start) / 1000), cpuMsPerTile: (stage.cpuEnd - stage.cpu) / stage.tiles };
+}
+
+/** The request bodies of a slide's tiles (the grid from a finished run's tissue mask). */
+async function slideBodies(setup: Setup, slide: CohortSlide, mpp: number, outDir: string) {
+  const s = await openSlide(slide.path);
+  const mask = await readTissueMask(join(outDir, 'tissue', `${slide.stem}.png`));
+  const grid = tileGrid(s.levels[0].width, s.levels[0].height, mpp, 224, 0.5, mask, 0.25);
+  const fields = (t: (typeof grid.tiles)[number]) => ({ slide_name: slide.stem, x: t.x, y: t.y, width: 224, height: 224, patch_idx: t.idx, tissue_ratio: t.tissue, resolution: 0.5 });
+  return { slide: s, grid, fields, read: () => tileBodies(setup.pool, s, grid.tiles, grid.extent, 224, fields) };
+}
+
+async function stageCosts(setup: Setup, slide: CohortSlide, mpp: number, warmDir: string, concurrency: number, pipelineCpu: number): Promise<StageCosts> {
+  const { slide: s, grid, read } = await slideBodies(setup, slide, mpp, warmDir);
+  const placed = grid.tiles.map((t) => tileRegion(s, t.x, t.y, grid.extent, 224));
+  const level = placed[0].level;
+  const plan = planBands(s.bandSource!(level), [placed.map((p) => p.region)]);
+  let c = cpuMs();
+  await Promise.all(
+    plan.bands.map(async (b) => {
+      const job = await s.bandJob!(level, b.ty, b.tx0, b.tx1);
+      const data = setup.pool.bandBuffer(TILES_PER_BAND * job.tileWidth * job.tileHeight * 3);
+      await setup.pool.decode({ job, into: data });
+      setup.pool.releaseBand(data);
+    }),
+  );
+  const decode = cpuMs() - c;
+  const bodies: Buffer[] = [];
+  c = cpuMs();
+  for await (const { body } of read()) bodies.push(body);
+  const readEncode = cpuMs() - c;
+  c = cpuMs();
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < bodies.length) await setup.client.infer(PATH, bodies[next++]);
+    }),
+  );
+  const post = cpuMs() - c;
+  await s.close();
+  const n = grid.tiles.length;
+  return { slide: slide.label, tiles: n, decode: decode / n, encode: (readEncode - decode) / n, post: post / n, pipeline: pipelineCpu };
+}
+
+export interface SlideBenchOptions {
+  concurrency?: number;
+  span?: Span;
+  repeats?: number;
+  smoke?: boolean;
+  threads?: number;
+}
+
+export async function benchSlide(options: SlideBenchOptions = {}): Promise<SlideBench> {
+  const { smoke = false } = options;
+  const concurrency = options.concurrency ?? 16;
+  const span = options.span ?? (smoke ? { perConnection: 3 } : { seconds: 8 });
+  const repeats = options.repeats ?? (smoke ? 1 : 3);
+  const dir = mkdtempSync(join(tmpdir(), 'bench-slide-'));
+  // The model repository: the null model beside the shipped tissue-seg.
+  const models = join(dir, 'models');
+  mkdirSync(models);
+  writeNullPackage(models, 224);
+  symlinkSync(join(ROOT, 'models/tissue-seg'), join(models, 'tissue-seg'));
+  const service = await spawnService({ model_repository: models, models: [{ name: 'tissue-seg', instances: 1, gpus: [], intra_op_threads: 1 }, { name: MODEL, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 256 }], supervisor: { drain_delay_ms: 0 } });
+  try {
+    await waitFor(async () => (await fetch(`${service.url}/health/ready`)).ok, 120000);
+    // The issue's slide: 12,288 x 8,192 px at 0.5 MPP with JPEG tiles (smoke: a small one), and a
+    // 0.25 MPP SVS for the 2x reduction.
+    const scale = smoke ? 0.15 : 1;
+    const write = async (name: string, spec: SlideSpec): Promise<CohortSlide> => {
+      const path = join(dir, name);
+      await writeSlide(path, spec);
+      return { label: name, path, stem: stemOf(name) };
     };
+    const tiff = await write('bench-0.5mpp.tif', slideSpec('tiff', 0.5, 6144 * scale, 4096 * scale, 31));
+    const svs = await write('bench-0.25mpp.svs', slideSpec('svs', 0.25, 3072 * scale, 2048 * scale, 32));
+    const cohort: CohortSlide[] = [];
+    for (const seed of smoke ? [1] : [1, 2]) {
+      for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.5], ['tiff', 0.25], ['svs', 0.25]] as const) {
+        const size = (mpp === 0.5 ? 3072 : 2048) * scale;
+        cohort.push(await write(`cohort-${seed}-${mpp}mpp-${format}.${format === 'svs' ? 'svs' : 'tif'}`, slideSpec(format, mpp, size, size * 0.75, 100 + seed * 10 + cohort.length)));
+      }
+    }
+
+    const client = new TileClient({ servers: [service.url], concurrency });
+    const pool = new ReaderPool(options.threads);
+    const model = await client.metadata(MODEL);
+    const setup: Setup = {
+      url: service.url,
+      client,
+      pool,
+      run: (outDir) => ({ model, plan: modelPlan(model), outDir, client, pool, concurrency, minTissue: 0.25, tissueModel: 'tissue-seg' }),
+    };
+    try {
+      // Warm-up: the service, the client's threads, and the tissue masks the bodies come from.
+      const warm = join(dir, 'warm');
+      await timedCohort(setup, [tiff, svs], warm, 2);
+      const { read } = await slideBodies(setup, tiff, 0.5, warm);
+      const bodies: string[] = [];
+      for await (const { body } of read()) bodies.push(body.toString('latin1'));
+
+      const runs: PipelineRun[] = [];
+      for (let r = 0; r < repeats; r++) {
+        const before = await drive(service.url, MODEL, PATH, bodies, concurrency, span);
+        const measured = await timedCohort(setup, [tiff], join(dir, `single-${r}`), 1);
+        const after = await drive(service.url, MODEL, PATH, bodies, concurrency, span);
+        runs.push({ tiles: measured.tiles, tilesPerSec: measured.tilesPerSec, serviceBefore: before.tilesPerSec, serviceAfter: after.tilesPerSec, ratio: measured.tilesPerSec / ((before.tilesPerSec + after.tilesPerSec) / 2), clientCpuMsPerTile: measured.cpuMsPerTile });
+        console.error(`slide run ${r + 1}/${repeats}: ${measured.tilesPerSec.toFixed(1)} tiles/s, service alone ${before.tilesPerSec.toFixed(1)} / ${after.tilesPerSec.toFixed(1)}: ratio ${runs[r].ratio.toFixed(2)}; client ${measured.cpuMsPerTile.toFixed(2)} CPU ms/tile`);
+      }
+      const mid = runs.find((r) => r.ratio === median(runs.map((x) => x.ratio)))!;
+
+      const svsRun = await timedCohort(setup, [svs], join(dir, 'single-svs'), 1);
+      const stages = [await stageCosts(setup, tiff, 0.5, warm, concurrency, median(runs.map((r) => r.clientCpuMsPerTile))), await stageCosts(setup, svs, 0.25, warm, concurrency, svsRun.cpuMsPerTile)];
+      for (const s of stages) console.error(`${s.slide}: CPU ms/tile decode ${s.decode.toFixed(2)}, encode ${s.encode.toFixed(2)}, post ${s.post.toFixed(2)}; pipeline ${s.pipeline.toFixed(2)}`);
+
+      // The cohort one slide at a time, then all of it with slides in flight.
+      let oneTiles = 0;
+      let oneSeconds = 0;
+      for (const s of cohort) {
+        const one = await timedCohort(setup, [s], join(dir, `alone-${s.stem}`), 1);
+        oneTiles += one.tiles;
+        oneSeconds += one.seconds;
+      }
+      const inFlight = defaultSlidesInFlight();
+      const all = await timedCohort(setup, cohort, join(dir, 'cohort'), inFlight);
+      const oneAtATime = oneTiles / oneSeconds;
+      const cohortRate = all.tiles / all.seconds;
+      console.error(`cohort of ${cohort.length}: ${all.tiles} tiles in ${all.seconds.toFixed(1)} s (${cohortRate.toFixed(1)} tiles/s, ${((cohort.length / all.seconds) * 3600).toFixed(0)} slides/hour); one at a time ${oneAtATime.toFixed(1)} tiles/s: ratio ${(cohortRate / oneAtATime).toFixed(2)}`);
+      return {
+        concurrency,
+        threads: pool.threads,
+        slide: tiff.label,
+        tiles: mid.tiles,
+        runs,
+        ratio: mid.ratio,
+        clientCpuMsPerTile: mid.clientCpuMsPerTile,
+        stages,
+        cohort: { slides: cohort.length, tiles: all.tiles, seconds: all.seconds, slidesPerHour: (cohort.length / all.seconds) * 3600, tilesPerSec: cohortRate, oneAtATimeTilesPerSec: oneAtATime, ratio: cohortRate / oneAtATime, slidesInFlight: inFlight },
+      };
+    } finally {
+      await pool.close();
+      await client.close();
+    }
   } finally {
+    service.proc.kill('SIGTERM');
+    await service.exited;
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
+export function slideMarkdown(b: SlideBench): string {
+  const f = (n: number, d = 1) => n.toFixed(d);
+  return [
+    `Whole slide (tile-infer's pipeline, ${b.tiles} tiles of ${b.slide}, null model, c=${b.concurrency}, ${b.threads} reader threads): ratio to the service alone on the same bodies ${b.runs.map((r) => f(r.ratio, 2)).join(', ')} (median ${f(b.ratio, 2)}); pipeline ${b.runs.map((r) => f(r.tilesPerSec)).join(', ')} tiles/s, service alone ${b.runs.map((r) => `${f(r.serviceBefore)}/${f(r.serviceAfter)}`).join(', ')}; client CPU ${b.runs.map((r) => f(r.clientCpuMsPerTile, 2)).join(', ')} ms/tile.`,
+    '',
+    '| slide | tiles | decode | rest of read + encode | post | pipeline (CPU ms/tile) |',
+    '|---|---|---|---|---|---|',
+    ...b.stages.map((s) => `| ${s.slide} | ${s.tiles} | ${f(s.decode, 2)} | ${f(s.encode, 2)} | ${f(s.post, 2)} | ${f(s.pipeline, 2)} |`),
+    '',
+    `Cohort of ${b.cohort.slides} slides (0.5 and 0.25 MPP, TIFF and SVS; ${b.cohort.slidesInFlight} in flight): ${b.cohort.tiles} tiles in ${f(b.cohort.seconds)} s, ${f(b.cohort.slidesPerHour, 0)} slides/hour, ${f(b.cohort.tilesPerSec)} tiles/s against ${f(b.cohort.oneAtATimeTilesPerSec)} one slide at a time (ratio ${f(b.cohort.ratio, 2)}).`,
+  ].join('\n');
+}
+
 if (import.meta.url === `file://${process.argv[1]}`) {
   const arg = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.split('=')[1];
-  const concurrency = Number(arg('concurrency') ?? 8);
-  const service = arg('url') ? null : await spawnService(shippedConfig());
-  const url = arg('url') ?? service!.url;
-  try {
-    await waitFor(async () => (await fetch(`${url}/health/ready`)).ok, 120000);
-    const r = await benchSlide(url, concurrency);
-    console.log(JSON.stringify(r, null, 2));
-  } finally {
-    service?.proc.kill('SIGTERM');
-  }
+  const smoke = process.argv.includes('--smoke');
+  const seconds = arg('seconds');
+  const r = await benchSlide({
+    smoke,
+    concurrency: arg('concurrency') ? Number(arg('concurrency')) : undefined,
+    repeats: arg('repeats') ? Number(arg('repeats')) : undefined,
+    threads: arg('threads') ? Number(arg('threads')) : undefined,
+    span: seconds ? { seconds: Number(seconds) } : undefined,
+  });
+  console.log(JSON.stringify(r, null, 2));
+  console.log(slideMarkdown(r));
 }

@@ -1,5 +1,6 @@
 // The slide reader on small generated slides (no service): pyramid levels, MPP from the TIFF
-// resolution tags and from the Aperio description, regions against the pixels that were encoded;
+// resolution tags and from the Aperio description, regions and tiles against the pixels that
+// were encoded;
 // the tile grid, the results journal after a torn write, and tile-folder coordinates.
 import { appendFileSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -9,11 +10,15 @@ import t from 'tap';
 import { tileGrid } from '../src/client/pipeline/grid.js';
 import { Journal } from '../src/client/pipeline/journal.js';
 import { coordsFromName, readPlan } from '../src/client/pipeline/process-tiles.js';
-import { bestLevel, expectTiles, readTile } from '../src/client/slide/region.js';
+import { ReaderPool } from '../src/client/pipeline/reader-pool.js';
+import { tileBodies } from '../src/client/pipeline/tile-reader.js';
+import { bestLevel } from '../src/client/slide/region.js';
 import { aperioMpp, TiffSlide } from '../src/client/slide/tiff-slide.js';
 import { downsample, writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'slide-reader-'));
+const pool = new ReaderPool(1);
+t.teardown(() => pool.close());
 const spec = (format: 'tiff' | 'svs', mpp: number): SlideSpec => ({ widthUm: 640, heightUm: 400, mpp, seed: 3, format, islands: [{ cx: 300, cy: 200, rx: 200, ry: 120 }] });
 
 for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
@@ -39,41 +44,17 @@ for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
     t.equal(bestLevel(slide, 3.9), 0, 'level 1 (4x) would be coarser');
     // A 0.5 MPP tile (the SVS's level 0 reduced 2x) against the encoded pixels box-reduced 2x.
     const extent = (0.5 * 224) / mpp;
-    const tile = await readTile(slide, extent, 0, extent, 224);
+    const tiles = [{ idx: 0, x: extent, y: 0 }];
+    let rgb = Buffer.alloc(0);
+    for await (const { body } of tileBodies(pool, slide, tiles, extent, 224, () => ({ slide_name: 's', x: 0, y: 0, width: 224, height: 224, patch_idx: 0 }))) {
+      rgb = await sharp(Buffer.from(JSON.parse(body.toString()).image_data, 'base64')).raw().toBuffer();
+    }
     const expected = mpp === 0.5 ? raster : downsample(raster, 2);
     let tileDiff = 0;
-    for (let r = 0; r < 224; r++) for (let c = 0; c < 224 * 3; c++) tileDiff += Math.abs(tile.rgb[r * 224 * 3 + c] - expected.rgb[(r * expected.width + 224) * 3 + c]);
+    for (let r = 0; r < 224; r++) for (let c = 0; c < 224 * 3; c++) tileDiff += Math.abs(rgb[r * 224 * 3 + c] - expected.rgb[(r * expected.width + 224) * 3 + c]);
     t.ok(tileDiff / (224 * 224 * 3) < 4, `tile at 0.5 MPP: mean difference ${(tileDiff / (224 * 224 * 3)).toFixed(2)}`);
   });
 }
-
-t.test('told the tiles to come, the reader decodes just their TIFF tiles, to the same pixels', async (t) => {
-  const path = join(dir, 'expect.svs');
-  await writeSlide(path, { ...spec('svs', 0.25), tileSize: 64 });
-  const plain = await TiffSlide.open(path);
-  const told = await TiffSlide.open(path);
-  t.teardown(() => Promise.all([plain.close(), told.close()]));
-  const decoded = { pixels: 0 };
-  const decode = (told as unknown as { decodeBandNow: (...a: unknown[]) => Promise<{ data: Buffer }> }).decodeBandNow.bind(told);
-  (told as unknown as { decodeBandNow: unknown }).decodeBandNow = async (...a: unknown[]) => {
-    const band = await decode(...a);
-    decoded.pixels += band.data.length / 3;
-    return band;
-  };
-  // Two runs of tiles with a gap, the second ending past the slide's right edge.
-  const extent = (0.5 * 224) / 0.25;
-  const tiles = [0, 1, 4, 5].map((k) => ({ x: k * extent, y: extent / 2 })).filter((c) => c.x < plain.levels[0].width);
-  expectTiles(told, tiles, extent, 224);
-  for (const c of tiles) t.ok((await readTile(told, c.x, c.y, extent, 224)).rgb.equals((await readTile(plain, c.x, c.y, extent, 224)).rgb), `tile at ${c.x},${c.y}`);
-  const tilesNeeded = new Set(tiles.flatMap((c) => {
-    const keys: string[] = [];
-    for (let ty = Math.floor(c.y / 64); ty < Math.ceil((c.y + extent) / 64); ty++) for (let tx = Math.floor(c.x / 64); tx < Math.min(Math.ceil((c.x + extent) / 64), Math.ceil(plain.levels[0].width / 64)); tx++) keys.push(`${tx},${ty}`);
-    return keys;
-  }));
-  t.ok(decoded.pixels <= tilesNeeded.size * 64 * 64, `${decoded.pixels} pixels decoded for ${tilesNeeded.size} TIFF tiles of 64x64`);
-  // A region no tile asked for is still read, from the fixed bands.
-  t.ok(Buffer.from(await told.readRegion(0, 10, 500, 300, 40)).equals(Buffer.from(await plain.readRegion(0, 10, 500, 300, 40))), 'an unexpected region');
-});
 
 t.test('lossless tiled TIFFs (deflate, LZW with a predictor): regions are the pixels, exactly', async (t) => {
   const [width, height] = [600, 420];

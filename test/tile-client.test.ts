@@ -3,7 +3,8 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
-import { retryAfterMs, TileClient, TileClientError, tileRequestBody } from '../src/client/tile-client.js';
+import { retryAfterMs, TileClient, TileClientError } from '../src/client/tile-client.js';
+import { tileRequestBody } from '../src/client/pipeline/tile-body.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse, n: number) => void;
 

@@ -1,7 +1,8 @@
-// tile-infer's refusals that need no service: one line on stderr with the error's code, and the
-// exit status (2: change the command line; 1: the input cannot be used).
+// tile-infer's refusals that need no service: one line on stderr with the error's code and exit
+// status 2 (change the command line). Refusals that need one (an unreachable server, a slide that
+// cannot be read) are in test/e2e/client-defects.test.ts and cohort.test.ts.
 import t from 'tap';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { tileInfer } from './helpers/tile-infer.js';
@@ -9,15 +10,20 @@ import { tileInfer } from './helpers/tile-infer.js';
 const dir = mkdtempSync(join(tmpdir(), 'tile-infer-'));
 const notASlide = join(dir, 'notes.txt');
 writeFileSync(notASlide, 'not a slide');
-// The port is never reached: each run stops before its first request.
-const server = ['--server', 'http://127.0.0.1:9'];
+const manifest = join(dir, 'cohort.csv');
+writeFileSync(manifest, 'slide,mpp\nnotes.txt,0.5\n');
+for (const sub of ['a', 'b']) {
+  mkdirSync(join(dir, sub));
+  writeFileSync(join(dir, sub, 'demo.tif'), 'not read: refused before');
+}
 
 t.test('each refusal is one line naming its code', async (t) => {
   const cases: [string, string[], number, RegExp][] = [
     ['unknown command', ['frobnicate'], 2, /^tile-infer: \[TILE_ERR_CLIENT_USAGE\] unknown command "frobnicate" \(slide or tiles\)\n$/],
     ['bad option value', ['slide', notASlide, '--model', 'm', '--out', dir, '--concurrency', '0'], 2, /^tile-infer: \[TILE_ERR_CLIENT_USAGE\] --concurrency 0: not a valid value\n$/],
-    ['an empty tiles folder', ['tiles', dir + '/', '--model', 'm', '--out', join(dir, 'out'), ...server], 1, /^tile-infer: \[TILE_ERR_PLAN_NO_TILES\] \S+: no PNG tiles\n$/],
-    ['a file no reader knows', ['slide', notASlide, '--model', 'm', '--out', join(dir, 'out'), ...server], 1, /^tile-infer: \[TILE_ERR_SLIDE_FORMAT\] \S+notes\.txt: /],
+    ['a manifest without a wsi column', ['slide', manifest, '--model', 'm', '--out', dir], 2, /^tile-infer: \[TILE_ERR_COHORT_MANIFEST\] \S+cohort\.csv: no "wsi" column/],
+    ['a shard out of range', ['slide', notASlide, '--model', 'm', '--out', dir, '--shard', '3/3'], 2, /^tile-infer: \[TILE_ERR_COHORT_SHARD\] --shard 3\/3: shard 3 of 3/],
+    ['two slides with one name', ['slide', join(dir, 'a/demo.tif'), join(dir, 'b/demo.tif'), '--model', 'm', '--out', dir], 2, /^tile-infer: \[TILE_ERR_COHORT_NAME_CLASH\] slides with the same file name/],
   ];
   const runs = await Promise.all(cases.map(([, args]) => tileInfer(args)));
   cases.forEach(([name, , code, line], i) => {

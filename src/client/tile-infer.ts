@@ -1,63 +1,83 @@
 #!/usr/bin/env node
-// tile-infer: whole slides (or folders of tiles) through the tile service.
+// tile-infer: whole slides, cohorts of them, or folders of tiles through the tile service.
+import { mkdirSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { CodedError } from '../lib/errors.js';
 import { TileClient } from './tile-client.js';
-import { processSlide } from './pipeline/process-slide.js';
+import { errorLine } from '../lib/errors.js';
+import { inShard, readCohort, shardOf, Summary, summaryName, type CohortSlide } from './pipeline/cohort.js';
+import { modelPlan } from './pipeline/inference.js';
+import type { SlideRun } from './pipeline/process-slide.js';
+import { defaultSlidesInFlight, runCohort } from './pipeline/run-cohort.js';
 import { processTiles } from './pipeline/process-tiles.js';
-import { ProgressLine } from './progress.js';
+import { ReaderPool } from './pipeline/reader-pool.js';
+import { CohortProgress } from './progress.js';
+import { mppInRange, MPP_RANGE } from './slide/slide.js';
 import { UsageError } from './usage-error.js';
 
-const HELP = `Usage:
-  tile-infer slide SLIDE... --model MODEL --out DIR [options]
-  tile-infer tiles DIR --model MODEL --out DIR [--plan PLAN.csv] [options]
+const CORES = availableParallelism();
+const SLIDES_IN_FLIGHT = defaultSlidesInFlight();
 
-slide: finds tissue at 8 MPP with the tissue model, lays MODEL's tile grid (tile size and MPP
-from /api/metadata/MODEL) over it, posts the tiles with tissue, and writes into DIR:
+const HELP = `Usage:
+  tile-infer slide SLIDE|MANIFEST.csv... --model MODEL --out DIR [options]
+  tile-infer tiles DIR... --model MODEL --out DIR [--plan PLAN.csv] [options]
+
+slide: for each slide, finds tissue at 8 MPP with the tissue model, lays MODEL's tile grid (tile
+size and MPP from /api/metadata/MODEL) over it, posts the tiles with tissue, and writes into DIR:
   features_MODEL/SLIDE.h5       features [N,D] float32, coords [N,2] int32 (level-0 pixels)
   predictions_MODEL/SLIDE.h5    predictions [N,G], coords, genes; and SLIDE.csv
   tissue/SLIDE.png, .geojson    tissue mask at 8 MPP; polygons in level-0 pixels (QuPath)
   thumbnails/SLIDE.png          overview with the tissue outline and the tile grid
   heatmaps_MODEL/SLIDE_GENE.png with --heatmap GENE
+  summary.csv                   slide,status,tiles,seconds,reason as slides finish
+SLIDE is the file name less its extension; two slides with one name are refused. A MANIFEST is a
+CSV with a wsi column (paths relative to the CSV) and optionally mpp (TRIDENT's convention). A
+slide that fails (unreadable, no MPP, no tissue) is recorded in the summary and the others go on.
 tiles: PNG tiles at MODEL's size; x and y from the names (x<N>_y<N> or <N>_<N>.png) or from a
-CSV plan with file,x,y columns. Writes the features/predictions files named after DIR.
+CSV plan with file,x,y columns. Writes the features/predictions files named after DIR; a damaged
+tile file is recorded in the summary and the others go on.
 
-A rerun with the same arguments resumes: finished tiles are not posted again, and the files are
-the same as those of an uninterrupted run.
+A rerun of the same command skips finished slides (without reading them) and resumes the others:
+finished tiles are not posted again, and the files are the same as an uninterrupted run's.
+Exit status: 0 all done, 3 some slides or tiles failed, 2 a usage error, 1 the run could not go
+on (no server answering, the model not served).
 
 Options:
-  --model MODEL        model name (required)
-  --out DIR            output folder (required)
-  --server URL         service URL, repeatable (default http://127.0.0.1:8000)
-  --concurrency N      tiles in flight (default 8)
-  --min-tissue F       keep tiles whose tissue fraction is at least F (default 0.25)
-  --mpp F              level-0 microns per pixel, for slides whose metadata has none
-                       (tiles: the MPP the tiles were cut at; default the model's)
-  --tissue-model NAME  tissue segmentation model (default tissue-seg)
-  --heatmap GENE       also draw a heatmap of this predicted gene
-  --deadline S         give up on a tile after S seconds of retries (default 300)
-  --plan FILE          tiles: the CSV plan
-  -h, --help           this text`;
+  --model MODEL          model name (required)
+  --out DIR              output folder (required)
+  --server URL           service URL, repeatable (default http://127.0.0.1:8000)
+  --concurrency N        tiles in flight over all servers (default 8 per server)
+  --slides-in-flight N   slides read at once (default ${SLIDES_IN_FLIGHT} here: from the cores)
+  --threads N            reader threads that decode and encode tiles (default ${CORES}: the cores)
+  --shard I/C            run shard I (from 0) of C: slide k of the cohort is in shard k mod C;
+                         writes summary.I-of-C.csv. Default from a Slurm job array
+                         (SLURM_ARRAY_TASK_ID, _MIN, _STEP, _COUNT) or, with --shards C, a
+                         Kubernetes Indexed Job's JOB_COMPLETION_INDEX
+  --shards C             the shard count for JOB_COMPLETION_INDEX
+  --min-tissue F         keep tiles whose tissue fraction is at least F (default 0.25)
+  --mpp F                level-0 microns per pixel for every slide (a manifest's mpp column wins)
+                         (tiles: the MPP the tiles were cut at; default the model's)
+  --tissue-model NAME    tissue segmentation model (default tissue-seg)
+  --heatmap GENE         also draw a heatmap of this predicted gene
+  --deadline S           give up on a tile after S seconds of retries (default 300)
+  --plan FILE            tiles: the CSV plan
+  -h, --help             this text`;
 
-/** One line on stderr, "tile-infer: [CODE] message"; exit status 2 for a command to change, 1
- *  otherwise. */
-function report(err: Error): never {
-  process.stderr.write(`tile-infer: ${err instanceof CodedError ? `[${err.code}] ` : ''}${err.message}\n`);
-  process.exit(err instanceof UsageError ? 2 : 1);
-}
-
-function fail(message: string): never {
-  report(new UsageError('TILE_ERR_CLIENT_USAGE', message));
+function usage(message: string): never {
+  throw new UsageError('TILE_ERR_CLIENT_USAGE', message);
 }
 
 function number(value: string | undefined, name: string, fallback: number, check: (v: number) => boolean): number {
   if (value === undefined) return fallback;
   const v = Number(value);
-  if (!Number.isFinite(v) || !check(v)) fail(`--${name} ${value}: not a valid value`);
+  if (!Number.isFinite(v) || !check(v)) usage(`--${name} ${value}: not a valid value`);
   return v;
 }
 
-async function main(): Promise<void> {
+const integer = (min: number) => (v: number) => Number.isInteger(v) && v >= min;
+
+async function main(): Promise<number> {
   let parsed;
   try {
     parsed = parseArgs({
@@ -67,6 +87,10 @@ async function main(): Promise<void> {
         out: { type: 'string' },
         server: { type: 'string', multiple: true },
         concurrency: { type: 'string' },
+        'slides-in-flight': { type: 'string' },
+        threads: { type: 'string' },
+        shard: { type: 'string' },
+        shards: { type: 'string' },
         'min-tissue': { type: 'string' },
         mpp: { type: 'string' },
         'tissue-model': { type: 'string' },
@@ -77,36 +101,83 @@ async function main(): Promise<void> {
       },
     });
   } catch (err) {
-    fail(`${(err as Error).message}\n\n${HELP}`);
+    usage(`${(err as Error).message}\n\n${HELP}`);
   }
   const { values, positionals } = parsed;
   if (values.help || !positionals.length) {
     process.stdout.write(HELP + '\n');
-    return;
+    return 0;
   }
   const [command, ...inputs] = positionals;
-  if (command !== 'slide' && command !== 'tiles') fail(`unknown command "${command}" (slide or tiles)`);
-  if (!inputs.length) fail(`${command}: name at least one ${command === 'slide' ? 'slide' : 'folder'}`);
-  if (!values.model) fail('--model is required');
-  if (!values.out) fail('--out is required');
-  const concurrency = number(values.concurrency, 'concurrency', 8, (v) => Number.isInteger(v) && v >= 1);
+  if (command !== 'slide' && command !== 'tiles') usage(`unknown command "${command}" (slide or tiles)`);
+  if (!inputs.length) usage(`${command}: name at least one ${command === 'slide' ? 'slide or manifest' : 'folder'}`);
+  if (!values.model) usage('--model is required');
+  if (!values.out) usage('--out is required');
+  const servers = values.server ?? ['http://127.0.0.1:8000'];
+  const concurrency = number(values.concurrency, 'concurrency', 8 * servers.length, integer(1));
+  const slidesInFlight = number(values['slides-in-flight'], 'slides-in-flight', SLIDES_IN_FLIGHT, integer(1));
+  const threads = number(values.threads, 'threads', CORES, integer(1));
   const minTissue = number(values['min-tissue'], 'min-tissue', 0.25, (v) => v >= 0 && v <= 1);
-  const mpp = values.mpp === undefined ? undefined : number(values.mpp, 'mpp', 0, (v) => v > 0);
+  const mpp = values.mpp === undefined ? undefined : number(values.mpp, 'mpp', 0, mppInRange);
+  if (values.mpp !== undefined && mpp === undefined) usage(`--mpp must be ${MPP_RANGE[0]} to ${MPP_RANGE[1]}`);
   const deadline = number(values.deadline, 'deadline', 300, (v) => v > 0);
-  const client = new TileClient({ servers: values.server ?? ['http://127.0.0.1:8000'], concurrency, deadlineMs: deadline * 1000 });
-  const onPlan = (label: string) => (total: number, done: number) => new ProgressLine(label, total, done, () => client.retries);
+  const shard = shardOf(values.shard, values.shards);
+  const cohort = command === 'slide' ? inShard(readCohort(inputs), shard) : inputs.map((dir): CohortSlide => ({ label: dir, path: dir, stem: dir }));
+  const outDir = values.out;
+
+  const client = new TileClient({ servers, concurrency, deadlineMs: deadline * 1000 });
   try {
-    for (const input of inputs) {
-      const started = performance.now();
-      const result =
-        command === 'slide'
-          ? await processSlide({ slide: input, model: values.model, outDir: values.out, client, concurrency, minTissue, tissueModel: values['tissue-model'] ?? 'tissue-seg', mpp, heatmap: values.heatmap, onPlan: onPlan(input) })
-          : await processTiles({ dir: input, model: values.model, outDir: values.out, client, concurrency, plan: values.plan, mpp, onPlan: onPlan(input) });
-      process.stderr.write(`${input}: ${result.tiles} tiles in ${((performance.now() - started) / 1000).toFixed(1)} s, ${client.retries} retries; wrote ${result.files.join(', ')}\n`);
+    // Before any work: a server that does not answer is an error now, not a deadline later.
+    for (const silent of await client.reachable()) process.stderr.write(`tile-infer: ${silent} does not answer; going on with the others\n`);
+    const model = await client.metadata(values.model);
+    const plan = modelPlan(model);
+    if (model.tile.width !== model.tile.height) throw new UsageError('TILE_ERR_CLIENT_TILE_SHAPE', `model ${model.model} takes ${model.tile.width}x${model.tile.height} tiles; slides are tiled in squares`);
+    if (values.heatmap !== undefined && (!plan.prediction || !(model.output_genes ?? []).includes(values.heatmap))) {
+      throw new UsageError('TILE_ERR_CLIENT_HEATMAP_GENE', `--heatmap ${values.heatmap}: not an output gene of ${model.model} (${(model.output_genes ?? []).join(', ') || 'no predictions'})`);
     }
+    mkdirSync(outDir, { recursive: true });
+    if (shard) process.stderr.write(`tile-infer: shard ${shard.index} of ${shard.count} (${shard.from}): ${cohort.length} slides\n`);
+    const order = new Map(cohort.map((s, k) => [s.label, k]));
+    const summary = new Summary(join(outDir, summaryName(shard)), (label) => order.get(label) ?? cohort.length);
+    const progress = new CohortProgress(cohort.length, () => ({ retries: client.retries, waiting: client.waiting }));
+    try {
+      if (command === 'tiles') {
+        for (const entry of cohort) {
+          const started = performance.now();
+          try {
+            const r = await processTiles({ dir: entry.path, model, plan, outDir, client, concurrency, tilePlan: values.plan, mpp, onPlan: (total, done) => progress.plan(total, done) });
+            const seconds = (performance.now() - started) / 1000;
+            for (const f of r.failed) summary.record({ slide: f.file, status: 'failed', tiles: 0, seconds: 0, reason: f.reason }, entry.label);
+            summary.record({ slide: entry.label, status: r.tiles ? 'done' : 'failed', tiles: r.tiles, seconds, reason: r.failed.length ? `${r.failed.length} tile files failed (listed below)` : '' });
+            progress.slideDone(`${entry.label}: ${r.tiles} tiles in ${seconds.toFixed(1)} s, ${client.retries} retries${r.failed.length ? `, ${r.failed.length} tile files failed` : ''}; wrote ${r.files.join(', ') || 'nothing'}`);
+          } catch (err) {
+            summary.record({ slide: entry.label, status: 'failed', tiles: 0, seconds: (performance.now() - started) / 1000, reason: errorLine(err as Error) });
+            progress.slideDone(`${entry.label}: failed: ${errorLine(err as Error)}`);
+          }
+        }
+      } else {
+        const pool = new ReaderPool(threads);
+        try {
+          const run: SlideRun = { model, plan, outDir, client, pool, concurrency, minTissue, tissueModel: values['tissue-model'] ?? 'tissue-seg', mpp, heatmap: values.heatmap, onPlan: (total, done) => progress.plan(total, done) };
+          await runCohort(run, cohort, slidesInFlight, summary, progress);
+        } finally {
+          await pool.close();
+        }
+      }
+    } finally {
+      progress.stop();
+    }
+    if (summary.failed) process.stderr.write(`tile-infer: ${summary.failed} failed; see ${summary.path}\n`);
+    return summary.failed ? 3 : 0;
   } finally {
     await client.close();
   }
 }
 
-main().catch(report);
+main().then(
+  (code) => process.exit(code),
+  (err: Error) => {
+    process.stderr.write(`tile-infer: ${errorLine(err)}\n`);
+    process.exit(err instanceof UsageError ? 2 : 1);
+  },
+);

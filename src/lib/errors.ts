@@ -95,12 +95,20 @@ const REGISTRY = {
   TILE_ERR_CLIENT_USAGE: { meaning: 'A missing or invalid option or command of tile-infer.' },
   TILE_ERR_CLIENT_HTTP: { meaning: 'The service refused a request with a status that retrying will not change (4xx); the line has its body.' },
   TILE_ERR_CLIENT_DEADLINE: { meaning: 'A tile had no answer within --deadline, retries included.' },
+  TILE_ERR_CLIENT_UNREACHABLE: { meaning: 'No --server answered within seconds of the start; the line names the URLs and why (connection refused, ...).' },
   TILE_ERR_CLIENT_MODEL_TASKS: { meaning: 'The --model serves neither embeddings nor predictions (a segmentation model goes in --tissue-model).' },
   TILE_ERR_CLIENT_TILE_SHAPE: { meaning: "The model's tiles are not square; slides are tiled in squares." },
   TILE_ERR_CLIENT_HEATMAP_GENE: { meaning: '--heatmap names a gene the model does not predict.' },
   TILE_ERR_SLIDE_FORMAT: { meaning: 'A slide format or encoding the built-in TIFF reader does not read, and libopenslide is not there to read it (or does not recognise the file).' },
   TILE_ERR_SLIDE_UNREADABLE: { meaning: 'A slide region cannot be read or decoded.' },
   TILE_ERR_SLIDE_NO_MPP: { meaning: 'The slide records no microns per pixel: give it with --mpp.' },
+  TILE_ERR_SLIDE_MISSING: { meaning: 'The slide path does not exist, is not a file, or cannot be read (permission).' },
+  TILE_ERR_SLIDE_MPP_RANGE: { meaning: 'The MPP the slide records is outside what scanners produce (0.05 to 20 µm/px; a TIFF saying 72 dpi is 352.8); the line names the tag: give the MPP with --mpp.' },
+  TILE_ERR_SLIDE_TOO_LARGE: { meaning: 'The slide at its MPP is larger than a glass slide (100 mm a side): a wrong MPP or a damaged file.' },
+  TILE_ERR_SLIDE_NO_TISSUE: { meaning: 'No tile of the grid has --min-tissue of tissue.' },
+  TILE_ERR_COHORT_MANIFEST: { meaning: 'A cohort manifest CSV cannot be used: unreadable, no wsi column, an empty wsi cell, an mpp outside 0.05 to 20.' },
+  TILE_ERR_COHORT_SHARD: { meaning: '--shard, --shards or the Slurm / Kubernetes variables give no valid shard (INDEX from 0 to COUNT-1).' },
+  TILE_ERR_COHORT_NAME_CLASH: { meaning: 'Two slides would write the same outputs (their file names are equal): in one run they are refused before any work; a slide whose name an earlier run gave another slide in the same --out fails.' },
   TILE_ERR_PLAN_HEADER: { meaning: 'The --plan CSV has no file, x and y columns.' },
   TILE_ERR_PLAN_COORDS: { meaning: "A tile's x and y are not integers (plan) or not in its name (x<N>_y<N> or <N>_<N>.png)." },
   TILE_ERR_PLAN_NO_TILES: { meaning: 'The tiles folder holds no PNG tiles.' },
@@ -112,6 +120,9 @@ export type ErrorCode = keyof typeof REGISTRY;
 export type HttpCode = { [C in ErrorCode]: (typeof REGISTRY)[C] extends HttpEntry ? C : never }[ErrorCode];
 /** The codes of one area: CodesOf<'CONFIG'> is every TILE_ERR_CONFIG_*. */
 export type CodesOf<Area extends string> = Extract<ErrorCode, `TILE_ERR_${Area}_${string}`>;
+
+/** An error as one line for a person: `[CODE] message` when it has a code. */
+export const errorLine = (err: Error): string => (err instanceof CodedError ? `[${err.code}] ${err.message}` : err.message);
 
 /** Every code with what it means and, for the HTTP API's, its status: README's table. */
 export const errorCodes = (): { code: ErrorCode; status: number | null; meaning: string }[] =>

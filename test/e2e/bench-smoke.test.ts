@@ -10,7 +10,7 @@ import { ROOT } from '../helpers/server.js';
 t.test('npm run bench -- --smoke', async (t) => {
   const out = mkdtempSync(join(tmpdir(), 'bench-'));
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_OPTIONS'));
-  const run = spawnSync('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/bench/run.js'), '--smoke', `--out=${out}`], { env, encoding: 'utf8', timeout: 180000 });
+  const run = spawnSync('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/bench/run.js'), '--smoke', `--out=${out}`], { env, encoding: 'utf8', timeout: 230000 });
   t.equal(run.status, 0, run.stderr);
   const report = JSON.parse(readFileSync(join(out, 'smoke.json'), 'utf8'));
   t.same([...new Set(report.runs.map((r: { path: string }) => r.path))], ['/api/predict/tissue-seg', '/api/predict/gene-expr', '/api/embed/gene-expr', '/api/embed/tile-embed']);

@@ -1,18 +1,19 @@
 // tile-infer on generated slides against the real service: tissue found vs the known islands,
 // coordinates (a tile's output equals posting that tile by hand), the HDF5 layout, the GeoJSON,
 // kill -9 then rerun, and a service restarted mid-slide.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { join } from 'node:path';
 import h5wasm from 'h5wasm/node';
 import sharp from 'sharp';
 import t from 'tap';
 import { truthMask, writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
-import { tileInfer } from '../helpers/tile-infer.js';
+import { freePort, outputs, tileInfer } from '../helpers/tile-infer.js';
 
-// A fixed port: the restarted service must come back where the command is talking.
-const PORT = 19150;
+// A port of its own, kept for the run: the restarted service must come back where the command is
+// talking.
+let PORT = 0;
 // One instance per model and batches of one: a tile's output does not depend on what it was
 // batched with, so two runs can be compared byte for byte.
 const MODELS = [{ name: 'tissue-seg', instances: 1, intra_op_threads: 1 }, { name: 'gene-expr', max_batch: 1 }];
@@ -35,21 +36,6 @@ const tiffPath = join(dir, 'tiff-slide.tif');
 const svsPath = join(dir, 'svs-slide.svs');
 
 const slideArgs = (slide: string, out: string, extra: string[] = []) => ['slide', slide, '--model', 'gene-expr', '--out', out, '--server', `http://127.0.0.1:${PORT}`, '--concurrency', '4', '--heatmap', 'ESR1', ...extra];
-
-/** Every output file under a folder (the journal aside), relative path to bytes. */
-function outputs(folder: string): Map<string, Buffer> {
-  const files = new Map<string, Buffer>();
-  const walk = (d: string) => {
-    for (const name of readdirSync(d)) {
-      const p = join(d, name);
-      if (name === '.journal') continue;
-      if (statSync(p).isDirectory()) walk(p);
-      else files.set(relative(folder, p), readFileSync(p));
-    }
-  };
-  walk(folder);
-  return files;
-}
 
 const journalLines = (out: string) => {
   const path = join(out, '.journal', 'tiff-slide.gene-expr.jsonl');
@@ -75,6 +61,7 @@ let server: TestServer;
 const reference = join(dir, 'reference');
 
 t.before(async () => {
+  PORT = await freePort();
   await writeSlide(tiffPath, TIFF);
   await writeSlide(svsPath, SVS);
   server = await startService();
@@ -204,9 +191,9 @@ t.test('an Aperio SVS: MPP from the description, level 0 reduced to 0.5 MPP', as
 
 t.test('kill -9 mid-slide, then rerun: the same files as an uninterrupted run', async (t) => {
   const out = join(dir, 'killed');
-  const killed = await tileInfer(slideArgs(tiffPath, out), (proc) => {
+  const killed = await tileInfer(slideArgs(tiffPath, out), { onStart: (proc) => {
     void waitFor(() => journalLines(out) >= 8, 60000).then(() => proc.kill('SIGKILL'));
-  });
+  } });
   t.equal(killed.code, null, 'killed');
   t.ok(journalLines(out) >= 8, `${journalLines(out)} tiles done before the kill`);
   t.notOk(existsSync(join(out, 'features_gene-expr/tiff-slide.h5')), 'killed before the end');
@@ -220,11 +207,12 @@ t.test('kill -9 mid-slide, then rerun: the same files as an uninterrupted run', 
 
 t.test('a service restarted mid-slide costs only retries', async (t) => {
   const out = join(dir, 'restarted');
-  const run = await tileInfer(slideArgs(tiffPath, out), () => {
-    void waitFor(() => journalLines(out) >= 5, 60000).then(async () => {
-      await server.stop();
-      server = await startService();
-    });
+  const run = await tileInfer(slideArgs(tiffPath, out), {
+    onStart: () =>
+      void waitFor(() => journalLines(out) >= 5, 60000).then(async () => {
+        await server.stop();
+        server = await startService();
+      }),
   });
   t.equal(run.code, 0, run.stderr);
   const retries = Number(/, (\d+) retries; wrote/.exec(run.stderr)?.[1]);

@@ -1,19 +1,65 @@
-// The tile-infer command as a user runs it, as a child process.
-import { spawn } from 'node:child_process';
-import { join } from 'node:path';
+// tile-infer as a user runs it: the built command as a child process. TILE_INFER_BIN runs another
+// build's command instead (to check that a test fails on an older checkout).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join, relative } from 'node:path';
 import { ROOT } from './server.js';
+
+export const TILE_INFER = process.env.TILE_INFER_BIN ?? join(ROOT, 'dist/src/client/tile-infer.js');
 
 export interface Run {
   code: number | null;
   stderr: string;
+  seconds: number;
 }
 
-/** Runs tile-infer with `args`; `onStart` sees the process while it runs. Through sh, so that
- *  tap's spawn hooks cannot put their loaders back into NODE_OPTIONS. */
-export function tileInfer(args: string[], onStart?: (proc: ReturnType<typeof spawn>) => void): Promise<Run> {
-  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/src/client/tile-infer.js'), ...args], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'] });
+/** Runs tile-infer with `args`; `onStart` sees the process while it runs. */
+export function tileInfer(args: string[], options: { env?: NodeJS.ProcessEnv; onStart?: (proc: ChildProcess) => void; timeoutMs?: number } = {}): Promise<Run> {
+  const started = performance.now();
+  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, TILE_INFER, ...args], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...options.env } });
   let stderr = '';
   proc.stderr!.on('data', (d) => (stderr += d));
-  onStart?.(proc);
-  return new Promise((resolve) => proc.once('exit', (code) => resolve({ code, stderr })));
+  options.onStart?.(proc);
+  const timer = options.timeoutMs ? setTimeout(() => proc.kill('SIGKILL'), options.timeoutMs) : null;
+  return new Promise((resolve) =>
+    proc.once('exit', (code) => {
+      if (timer) clearTimeout(timer);
+      resolve({ code, stderr, seconds: (performance.now() - started) / 1000 });
+    }),
+  );
+}
+
+/** Every output file under a folder, relative path to bytes; the journal and summaries aside
+ *  (summaries hold seconds). */
+export function outputs(folder: string): Map<string, Buffer> {
+  const files = new Map<string, Buffer>();
+  const walk = (d: string) => {
+    for (const name of readdirSync(d)) {
+      const p = join(d, name);
+      if (name === '.journal' || /^summary.*\.csv$/.test(name)) continue;
+      if (statSync(p).isDirectory()) walk(p);
+      else files.set(relative(folder, p), readFileSync(p));
+    }
+  };
+  walk(folder);
+  return files;
+}
+
+/** The rows of a summary CSV (no quoted commas in the columns read here but the last). */
+export function summaryRows(path: string): { slide: string; status: string; tiles: number; reason: string }[] {
+  const [, ...lines] = readFileSync(path, 'utf8').trim().split('\n');
+  return lines.map((line) => {
+    const [slide, status, tiles, , ...reason] = line.split(',');
+    return { slide, status, tiles: Number(tiles), reason: reason.join(',') };
+  });
+}
+
+/** A port nothing listens on now (a server that must come back on the same port uses it). */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
 }

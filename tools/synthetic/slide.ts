@@ -24,6 +24,11 @@ export interface SlideSpec {
   downsamples?: number[];
   tileSize?: number;
   quality?: number;
+  /** JPEG chroma subsampling (default 4:4:4; scanners often write 4:2:0). */
+  chroma?: '4:4:4' | '4:2:0';
+  /** TIFF: resolution tags to write instead of the MPP's (e.g. 72 per inch, as image editors
+   *  write), level 0's; the other levels scale them. */
+  resolution?: { perUnit: number; unit: 2 | 3 };
 }
 
 export interface Raster {
@@ -112,12 +117,12 @@ function crop(src: Raster, x0: number, y0: number, w: number, h: number): Uint8A
   return out;
 }
 
-async function tiledLevel(raster: Raster, tileSize: number, quality: number, sharedTables: boolean): Promise<TiffImage> {
+async function tiledLevel(raster: Raster, tileSize: number, quality: number, sharedTables: boolean, chroma: '4:4:4' | '4:2:0'): Promise<TiffImage> {
   const blocks: Buffer[] = [];
   let jpegTables: Buffer | undefined;
   for (let ty = 0; ty < Math.ceil(raster.height / tileSize); ty++) {
     for (let tx = 0; tx < Math.ceil(raster.width / tileSize); tx++) {
-      const full = await encodeJpeg(crop(raster, tx * tileSize, ty * tileSize, tileSize, tileSize), tileSize, tileSize, quality);
+      const full = await encodeJpeg(crop(raster, tx * tileSize, ty * tileSize, tileSize, tileSize), tileSize, tileSize, quality, chroma);
       if (!sharedTables) blocks.push(full);
       else {
         const { tables, stream } = splitJpegTables(full);
@@ -126,7 +131,7 @@ async function tiledLevel(raster: Raster, tileSize: number, quality: number, sha
       }
     }
   }
-  return { width: raster.width, height: raster.height, blocks, tileSize, jpegTables };
+  return { width: raster.width, height: raster.height, blocks, tileSize, jpegTables, subsampling: chroma === '4:2:0' ? 2 : 1 };
 }
 
 /** Writes the slide and returns its level-0 raster (what the JPEG tiles were encoded from). */
@@ -136,9 +141,11 @@ export async function writeSlide(path: string, spec: SlideSpec): Promise<Raster>
   const quality = spec.quality ?? 90;
   const downsamples = spec.downsamples ?? [1, 4, 16];
   const svs = spec.format === 'svs';
-  const levels = await Promise.all(downsamples.map((d) => tiledLevel(d === 1 ? level0 : downsample(level0, d), tileSize, quality, svs)));
+  const chroma = spec.chroma ?? '4:4:4';
+  const levels = await Promise.all(downsamples.map((d) => tiledLevel(d === 1 ? level0 : downsample(level0, d), tileSize, quality, svs, chroma)));
   if (!svs) {
-    levels.forEach((l, i) => (l.pixelsPerCm = 10000 / (spec.mpp * downsamples[i])));
+    const base = spec.resolution ?? { perUnit: 10000 / spec.mpp, unit: 3 as const };
+    levels.forEach((l, i) => (l.resolution = { perUnit: base.perUnit / downsamples[i], unit: base.unit }));
     writeTiff(path, levels);
     return level0;
   }
@@ -149,7 +156,7 @@ export async function writeSlide(path: string, spec: SlideSpec): Promise<Raster>
   // Aperio: level 0, then a stripped thumbnail (about 1024 px wide), then the other levels.
   const factor = Math.max(1, Math.ceil(level0.width / 1024));
   const thumb = downsample(level0, factor);
-  const thumbnail: TiffImage = { width: thumb.width, height: thumb.height, blocks: [await encodeJpeg(thumb.rgb, thumb.width, thumb.height, quality)], rowsPerStrip: thumb.height, subfileType: 0, description: `Aperio Image Library v12.0.15 \r\n${level0.width}x${level0.height} -> ${thumb.width}x${thumb.height} - ` };
+  const thumbnail: TiffImage = { width: thumb.width, height: thumb.height, blocks: [await encodeJpeg(thumb.rgb, thumb.width, thumb.height, quality, chroma)], subsampling: chroma === '4:2:0' ? 2 : 1, rowsPerStrip: thumb.height, subfileType: 0, description: `Aperio Image Library v12.0.15 \r\n${level0.width}x${level0.height} -> ${thumb.width}x${thumb.height} - ` };
   writeTiff(path, [levels[0], thumbnail, ...levels.slice(1)]);
   return level0;
 }

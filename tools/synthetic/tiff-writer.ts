@@ -13,8 +13,10 @@ export interface TiffImage {
   rowsPerStrip?: number;
   jpegTables?: Buffer;
   description?: string;
-  /** Pixels per centimetre (ResolutionUnit 3). */
-  pixelsPerCm?: number;
+  /** XResolution and YResolution in pixels per ResolutionUnit (2 inch, 3 centimetre). */
+  resolution?: { perUnit: number; unit: 2 | 3 };
+  /** JPEG chroma subsampling (YCbCrSubSampling): 1 for 4:4:4, 2 for 4:2:0. */
+  subsampling?: 1 | 2;
   /** NewSubfileType: 0 for full-resolution and pyramid levels, 1 for reduced images (thumbnail). */
   subfileType?: number;
 }
@@ -72,15 +74,16 @@ export function writeTiff(path: string, images: TiffImage[]): void {
       { tag: 257, type: LONG, values: [image.height] },
       { tag: 258, type: SHORT, values: [8, 8, 8] },
       { tag: 259, type: SHORT, values: [7] },
-      // The JPEG streams are YCbCr (4:4:4), which the TIFF says with photometric 6 and
-      // YCbCrSubSampling 1,1; readers then convert to RGB.
+      // The JPEG streams are YCbCr (4:4:4 or 4:2:0), which the TIFF says with photometric 6 and
+      // YCbCrSubSampling; readers then convert to RGB.
       { tag: 262, type: SHORT, values: [6] },
       { tag: 277, type: SHORT, values: [3] },
       { tag: 284, type: SHORT, values: [1] },
     ];
     if (image.description !== undefined) entries.push({ tag: 270, type: ASCII, values: Buffer.from(image.description + '\0', 'latin1') });
-    if (image.pixelsPerCm !== undefined) {
-      entries.push({ tag: 282, type: RATIONAL, values: [Math.round(image.pixelsPerCm)] }, { tag: 283, type: RATIONAL, values: [Math.round(image.pixelsPerCm)] }, { tag: 296, type: SHORT, values: [3] });
+    if (image.resolution !== undefined) {
+      const value = Math.round(image.resolution.perUnit);
+      entries.push({ tag: 282, type: RATIONAL, values: [value] }, { tag: 283, type: RATIONAL, values: [value] }, { tag: 296, type: SHORT, values: [image.resolution.unit] });
     }
     if (tiled) {
       entries.push(
@@ -92,7 +95,7 @@ export function writeTiff(path: string, images: TiffImage[]): void {
     } else {
       entries.push({ tag: 273, type: LONG, values: blockOffsets }, { tag: 278, type: LONG, values: [image.rowsPerStrip ?? image.height] }, { tag: 279, type: LONG, values: image.blocks.map((b) => b.length) });
     }
-    entries.push({ tag: 530, type: SHORT, values: [1, 1] });
+    entries.push({ tag: 530, type: SHORT, values: [image.subsampling ?? 1, image.subsampling ?? 1] });
     if (image.jpegTables) entries.push({ tag: 347, type: UNDEFINED, values: image.jpegTables });
     entries.sort((a, b) => a.tag - b.tag);
     // Values longer than 4 bytes go before the IFD; shorter ones sit in the entry.
@@ -121,8 +124,8 @@ export function writeTiff(path: string, images: TiffImage[]): void {
 }
 
 /** JPEG of an RGB block, with the standard Huffman tables so that tiles can share JPEGTables. */
-export function encodeJpeg(rgb: Uint8Array, width: number, height: number, quality: number): Promise<Buffer> {
-  return sharp(rgb, { raw: { width, height, channels: 3 } }).jpeg({ quality, optimiseCoding: false, chromaSubsampling: '4:4:4' }).toBuffer();
+export function encodeJpeg(rgb: Uint8Array, width: number, height: number, quality: number, chroma: '4:4:4' | '4:2:0' = '4:4:4'): Promise<Buffer> {
+  return sharp(rgb, { raw: { width, height, channels: 3 } }).jpeg({ quality, optimiseCoding: false, chromaSubsampling: chroma }).toBuffer();
 }
 
 /** Splits a JPEG into its tables (SOI, DQT, DHT, EOI) and the abbreviated stream without them,

@@ -2,7 +2,7 @@
 // number in flight (results journalled as they arrive), and the CLAM/TRIDENT-style outputs.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { tileRequestBody, type ModelMetadataBody, type TileClient } from '../tile-client.js';
+import { TileClientError, type ModelMetadataBody, type TileClient } from '../tile-client.js';
 import { Semaphore } from '../semaphore.js';
 import { UsageError } from '../usage-error.js';
 import type { Journal } from './journal.js';
@@ -31,51 +31,48 @@ export interface InferTile {
   x: number;
   y: number;
   tissue?: number;
-  /** PNG bytes of the tile at the model's size. */
-  png: () => Promise<Buffer>;
 }
 
 export interface Progress {
   tick(): void;
 }
 
-/** Posts every tile the journal does not have yet; the first failure stops new tiles and is thrown
- *  once those in flight have settled (their results are journalled). */
-export async function runTiles(client: TileClient, plan: ModelPlan, tiles: InferTile[], journal: Journal, request: { slideName: string; width: number; height: number; resolution: number }, concurrency: number, progress?: Progress): Promise<void> {
+/** What a tile's 4xx answer does: 'stop' fails the run, 'skip' records the tile as failed and
+ *  goes on (a folder of tiles with a damaged file). */
+export type OnTileError = (tile: InferTile, err: TileClientError) => 'stop' | 'skip';
+
+/** Posts every tile body as it comes, at most `concurrency` at a time, journalling results as they
+ *  arrive. The first failure stops new tiles and is thrown once those in flight have settled
+ *  (their results are journalled), unless onTileError skips it. */
+export async function runTiles(client: TileClient, plan: ModelPlan, bodies: AsyncIterable<{ tile: InferTile; body: Buffer; release?: () => void }>, journal: Journal, concurrency: number, progress?: Progress, onTileError?: OnTileError): Promise<void> {
   const slots = new Semaphore(concurrency);
   const running = new Set<Promise<void>>();
   let failure: unknown = null;
-  for (const tile of tiles) {
-    if (journal.done.has(tile.idx)) continue;
-    const release = await slots.acquire();
-    if (failure) {
-      release();
-      break;
-    }
-    const job = (async () => {
-      try {
-        const png = await tile.png();
-        const body = tileRequestBody(png, {
-          slide_name: request.slideName,
-          x: tile.x,
-          y: tile.y,
-          width: request.width,
-          height: request.height,
-          patch_idx: tile.idx,
-          tissue_ratio: tile.tissue ?? null,
-          resolution: request.resolution,
-        });
-        const res = await client.infer(plan.path, body);
-        journal.append({ idx: tile.idx, output: res.output, ...(plan.prediction && plan.embedding ? { embedding: res.embedding } : {}) });
-        progress?.tick();
-      } catch (err) {
-        failure ??= err;
-      } finally {
+  try {
+    for await (const { tile, body, release: done } of bodies) {
+      const release = await slots.acquire();
+      if (failure) {
         release();
+        break;
       }
-    })();
-    running.add(job);
-    void job.then(() => running.delete(job));
+      const job = (async () => {
+        try {
+          const res = await client.infer(plan.path, body);
+          journal.append({ idx: tile.idx, output: res.output, ...(plan.prediction && plan.embedding ? { embedding: res.embedding } : {}) });
+          progress?.tick();
+        } catch (err) {
+          if (err instanceof TileClientError && err.code === 'TILE_ERR_CLIENT_HTTP' && onTileError?.(tile, err) === 'skip') return;
+          failure ??= err;
+        } finally {
+          done?.();
+          release();
+        }
+      })();
+      running.add(job);
+      void job.then(() => running.delete(job));
+    }
+  } catch (err) {
+    failure ??= err;
   }
   await Promise.all(running);
   if (failure) throw failure;

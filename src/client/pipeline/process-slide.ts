@@ -1,32 +1,36 @@
-// One slide end to end: open it, find tissue at 8 MPP, lay the model's tile grid over the tissue,
-// post the tiles, and write the outputs. Everything is resumable: the tissue mask is written
-// first and reread on a rerun, and tile results come from the journal.
+// One slide end to end: check whose outputs these are, open it, find tissue at 8 MPP, lay the
+// model's tile grid over the tissue, post the tiles (read and encoded on the reader pool), and
+// write the outputs. Everything is resumable: a finished slide is skipped from its done record,
+// the tissue mask is written first and reread on a rerun, and tile results come from the journal.
 import { existsSync, mkdirSync } from 'node:fs';
-import { basename, extname, join } from 'node:path';
+import { join } from 'node:path';
 import sharp from 'sharp';
-import type { TileClient } from '../tile-client.js';
+import type { ModelMetadataBody, TileClient } from '../tile-client.js';
+import type { CohortSlide } from './cohort.js';
 import { tissueGeoJson } from './geojson.js';
 import { tileGrid } from './grid.js';
-import { modelPlan, runTiles, writeModelOutputs, type InferTile, type Progress } from './inference.js';
+import { fingerprint, SlideRecords } from './identity.js';
+import { runTiles, writeModelOutputs, type ModelPlan, type Progress } from './inference.js';
 import { Journal } from './journal.js';
 import { writeFileAtomic } from './outputs.js';
 import { heatmapPng, overlayPng } from './pictures.js';
-import { expectTiles, readTile } from '../slide/region.js';
-import { encodeRgbPng } from '../../tile/png-write.js';
-import { SlideError } from '../slide/slide.js';
-import { UsageError } from '../usage-error.js';
-import { openSlide } from '../slide/open.js';
+import type { ReaderPool } from './reader-pool.js';
+import { tileBodies } from './tile-reader.js';
+import { MAX_SLIDE_UM, SlideError } from '../slide/slide.js';
+import { openSlide, unreadable } from '../slide/open.js';
 import { TISSUE_MPP, detectTissue, readOverview, readTissueMask, type TissueMask } from './tissue.js';
 
-export interface SlideJob {
-  slide: string;
-  model: string;
+/** What every slide of a run shares. */
+export interface SlideRun {
+  model: ModelMetadataBody;
+  plan: ModelPlan;
   outDir: string;
   client: TileClient;
+  pool: ReaderPool;
   concurrency: number;
   minTissue: number;
   tissueModel: string;
-  /** Level-0 MPP for slides whose metadata has none. */
+  /** Level-0 MPP for slides (--mpp); a manifest's mpp column wins for its slide. */
   mpp?: number;
   heatmap?: string;
   /** Told the number of tiles to post (after resume) once the grid is known. */
@@ -37,65 +41,83 @@ export interface SlideResult {
   stem: string;
   tiles: number;
   files: string[];
+  /** Finished by an earlier run: nothing was read. */
+  skipped: boolean;
+  /** The earlier run's seconds, for a skipped slide. */
+  seconds?: number;
 }
 
-export async function processSlide(job: SlideJob): Promise<SlideResult> {
-  const stem = basename(job.slide, extname(job.slide));
-  const slide = await openSlide(job.slide);
+export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<SlideResult> {
+  const { stem, path } = entry;
+  const meta = run.model;
+  const problem = unreadable(path);
+  if (problem) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${entry.label}: ${problem}`);
+  const journalDir = join(run.outDir, '.journal');
+  const tissueDir = join(run.outDir, 'tissue');
+  mkdirSync(journalDir, { recursive: true });
+  mkdirSync(tissueDir, { recursive: true });
+  const maskPath = join(tissueDir, `${stem}.png`);
+  const geojsonPath = join(tissueDir, `${stem}.geojson`);
+  const journalPath = join(journalDir, `${stem}.${meta.model}.jsonl`);
+  const records = new SlideRecords(journalDir, stem, meta.model);
+  const finished = records.finished(path, () => fingerprint(path));
+  if (finished) return { stem, tiles: finished.tiles, files: finished.files, skipped: true, seconds: finished.seconds };
+  const id = fingerprint(path);
+  records.claim(id, [maskPath, geojsonPath, journalPath]);
+  const started = performance.now();
+
+  const slide = await openSlide(path);
   try {
-    const mpp0 = job.mpp ?? slide.mpp;
-    if (!mpp0) throw new SlideError('TILE_ERR_SLIDE_NO_MPP', `${job.slide}: the slide records no MPP; give it with --mpp`);
-    const meta = await job.client.metadata(job.model);
-    const plan = modelPlan(meta);
+    const mpp0 = entry.mpp ?? run.mpp ?? slide.mpp;
+    if (!mpp0) throw new SlideError(slide.mppError ? 'TILE_ERR_SLIDE_MPP_RANGE' : 'TILE_ERR_SLIDE_NO_MPP', slide.mppError ?? `${entry.label}: the slide records no MPP; give it with --mpp`);
     const l0 = slide.levels[0];
+    if (l0.width * mpp0 > MAX_SLIDE_UM || l0.height * mpp0 > MAX_SLIDE_UM) {
+      throw new SlideError('TILE_ERR_SLIDE_TOO_LARGE', `${entry.label}: ${l0.width}x${l0.height} pixels at ${mpp0} µm/px is ${((l0.width * mpp0) / 1000).toFixed(0)} x ${((l0.height * mpp0) / 1000).toFixed(0)} mm, larger than any glass slide; is the MPP right? (--mpp)`);
+    }
     const overview = await readOverview(slide, mpp0);
 
     // Tissue: the mask PNG is the checkpoint of this stage.
-    const tissueDir = join(job.outDir, 'tissue');
-    mkdirSync(tissueDir, { recursive: true });
-    const maskPath = join(tissueDir, `${stem}.png`);
     let mask: TissueMask;
     if (existsSync(maskPath)) mask = await readTissueMask(maskPath);
     else {
-      mask = await detectTissue(overview, mpp0, job.client, job.tissueModel, stem);
+      mask = await detectTissue(overview, mpp0, run.client, run.tissueModel, stem);
       const scale = TISSUE_MPP / mpp0;
-      writeFileAtomic(join(tissueDir, `${stem}.geojson`), JSON.stringify(tissueGeoJson(mask.mask, mask.width, mask.height, scale)));
+      writeFileAtomic(geojsonPath, JSON.stringify(tissueGeoJson(mask.mask, mask.width, mask.height, scale)));
       const grey = Buffer.from(mask.mask.map((v) => v * 255));
       writeFileAtomic(maskPath, await sharp(grey, { raw: { width: mask.width, height: mask.height, channels: 1 } }).png().toBuffer());
     }
 
     const { tile } = meta;
     const tileMpp = tile.mpp;
-    if (tile.width !== tile.height) throw new UsageError('TILE_ERR_CLIENT_TILE_SHAPE', `model ${meta.model} takes ${tile.width}x${tile.height} tiles; slides are tiled in squares`);
-    const grid = tileGrid(l0.width, l0.height, mpp0, tile.width, tileMpp, mask, job.minTissue);
-    const tiles: InferTile[] = grid.tiles.map((t) => ({ ...t, png: async () => encodeRgbPng((await readTile(slide, t.x, t.y, grid.extent, tile.width)).rgb, tile.width, tile.height) }));
-    const journalDir = join(job.outDir, '.journal');
-    mkdirSync(journalDir, { recursive: true });
-    const journal = Journal.open(join(journalDir, `${stem}.${meta.model}.jsonl`), { model: meta.model, sha256: meta.sha256, path: plan.path, extent: grid.extent, tiles: tiles.length, mpp0 });
+    const grid = tileGrid(l0.width, l0.height, mpp0, tile.width, tileMpp, mask, run.minTissue);
+    if (!grid.tiles.length) throw new SlideError('TILE_ERR_SLIDE_NO_TISSUE', `${entry.label}: no tissue: no ${tile.width} px tile at ${tileMpp} µm/px has a tissue fraction of ${run.minTissue} or more (--min-tissue)`);
+    const journal = Journal.open(journalPath, { model: meta.model, sha256: meta.sha256, path: run.plan.path, extent: grid.extent, tiles: grid.tiles.length, mpp0, slide: id.sha256 });
     try {
-      expectTiles(slide, grid.tiles.filter((t) => !journal.done.has(t.idx)), grid.extent, tile.width);
-      const progress = job.onPlan?.(tiles.length, tiles.filter((t) => journal.done.has(t.idx)).length);
-      await runTiles(job.client, plan, tiles, journal, { slideName: stem, width: tile.width, height: tile.height, resolution: tileMpp }, job.concurrency, progress);
+      const todo = grid.tiles.filter((t) => !journal.done.has(t.idx));
+      const progress = run.onPlan?.(grid.tiles.length, grid.tiles.length - todo.length);
+      const fields = (t: (typeof todo)[number]) => ({ slide_name: stem, x: t.x, y: t.y, width: tile.width, height: tile.height, patch_idx: t.idx, tissue_ratio: t.tissue, resolution: tileMpp });
+      await runTiles(run.client, run.plan, tileBodies(run.pool, slide, todo, grid.extent, tile.width, fields), journal, run.concurrency, progress);
       const attrs = { patch_size: tile.width, patch_size_level0: grid.extent, level0_mpp: mpp0, target_mpp: tileMpp, patch_level: 0 };
-      const files = await writeModelOutputs(job.outDir, stem, meta, plan, tiles, journal, attrs);
+      const files = await writeModelOutputs(run.outDir, stem, meta, run.plan, grid.tiles, journal, attrs);
 
       const scale = mpp0 / TISSUE_MPP;
-      const thumbDir = join(job.outDir, 'thumbnails');
+      const thumbDir = join(run.outDir, 'thumbnails');
       mkdirSync(thumbDir, { recursive: true });
       const thumb = join(thumbDir, `${stem}.png`);
       writeFileAtomic(thumb, await overlayPng(overview, mask, grid.tiles, grid.extent, scale));
-      files.push(maskPath, join(tissueDir, `${stem}.geojson`), thumb);
-      if (job.heatmap) {
-        const g = (meta.output_genes ?? []).indexOf(job.heatmap);
-        if (!plan.prediction || g < 0) throw new UsageError('TILE_ERR_CLIENT_HEATMAP_GENE', `--heatmap ${job.heatmap}: not an output gene of ${meta.model} (${(meta.output_genes ?? []).join(', ') || 'no predictions'})`);
+      files.push(maskPath, geojsonPath, thumb);
+      if (run.heatmap) {
+        const g = meta.output_genes!.indexOf(run.heatmap); // checked before the run
         const values = grid.tiles.map((t) => journal.done.get(t.idx)!.output[g]);
-        const dir = join(job.outDir, `heatmaps_${meta.model}`);
+        const dir = join(run.outDir, `heatmaps_${meta.model}`);
         mkdirSync(dir, { recursive: true });
-        const path = join(dir, `${stem}_${job.heatmap}.png`);
-        writeFileAtomic(path, await heatmapPng(overview, mask, grid.tiles, values, grid.extent, scale));
-        files.push(path);
+        const heatmap = join(dir, `${stem}_${run.heatmap}.png`);
+        writeFileAtomic(heatmap, await heatmapPng(overview, mask, grid.tiles, values, grid.extent, scale));
+        files.push(heatmap);
       }
-      return { stem, tiles: tiles.length, files };
+      const seconds = (performance.now() - started) / 1000;
+      records.markDone({ sha256: id.sha256, tiles: grid.tiles.length, seconds, files });
+      return { stem, tiles: grid.tiles.length, files, skipped: false };
     } finally {
       journal.close();
     }
@@ -103,4 +125,3 @@ export async function processSlide(job: SlideJob): Promise<SlideResult> {
     await slide.close();
   }
 }
-

@@ -2,26 +2,33 @@
 // (`..._x1024_y2048.png` or `..._1024_2048.png`) or from a CSV plan with `file,x,y` columns.
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
-import type { TileClient } from '../tile-client.js';
-import { CodedError, type CodesOf } from '../../lib/errors.js';
-import { readPngHeader, type PngHeader } from '../../tile/png-rules.js';
-import { modelPlan, runTiles, writeModelOutputs, type InferTile, type Progress } from './inference.js';
+import type { ModelMetadataBody, TileClient } from '../tile-client.js';
+import { tileRequestBody } from './tile-body.js';
+import { readPngHeader } from '../../tile/png-rules.js';
+import { CodedError, errorLine, type CodesOf } from '../../lib/errors.js';
+import { runTiles, writeModelOutputs, type InferTile, type ModelPlan, type OnTileError, type Progress } from './inference.js';
 import { Journal } from './journal.js';
 
 export interface TilesJob {
   dir: string;
-  model: string;
+  model: ModelMetadataBody;
+  plan: ModelPlan;
   outDir: string;
   client: TileClient;
   concurrency: number;
   /** A CSV with a header naming `file`, `x`, `y` (further columns ignored). */
-  plan?: string;
+  tilePlan?: string;
   /** MPP the tiles were cut at (default the model's). */
   mpp?: number;
   onPlan?: (total: number, done: number) => Progress;
 }
 
-/** Tiles whose coordinates or files cannot be used (the code says which). */
+/** A tile file the run could not use, and why. */
+export interface FailedTile {
+  file: string;
+  reason: string;
+}
+
 export class TilePlanError extends CodedError<CodesOf<'PLAN'>> {
   override name = 'TilePlanError';
 }
@@ -46,10 +53,12 @@ export function readPlan(csv: string, path: string): { file: string; x: number; 
   });
 }
 
-export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles: number; files: string[] }> {
+/** Posts a folder's tiles. A damaged tile file (refused here or by the service with a 4xx) is
+ *  recorded with its reason and the others go on; the outputs hold the tiles that got through. */
+export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles: number; files: string[]; failed: FailedTile[] }> {
   const stem = basename(resolve(job.dir));
-  const entries = job.plan
-    ? readPlan(readFileSync(job.plan, 'utf8'), job.plan)
+  const entries = job.tilePlan
+    ? readPlan(readFileSync(job.tilePlan, 'utf8'), job.tilePlan)
     : readdirSync(job.dir)
         .filter((f) => f.toLowerCase().endsWith('.png'))
         .sort()
@@ -59,24 +68,41 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
           return { file, ...c };
         });
   if (!entries.length) throw new TilePlanError('TILE_ERR_PLAN_NO_TILES', `${job.dir}: no PNG tiles`);
-  const meta = await job.client.metadata(job.model);
-  const plan = modelPlan(meta);
-  const tiles: InferTile[] = entries.map((e, idx) => ({ idx, x: e.x, y: e.y, png: async () => readFileSync(join(job.dir, e.file)) }));
-  let first: PngHeader;
-  try {
-    first = readPngHeader(readFileSync(join(job.dir, entries[0].file)));
-  } catch (err) {
-    const reason = err instanceof CodedError ? `${err.code}: ${err.message}` : (err as Error).message;
-    throw new TilePlanError('TILE_ERR_PLAN_NOT_PNG', `${join(job.dir, entries[0].file)}: not a PNG tile (${reason})`);
-  }
+  const { model: meta, plan } = job;
+  const failed = new Map<number, FailedTile>();
+  const tiles: InferTile[] = entries.map((e, idx) => ({ idx, x: e.x, y: e.y }));
+  const headers = entries.map((e, idx) => {
+    try {
+      return readPngHeader(readFileSync(join(job.dir, e.file)));
+    } catch (err) {
+      failed.set(idx, { file: join(job.dir, e.file), reason: errorLine(new TilePlanError('TILE_ERR_PLAN_NOT_PNG', `not a PNG tile: ${errorLine(err as Error)}`)) });
+      return null;
+    }
+  });
+  // The tiles' size, as the first readable header says.
+  const size: { width: number; height: number } = headers.find((h) => h) ?? meta.tile;
   mkdirSync(join(job.outDir, '.journal'), { recursive: true });
   const journal = Journal.open(join(job.outDir, '.journal', `${stem}.${meta.model}.jsonl`), { model: meta.model, sha256: meta.sha256, path: plan.path, files: entries.map((e) => e.file) });
   try {
-    const progress = job.onPlan?.(tiles.length, journal.done.size);
+    const todo = tiles.filter((t) => !journal.done.has(t.idx) && !failed.has(t.idx));
+    const progress = job.onPlan?.(tiles.length - failed.size, tiles.length - failed.size - todo.length);
     const resolution = job.mpp ?? meta.tile.mpp;
-    await runTiles(job.client, plan, tiles, journal, { slideName: stem, width: first.width, height: first.height, resolution }, job.concurrency, progress);
-    const files = await writeModelOutputs(job.outDir, stem, meta, plan, tiles, journal, { patch_size: first.width, target_mpp: resolution });
-    return { stem, tiles: tiles.length, files };
+    async function* bodies() {
+      for (const tile of todo) {
+        const png = readFileSync(join(job.dir, entries[tile.idx].file));
+        yield { tile, body: tileRequestBody(png, { slide_name: stem, x: tile.x, y: tile.y, width: size.width, height: size.height, patch_idx: tile.idx, resolution }) };
+      }
+    }
+    const onTileError: OnTileError = (tile, err) => {
+      if (err.status === undefined || err.status >= 500) return 'stop';
+      const detail = (err.body as { detail?: unknown } | undefined)?.detail;
+      failed.set(tile.idx, { file: join(job.dir, entries[tile.idx].file), reason: `[${err.code}] ${err.status} from the service: ${detail === undefined ? err.message : JSON.stringify(detail)}` });
+      return 'skip';
+    };
+    await runTiles(job.client, plan, bodies(), journal, job.concurrency, progress, onTileError);
+    const good = tiles.filter((t) => journal.done.has(t.idx));
+    const files = good.length ? await writeModelOutputs(job.outDir, stem, meta, plan, good, journal, { patch_size: size.width, target_mpp: resolution }) : [];
+    return { stem, tiles: good.length, files, failed: [...failed.values()] };
   } finally {
     journal.close();
   }

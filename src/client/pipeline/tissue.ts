@@ -1,9 +1,9 @@
 // Tissue detection over the whole slide: an overview at 8 MPP cut into 512x512 tiles for the
 // tissue-seg model, the masks stitched back into one slide-wide mask.
 import sharp from 'sharp';
-import { tileRequestBody, type TileClient } from '../tile-client.js';
+import type { TileClient } from '../tile-client.js';
 import { bestLevel } from '../slide/region.js';
-import { encodeRgbPng } from '../../tile/png-write.js';
+import { tileBody } from './tile-body.js';
 import type { Slide } from '../slide/slide.js';
 
 export const TISSUE_MPP = 8;
@@ -28,11 +28,7 @@ export async function readOverview(slide: Slide, mpp0: number): Promise<Overview
   const l0 = slide.levels[0];
   const width = Math.max(1, Math.round((l0.width * mpp0) / TISSUE_MPP));
   const height = Math.max(1, Math.round((l0.height * mpp0) / TISSUE_MPP));
-  const level = bestLevel(slide, TISSUE_MPP / mpp0);
-  const { width: lw, height: lh } = slide.levels[level];
-  const region = await slide.readRegion(level, 0, 0, lw, lh);
-  const rgb = lw === width && lh === height ? Buffer.from(region) : await sharp(region, { raw: { width: lw, height: lh, channels: 3 } }).resize(width, height, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
-  return { width, height, rgb };
+  return { width, height, rgb: await slide.overview(bestLevel(slide, TISSUE_MPP / mpp0), width, height) };
 }
 
 /** Runs the tissue model over the overview, tile by tile (white glass past the edges). */
@@ -48,14 +44,16 @@ export async function detectTissue(overview: Overview, mpp0: number, client: Til
       const patchIdx = ty * across + tx;
       jobs.push(
         (async () => {
-          const tile = Buffer.alloc(TISSUE_TILE * TISSUE_TILE * 3, 255);
           const w = Math.min(TISSUE_TILE, width - tx * TISSUE_TILE);
           const h = Math.min(TISSUE_TILE, height - ty * TISSUE_TILE);
-          for (let y = 0; y < h; y++) {
+          // The overview's pixels, white glass past its edges.
+          const rows = (y: number, out: Uint8Array, at: number) => {
+            out.fill(255, at, at + TISSUE_TILE * 3);
+            if (y >= h) return;
             const src = ((ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE) * 3;
-            overview.rgb.copy(tile, y * TISSUE_TILE * 3, src, src + w * 3);
-          }
-          const body = tileRequestBody(encodeRgbPng(tile, TISSUE_TILE, TISSUE_TILE), {
+            out.set(overview.rgb.subarray(src, src + w * 3), at);
+          };
+          const body = tileBody(TISSUE_TILE, rows, {
             slide_name: slideName,
             x: Math.round(tx * TISSUE_TILE * scale),
             y: Math.round(ty * TISSUE_TILE * scale),

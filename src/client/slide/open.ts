@@ -1,5 +1,7 @@
 // Opens a slide: TIFF and SVS with the built-in reader (no system library); anything it cannot
-// read (other formats, JPEG 2000 SVS, ...) through libopenslide when it is installed.
+// read (other formats, JPEG 2000 SVS, ...) through libopenslide when it is installed. A path that
+// is missing, a folder or unreadable is said so before any reader is asked.
+import { accessSync, constants, statSync } from 'node:fs';
 import { extname } from 'node:path';
 import { OpenSlideSlide, openSlideLibrary } from './openslide-slide.js';
 import { SlideError, type Slide } from './slide.js';
@@ -7,7 +9,21 @@ import { TiffSlide } from './tiff-slide.js';
 
 const TIFF_EXTENSIONS = new Set(['.tif', '.tiff', '.svs']);
 
+/** Why a path cannot be a slide file, or null when it is a readable file. */
+export function unreadable(path: string): string | null {
+  try {
+    if (!statSync(path).isFile()) return 'not a file';
+    accessSync(path, constants.R_OK);
+    return null;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return code === 'ENOENT' ? 'not found' : code === 'EACCES' ? 'permission denied' : (err as Error).message;
+  }
+}
+
 export async function openSlide(path: string): Promise<Slide> {
+  const problem = unreadable(path);
+  if (problem) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${path}: ${problem}`);
   let tiffError: Error | null = null;
   if (TIFF_EXTENSIONS.has(extname(path).toLowerCase())) {
     try {
@@ -16,7 +32,15 @@ export async function openSlide(path: string): Promise<Slide> {
       tiffError = err as Error;
     }
   }
-  if (openSlideLibrary()) return OpenSlideSlide.open(path);
+  if (openSlideLibrary()) {
+    try {
+      return OpenSlideSlide.open(path);
+    } catch (err) {
+      // The TIFF reader's complaint is the more telling one for a TIFF it could not read.
+      if (tiffError) throw new SlideError(tiffError instanceof SlideError ? tiffError.code : 'TILE_ERR_SLIDE_FORMAT', `${tiffError.message}; ${(err as Error).message.replace(`${path}: `, '')}`);
+      throw err;
+    }
+  }
   const reason = tiffError ? `the TIFF reader says: ${tiffError.message}; ` : '';
   throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: ${reason}other formats need libopenslide (Debian/Ubuntu: apt-get install libopenslide0)`);
 }

@@ -1,8 +1,9 @@
 // Every format OpenSlide reads (SVS with JPEG 2000, NDPI, MRXS, SCN, ...) through libopenslide
 // (Debian: libopenslide0), called with koffi; optional: the library is looked for at run time.
 // read_region runs on koffi's worker threads, so regions are read in parallel with the HTTP work.
-import koffi, { type LibraryHandle } from 'koffi';
-import { SlideError, type Slide, type SlideLevel } from './slide.js';
+import sharp from 'sharp';
+import { loadLibrary } from './native-library.js';
+import { checkedMpp, SlideError, type Slide, type SlideLevel } from './slide.js';
 
 interface OpenSlideLib {
   open: (path: string) => unknown;
@@ -21,27 +22,17 @@ let lib: OpenSlideLib | null | undefined;
 /** The library's functions, or null when no libopenslide is installed. */
 export function openSlideLibrary(): OpenSlideLib | null {
   if (lib !== undefined) return lib;
-  lib = null;
-  for (const name of NAMES) {
-    let so: LibraryHandle;
-    try {
-      so = koffi.load(name);
-    } catch {
-      continue;
-    }
-    koffi.opaque('openslide_t');
-    lib = {
-      open: so.func('openslide_t *openslide_open(const char *filename)'),
-      getError: so.func('const char *openslide_get_error(openslide_t *osr)'),
-      levelCount: so.func('int32_t openslide_get_level_count(openslide_t *osr)'),
-      levelDimensions: so.func('void openslide_get_level_dimensions(openslide_t *osr, int32_t level, _Out_ int64_t *w, _Out_ int64_t *h)'),
-      levelDownsample: so.func('double openslide_get_level_downsample(openslide_t *osr, int32_t level)'),
-      property: so.func('const char *openslide_get_property_value(openslide_t *osr, const char *name)'),
-      readRegion: so.func('void openslide_read_region(openslide_t *osr, _Out_ uint32_t *dest, int64_t x, int64_t y, int32_t level, int64_t w, int64_t h)'),
-      close: so.func('void openslide_close(openslide_t *osr)'),
-    };
-    break;
-  }
+  const so = loadLibrary(NAMES);
+  lib = so && {
+    open: so.func('void *openslide_open(const char *filename)'),
+    getError: so.func('const char *openslide_get_error(void *osr)'),
+    levelCount: so.func('int32_t openslide_get_level_count(void *osr)'),
+    levelDimensions: so.func('void openslide_get_level_dimensions(void *osr, int32_t level, _Out_ int64_t *w, _Out_ int64_t *h)'),
+    levelDownsample: so.func('double openslide_get_level_downsample(void *osr, int32_t level)'),
+    property: so.func('const char *openslide_get_property_value(void *osr, const char *name)'),
+    readRegion: so.func('void openslide_read_region(void *osr, _Out_ uint32_t *dest, int64_t x, int64_t y, int32_t level, int64_t w, int64_t h)'),
+    close: so.func('void openslide_close(void *osr)'),
+  };
   return lib;
 }
 
@@ -54,6 +45,7 @@ export class OpenSlideSlide implements Slide {
     private readonly osr: unknown,
     readonly levels: SlideLevel[],
     readonly mpp: number | null,
+    readonly mppError: string | null,
   ) {}
 
   static open(path: string): OpenSlideSlide {
@@ -72,8 +64,9 @@ export class OpenSlideSlide implements Slide {
       lib.levelDimensions(osr, level, w, h);
       return { width: Number(w[0]), height: Number(h[0]), downsample: lib.levelDownsample(osr, level) };
     });
-    const mpp = Number(lib.property(osr, 'openslide.mpp-x'));
-    return new OpenSlideSlide(path, lib, osr, levels, Number.isFinite(mpp) && mpp > 0 ? mpp : null);
+    const value = lib.property(osr, 'openslide.mpp-x');
+    const mpp = value === null ? { mpp: null, error: null } : checkedMpp(Number(value), `openslide.mpp-x ${value}`, path);
+    return new OpenSlideSlide(path, lib, osr, levels, mpp.mpp, mpp.error);
   }
 
   readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
@@ -97,6 +90,16 @@ export class OpenSlideSlide implements Slide {
         resolve(rgb);
       });
     });
+  }
+
+  /** OpenSlide levels are a real pyramid, so the level nearest 8 MPP is small; one that is not
+   *  (a damaged file) is refused before it is allocated. */
+  async overview(level: number, width: number, height: number): Promise<Buffer> {
+    const { width: lw, height: lh } = this.levels[level];
+    if (lw * lh > 2 ** 28) throw new SlideError('TILE_ERR_SLIDE_TOO_LARGE', `${this.path}: the level nearest 8 µm/px is ${lw}x${lh} pixels, too large to read whole`);
+    const region = await this.readRegion(level, 0, 0, lw, lh);
+    if (lw === width && lh === height) return Buffer.from(region.buffer, region.byteOffset, region.byteLength);
+    return sharp(region, { raw: { width: lw, height: lh, channels: 3 } }).resize(width, height, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
   }
 
   async close(): Promise<void> {

@@ -1,11 +1,11 @@
 // Tiles at a requested MPP: read the pyramid level nearest it (never coarser than needed, so the
 // tile is only ever reduced, as OpenSlide's best-level-for-downsample does) and resample.
 import sharp from 'sharp';
-import type { Region, Slide } from './slide.js';
+import type { Region, Slide, SlideLevel } from './slide.js';
 
 /** The coarsest level whose downsample does not exceed the wanted one (with a 1% slack for
  *  levels whose size was rounded). */
-export function bestLevel(slide: Slide, downsample: number): number {
+export function bestLevel(slide: { levels: SlideLevel[] }, downsample: number): number {
   let best = 0;
   slide.levels.forEach((l, i) => {
     if (l.downsample <= downsample * 1.01 && l.downsample > slide.levels[best].downsample) best = i;
@@ -13,64 +13,52 @@ export function bestLevel(slide: Slide, downsample: number): number {
   return best;
 }
 
-export interface TileRead {
-  /** RGB, size x size. */
-  rgb: Buffer;
-  size: number;
-}
-
 /** The level a tile of `extent` level-0 pixels at (x, y) is read from, and the square there. */
-function tileRegion(slide: Slide, x: number, y: number, extent: number, size: number): { level: number; region: Region } {
+export function tileRegion(slide: Pick<Slide, 'levels'>, x: number, y: number, extent: number, size: number): { level: number; region: Region } {
   const level = bestLevel(slide, extent / size);
   const d = slide.levels[level].downsample;
   const side = Math.max(1, Math.round(extent / d));
   return { level, region: { x: Math.floor(x / d), y: Math.floor(y / d), w: side, h: side } };
 }
 
-/** Regions read only to be reduced, kept for the next read: a 448x448 region is 600 KB, and
- *  allocating one per tile made V8 collect its whole heap every ~15 tiles. */
-const spare: Uint8Array[] = [];
+/** Writes row y of a tile into `out` at `at` (size * 3 bytes). */
+export type RowWriter = (y: number, out: Uint8Array, at: number) => void;
 
-/** The square of `extent` level-0 pixels at (x, y) as a `size` x `size` RGB tile. */
-export async function readTile(slide: Slide, x: number, y: number, extent: number, size: number): Promise<TileRead> {
-  const { level, region: r } = tileRegion(slide, x, y, extent, size);
-  if (r.w === size) return { rgb: await resample(await slide.readRegion(level, r.x, r.y, r.w, r.h), r.w, size), size };
-  const bytes = r.w * r.h * 3;
-  const k = spare.findIndex((b) => b.length === bytes);
-  const region = await slide.readRegion(level, r.x, r.y, r.w, r.h, k >= 0 ? spare.splice(k, 1)[0] : undefined);
-  const rgb = await resample(region, r.w, size);
-  if (spare.length < 32) spare.push(region);
-  return { rgb, size };
-}
+/** Rows [y0, y0 + n) of a region, w * 3 bytes each, into `out` at `at`. */
+export type RegionRows = (y0: number, n: number, out: Uint8Array, at: number) => void;
 
-/** Tells the slide which tiles (level-0 corners) will be read with readTile, in that order. */
-export function expectTiles(slide: Slide, tiles: readonly { x: number; y: number }[], extent: number, size: number): void {
-  if (!slide.expect || !tiles.length) return;
-  const regions = tiles.map((t) => tileRegion(slide, t.x, t.y, extent, size));
-  slide.expect(regions[0].level, regions.map((r) => r.region));
-}
-
-/** A side x side RGB square as size x size (a copy-free view when the sizes agree). */
-export async function resample(region: Uint8Array, side: number, size: number): Promise<Buffer> {
-  if (side === size) return Buffer.from(region.buffer, region.byteOffset, region.byteLength);
-  if (side === 2 * size) return halve(region, size);
-  return sharp(region, { raw: { width: side, height: side, channels: 3 } }).resize(size, size, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
-}
-
-/** 2x2 box average: 40x slides read for 20x models, the common case; in JavaScript it costs a
- *  third of a libvips pipeline (1.2 vs 3.6 CPU-ms for 448 -> 224, measured). */
-function halve(region: Uint8Array, size: number): Buffer {
-  const out = Buffer.allocUnsafe(size * size * 3); // every byte is written
-  const row = size * 2 * 3;
-  for (let y = 0; y < size; y++) {
-    let a = y * 2 * row;
-    let b = a + row;
-    let o = y * size * 3;
-    for (let x = 0; x < size; x++, a += 6, b += 6) {
-      out[o++] = (region[a] + region[a + 3] + region[b] + region[b + 3] + 2) >> 2;
-      out[o++] = (region[a + 1] + region[a + 4] + region[b + 1] + region[b + 4] + 2) >> 2;
-      out[o++] = (region[a + 2] + region[a + 5] + region[b + 2] + region[b + 5] + 2) >> 2;
-    }
+/** The rows of a side x side region resampled to size x size, written where the body wants them:
+ *  copied when the sizes agree, a 2x2 box average for twice the size (40x slides for 20x models),
+ *  else libvips' linear reduction of the whole region. */
+export async function resampledRows(rows: RegionRows, side: number, size: number): Promise<RowWriter> {
+  if (side === size) return (y, out, at) => rows(y, 1, out, at);
+  if (side === 2 * size) {
+    const pair = new Uint8Array(side * 6);
+    return (y, out, at) => {
+      rows(2 * y, 2, pair, 0);
+      halveRow(pair, size, out, at);
+    };
   }
-  return out;
+  const region = new Uint8Array(side * side * 3);
+  rows(0, side, region, 0);
+  const small = await sharp(region, { raw: { width: side, height: side, channels: 3 } }).resize(size, size, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
+  return (y, out, at) => out.set(small.subarray(y * size * 3, (y + 1) * size * 3), at);
+}
+
+/** A whole region held in memory, as RegionRows. */
+export const bufferRows =
+  (rgb: Uint8Array, w: number): RegionRows =>
+  (y0, n, out, at) =>
+    out.set(rgb.subarray(y0 * w * 3, (y0 + n) * w * 3), at);
+
+/** One output row from two region rows side by side in `pair` (2 * size pixels each): the 2x2
+ *  box average rounded half up. Cheaper in JavaScript than a libvips pipeline per tile, and
+ *  libvips' shrink rounds twice, so its pixels would differ. */
+function halveRow(pair: Uint8Array, size: number, out: Uint8Array, at: number): void {
+  const row = size * 6;
+  for (let a = 0, b = row, o = at; a < row; a += 6, b += 6, o += 3) {
+    out[o] = (pair[a] + pair[a + 3] + pair[b] + pair[b + 3] + 2) >> 2;
+    out[o + 1] = (pair[a + 1] + pair[a + 4] + pair[b + 1] + pair[b + 4] + 2) >> 2;
+    out[o + 2] = (pair[a + 2] + pair[a + 5] + pair[b + 2] + pair[b + 5] + 2) >> 2;
+  }
 }

@@ -22,18 +22,71 @@ export interface Slide {
   reader: 'tiff' | 'openslide';
   /** Largest first; levels[0] is full resolution. */
   levels: SlideLevel[];
-  /** Level-0 microns per pixel from the slide's metadata; null when it records none. */
+  /** Level-0 microns per pixel from the slide's metadata; null when it records none or records
+   *  one no scanner produces (then mppError says which tag and what it read). */
   mpp: number | null;
-  /** RGB of the w x h block at (x, y) in `level`'s own pixels; white past the slide's edges.
-   *  `into`, w * h * 3 bytes, may be written and returned instead of a new buffer. */
-  readRegion(level: number, x: number, y: number, w: number, h: number, into?: Uint8Array): Promise<Uint8Array>;
-  /** Optional hint: the regions of a level about to be read. The TIFF reader then decodes the
-   *  TIFF tiles they need in runs, and none beside them. */
-  expect?(level: number, regions: readonly Region[]): void;
+  mppError: string | null;
+  /** RGB of the w x h block at (x, y) in `level`'s own pixels; white past the slide's edges. */
+  readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array>;
+  /** A whole level as width x height RGB (resized with a linear kernel when the sizes differ). */
+  overview(level: number, width: number, height: number): Promise<Buffer>;
+  /** TIFF and SVS: the level's tile layout and how to decode a band of it, so that the reader
+   *  pool decodes each TIFF tile once. Other readers read tiles' regions on the pool. */
+  bandSource?(level: number): BandSource;
+  bandJob?(level: number, ty: number, tx0: number, tx1: number): Promise<BandJob>;
   close(): Promise<void>;
 }
 
-/** A slide that cannot be read: its format, a region, or its MPP (the code says which). */
+/** A slide that cannot be read or used: its format, a region, its MPP (the code says which). */
 export class SlideError extends CodedError<CodesOf<'SLIDE'>> {
   override name = 'SlideError';
+}
+
+/** MPP that slide scanners produce (40x is ~0.25, 5x ~2; 0.05 to 20 leaves room both ways). A
+ *  TIFF saying 72 dpi means 352.8 µm/px: a screen resolution, not the slide's. */
+export const MPP_RANGE = [0.05, 20] as const;
+
+export const mppInRange = (mpp: number) => Number.isFinite(mpp) && mpp >= MPP_RANGE[0] && mpp <= MPP_RANGE[1];
+
+/** A slide's MPP as read from `source` (a tag), or the reason it is not believed. */
+export function checkedMpp(mpp: number, source: string, path: string): { mpp: number; error: null } | { mpp: null; error: string } {
+  if (mppInRange(mpp)) return { mpp, error: null };
+  return { mpp: null, error: `${path}: ${source} gives ${Number(mpp.toPrecision(4))} µm/px, outside what slide scanners produce (${MPP_RANGE[0]} to ${MPP_RANGE[1]}); give the slide's MPP with --mpp` };
+}
+
+/** The largest slide believed, in micrometres a side: a 75 x 50 mm glass slide with room to spare.
+ *  Bigger means a wrong MPP or a damaged file, and the overview and tissue mask are sized from it. */
+export const MAX_SLIDE_UM = 100_000;
+
+/** A level's tile layout, for planning. */
+export interface BandSource {
+  width: number;
+  height: number;
+  tileWidth: number;
+  tileHeight: number;
+  tilesAcross: number;
+  tilesDown: number;
+}
+
+/** What a thread needs to decode one band: the file and directory, and the band's extent in the
+ *  level (clipped to it). JPEG bands carry their streams' byte ranges for libturbojpeg. */
+export interface BandJob {
+  path: string;
+  page: number;
+  tileWidth: number;
+  tileHeight: number;
+  /** TIFF tiles in the band. */
+  tiles: number;
+  left: number;
+  top: number;
+  width: number;
+  height: number;
+  jpeg?: {
+    /** The level's JPEGTables (SVS), spliced before each abbreviated stream. */
+    tables: Uint8Array | null;
+    /** offset, length of each tile's stream. */
+    ranges: number[];
+    /** What the TIFF's photometric interpretation says the streams hold. */
+    colorspace: 'ycbcr' | 'rgb';
+  };
 }

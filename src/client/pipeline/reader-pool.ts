@@ -1,0 +1,57 @@
+// The reader pool: worker threads (piscina), one per core, that decode slides' tiles and write
+// their request bodies (reader-worker.ts), shared by every slide in flight.
+import { availableParallelism } from 'node:os';
+import { Piscina } from 'piscina';
+import type { Bodies, BodiesTask, DecodeTask } from './reader-worker.js';
+
+/** Band buffers kept for reuse: a fresh 1.5 MB SharedArrayBuffer costs more CPU (zeroed,
+ *  page-faulted in) than decoding the JPEG tiles into it. */
+const SPARE_BANDS = 64;
+/** Body buffers kept for reuse: a fresh 200 KB one per tile is page faults in the thread that
+ *  writes it and external memory that makes V8 collect in the one that posts it. */
+const SPARE_BODIES = 256;
+
+export class ReaderPool {
+  private readonly pool: Piscina;
+  private readonly spare = new Map<number, SharedArrayBuffer[]>();
+  private readonly spareBodies: ArrayBuffer[] = [];
+
+  /** `env`: the threads' environment (TILE_INFER_TURBOJPEG=0 decodes JPEG tiles with libvips). */
+  constructor(
+    readonly threads = availableParallelism(),
+    env: NodeJS.ProcessEnv = process.env,
+  ) {
+    this.pool = new Piscina({ filename: new URL('./reader-worker.js', import.meta.url).href, minThreads: threads, maxThreads: threads, idleTimeout: 60_000, env });
+  }
+
+  decode(task: DecodeTask): Promise<void> {
+    return this.pool.run(task, { name: 'decode' });
+  }
+
+  /** The bodies of a task's tiles, written into body buffers given back before when there are. */
+  bodies(task: Omit<BodiesTask, 'spare'>): Promise<Bodies> {
+    const spare = this.spareBodies.splice(0, task.tiles.length);
+    return this.pool.run({ ...task, spare }, { name: 'bodies', transferList: spare });
+  }
+
+  /** Gives a body buffer back once its request is done with it. */
+  releaseBody(body: Buffer): void {
+    if (body.byteOffset === 0 && this.spareBodies.length < SPARE_BODIES) this.spareBodies.push(body.buffer as ArrayBuffer);
+  }
+
+  /** A band buffer of `bytes`, reused when one is free. */
+  bandBuffer(bytes: number): SharedArrayBuffer {
+    return this.spare.get(bytes)?.pop() ?? new SharedArrayBuffer(bytes);
+  }
+
+  /** Gives a band buffer back once no task reads it. */
+  releaseBand(buffer: SharedArrayBuffer): void {
+    const list = this.spare.get(buffer.byteLength) ?? [];
+    this.spare.set(buffer.byteLength, list);
+    if ([...this.spare.values()].reduce((n, l) => n + l.length, 0) < SPARE_BANDS) list.push(buffer);
+  }
+
+  close(): Promise<void> {
+    return this.pool.destroy();
+  }
+}

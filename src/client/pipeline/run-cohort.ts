@@ -1,0 +1,41 @@
+// A cohort's slides through the pipeline, several in flight so that one slide's tissue detection,
+// opening and output writing overlap another's tiles: no stall between slides.
+import { availableParallelism } from 'node:os';
+import { errorLine } from '../../lib/errors.js';
+import { Semaphore } from '../semaphore.js';
+import type { CohortProgress } from '../progress.js';
+import type { CohortSlide, Summary } from './cohort.js';
+import { processSlide, type SlideRun } from './process-slide.js';
+
+/** Slides in flight by default: two (one's tiles flow while the next is opened and its tissue
+ *  found), more on hosts with many cores, whose reader pool a single slide may not fill. */
+export const defaultSlidesInFlight = () => Math.max(2, Math.min(8, Math.ceil(availableParallelism() / 4)));
+
+/** Slides `inFlight` at a time, each recorded in the summary as it finishes. */
+export async function runCohort(run: SlideRun, cohort: CohortSlide[], inFlight: number, summary: Summary, progress: Pick<CohortProgress, 'slideDone'>): Promise<void> {
+  const { client } = run;
+  const slots = new Semaphore(inFlight);
+  const running: Promise<void>[] = [];
+  for (const entry of cohort) {
+    const release = await slots.acquire();
+    running.push(
+      (async () => {
+        const started = performance.now();
+        const retries = client.retries;
+        try {
+          const r = await processSlide(run, entry);
+          const seconds = r.seconds ?? (performance.now() - started) / 1000;
+          summary.record({ slide: entry.label, status: 'done', tiles: r.tiles, seconds, reason: '' });
+          progress.slideDone(r.skipped ? `${entry.label}: finished before (${r.tiles} tiles); skipped` : `${entry.label}: ${r.tiles} tiles in ${seconds.toFixed(1)} s, ${client.retries - retries} retries; wrote ${r.files.join(', ')}`);
+        } catch (err) {
+          summary.record({ slide: entry.label, status: 'failed', tiles: 0, seconds: (performance.now() - started) / 1000, reason: errorLine(err as Error) });
+          progress.slideDone(`${entry.label}: failed: ${(err as Error).message}`);
+        } finally {
+          release();
+        }
+      })(),
+    );
+  }
+  await Promise.all(running);
+}
+

@@ -1,0 +1,97 @@
+// A slide's tiles as request bodies, in order, made on the reader pool ahead of the posting: tiles
+// go in chunks of a grid row; for TIFF and SVS the bands of TIFF tiles the chunks need are decoded
+// once each, as soon as a chunk needs them, and dropped after the last chunk that needs them.
+import { planBands, TILES_PER_BAND, type BandView } from '../slide/bands.js';
+import { tileRegion } from '../slide/region.js';
+import type { Region, Slide } from '../slide/slide.js';
+import type { ReaderPool } from './reader-pool.js';
+import type { TileFields } from './tile-body.js';
+
+export interface TileAt {
+  idx: number;
+  x: number;
+  y: number;
+  tissue?: number;
+}
+
+/** Tiles per pool task: enough to spread a task's fixed cost, few enough to keep threads even. */
+const CHUNK = 4;
+
+/** A tile's body; `release` gives its buffer back for another tile's once the request is done. */
+export interface TileBody<T> {
+  tile: T;
+  body: Buffer;
+  release?: () => void;
+}
+
+export async function* tileBodies<T extends TileAt>(pool: ReaderPool, slide: Slide, tiles: readonly T[], extent: number, size: number, fields: (tile: T) => TileFields): AsyncGenerator<TileBody<T>> {
+  if (!tiles.length) return;
+  const placed = tiles.map((tile) => ({ tile, ...tileRegion(slide, tile.x, tile.y, extent, size) }));
+  const level = placed[0].level;
+  const chunks: (typeof placed)[] = [];
+  for (const p of placed) {
+    const last = chunks[chunks.length - 1];
+    if (last && last.length < CHUNK && last[0].region.y === p.region.y) last.push(p);
+    else chunks.push([p]);
+  }
+  const source = slide.bandSource?.(level);
+  const plan = source ? planBands(source, chunks.map((c) => c.map((p): Region => p.region))) : null;
+  const users = new Int32Array(plan?.bands.length ?? 0);
+  for (const uses of plan?.uses ?? []) for (const b of uses) users[b]++;
+  const decoded = new Map<number, Promise<BandView>>();
+
+  const band = (b: number): Promise<BandView> => {
+    let view = decoded.get(b);
+    if (!view) {
+      const { ty, tx0, tx1 } = plan!.bands[b];
+      view = (async () => {
+        const job = await slide.bandJob!(level, ty, tx0, tx1);
+        // Every band of the level takes a buffer of a whole band's size, so that buffers are
+        // reused across bands, rows and slides with the same tiles.
+        const data = pool.bandBuffer(TILES_PER_BAND * job.tileWidth * job.tileHeight * 3);
+        await pool.decode({ job, into: data });
+        return { data, left: job.left, top: job.top, width: job.width, height: job.height, stride: job.tiles * job.tileWidth * 3 };
+      })();
+      decoded.set(b, view);
+    }
+    return view;
+  };
+
+  const start = async (k: number) => {
+    const chunk = chunks[k];
+    const bands = plan ? await Promise.all(plan.uses[k].map(band)) : undefined;
+    const result = await pool.bodies({
+      size,
+      tiles: chunk.map((p) => ({ region: p.region, fields: fields(p.tile) })),
+      bands,
+      openslide: plan ? undefined : { path: slide.path, level },
+    });
+    for (const b of plan?.uses[k] ?? []) {
+      if (--users[b] > 0) continue;
+      pool.releaseBand((await decoded.get(b)!).data);
+      decoded.delete(b);
+    }
+    return result;
+  };
+
+  // Two chunks per pool thread ahead of the posting, so the threads never wait for the poster.
+  const ahead = 2 * pool.threads;
+  const inFlight: ReturnType<typeof start>[] = [];
+  let next = 0;
+  const fill = () => {
+    while (next < chunks.length && inFlight.length < ahead) {
+      const job = start(next++);
+      job.catch(() => {}); // awaited in order below; a later one may fail first
+      inFlight.push(job);
+    }
+  };
+  for (let k = 0; k < chunks.length; k++) {
+    fill();
+    const { buffers, lengths } = await inFlight.shift()!;
+    fill();
+    for (let i = 0; i < buffers.length; i++) {
+      const body = Buffer.from(buffers[i], 0, lengths[i]);
+      yield { tile: chunks[k][i].tile, body, release: () => pool.releaseBody(body) };
+    }
+  }
+}
