@@ -52,7 +52,8 @@ t.test(`${CLIENTS} clients sending ${BODY_MB} MB bodies: admitted ones bounded, 
 t.test('readiness polled from the first moment the port answers: 503 or 200, never a 500; no pressure 503', async (t) => {
   // A model whose warm-up takes seconds, so the first answers come while it loads.
   const slow = copyPackage('gene-expr', (m) => (m.warmup = { iterations: 60 }));
-  const server = await startServer({ models: [{ name: 'gene-expr', path: slow }], waitReady: false });
+  // The shipped event-loop-delay limit (the test helper turns it off).
+  const server = await startServer({ models: [{ name: 'gene-expr', path: slow }], config: { pressure: { max_event_loop_delay_ms: 1000 } }, waitReady: false });
   t.teardown(() => server.stop());
   const seen = new Map<number, number>();
   const pressured: string[] = [];

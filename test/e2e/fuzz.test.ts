@@ -7,7 +7,7 @@ import { fuzzService } from '../helpers/fuzz.js';
 const runs = Number(process.env.FUZZ_RUNS ?? 2000);
 // Pressure is off: the fuzz is about inputs, and a loaded test machine must not turn into 503s.
 const models = DEFAULT_MODELS.map((m) => ({ ...m, gpus: [], request_timeout_ms: 60000 }));
-const server = await startServer({ models, config: { pressure: { max_event_loop_delay_ms: 0 } } });
+const server = await startServer({ models });
 t.teardown(() => server.stop());
 
 t.test(`${runs} fuzzed requests: never a 5xx, healthy afterwards`, (t) => fuzzService(t, server, models.map((m) => m.name), runs));

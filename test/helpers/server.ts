@@ -49,6 +49,9 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     ...options.config,
     // No drain delay on SIGTERM unless a test asks for one: every teardown would wait it out.
     supervisor: { drain_delay_ms: 0, ...(options.config?.supervisor as Record<string, unknown>) },
+    // No event-loop-delay limit unless a test is about pressure: on a loaded CI host a front
+    // parsing a 4 MB body can pass 1 s of delay and answer 503 to a test about something else.
+    pressure: { max_event_loop_delay_ms: 0, ...(options.config?.pressure as Record<string, unknown>) },
   };
   const { url, proc, dir, lines, exited } = await spawnService(config, { env: options.env, fdLimit: options.fdLimit });
   const server: TestServer = {
