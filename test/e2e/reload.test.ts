@@ -2,11 +2,12 @@
 // replaced, reloads asked for in quick succession do not overlap, and a stop during a reload
 // leaves no process behind.
 import t from 'tap';
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer } from '../helpers/server.js';
 import { copyPackage } from '../helpers/packages.js';
 import { load, pidOf, workers, type Json } from '../helpers/load.js';
+import { alive, childProcesses } from '../helpers/procs.js';
 import { cellularPng, tileRequest } from '../helpers/tiles.js';
 
 const tile = cellularPng(31);
@@ -42,22 +43,7 @@ t.test('SIGHUP reloads packages one worker at a time without dropping requests',
   t.not(await pidOf(server, 'gene-expr#0'), before, 'the worker was replaced');
 });
 
-/** The supervisor's worker processes, as the kernel lists them. */
-function workerProcesses(supervisor: number): number[] {
-  return readdirSync('/proc')
-    .filter((name) => /^\d+$/.test(name))
-    .filter((pid) => {
-      try {
-        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-        return ppid === supervisor && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('src/worker/main.js');
-      } catch {
-        return false; // exited meanwhile
-      }
-    })
-    .map(Number)
-    .sort();
-}
+const workerProcesses = (supervisor: number) => childProcesses(supervisor, 'src/worker/main.js');
 
 t.test('SIGHUPs in quick succession: one reload follows the running one; no process beside those /diagnostics lists', async (t) => {
   const server = await startServer({ models: [{ name: 'tissue-seg', instances: 2 }], config: { fronts: 1 } });
@@ -70,7 +56,7 @@ t.test('SIGHUPs in quick succession: one reload follows the running one; no proc
   const count = (msg: string) => server.lines.filter((l) => l.msg === msg).length;
   await server.waitFor(() => count('reload done') > 0 && count('reload done') === count('reloading workers one at a time'), 120000);
   await server.allWorkersReady();
-  const listed = (await workers(server)).map((w) => w.pid as number).sort();
+  const listed = (await workers(server)).map((w) => w.pid as number).sort((a, b) => a - b);
   t.same(workerProcesses(server.proc.pid!), listed, 'the worker processes are exactly those /diagnostics lists');
   t.equal(listed.length, 2);
 });
@@ -82,7 +68,6 @@ t.test('SIGTERM during a reload: the replacement being loaded is stopped too, be
   await server.waitFor(() => workerProcesses(server.proc.pid!).length === 2, 10000);
   const forked = workerProcesses(server.proc.pid!);
   t.equal(await server.stop('SIGTERM'), 0, 'exit 0');
-  const alive = forked.filter((pid) => existsSync(`/proc/${pid}`) && !readFileSync(`/proc/${pid}/stat`, 'utf8').includes(') Z '));
-  t.same(alive, [], 'no worker outlives the supervisor');
+  t.same(forked.filter(alive), [], 'no worker outlives the supervisor');
   t.notOk(server.lines.some((l) => String(l.msg).startsWith('reload: replacement failed')), 'the stop is not reported as a failed reload');
 });

@@ -21,6 +21,8 @@ export interface ServerOptions {
   waitReady?: boolean;
   /** The service's open-file limit (ulimit -n). */
   fdLimit?: number;
+  /** Started with `npm start` (proc is the npm process). */
+  npmStart?: boolean;
 }
 
 export interface TestServer {
@@ -50,7 +52,7 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     // No drain delay on SIGTERM unless a test asks for one: every teardown would wait it out.
     supervisor: { drain_delay_ms: 0, ...(options.config?.supervisor as Record<string, unknown>) },
   };
-  const { url, proc, dir, lines, exited } = await spawnService(config, { env: options.env, fdLimit: options.fdLimit });
+  const { url, proc, dir, lines, exited } = await spawnService(config, { env: options.env, fdLimit: options.fdLimit, npmStart: options.npmStart });
   const server: TestServer = {
     url,
     proc,
