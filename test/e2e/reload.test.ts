@@ -17,7 +17,8 @@ t.test('SIGHUP reloads packages one worker at a time without dropping requests',
   // requests waiting on its keep-alive connections from before the SIGHUP until after the new
   // instance is ready, so it routes them by the old state.
   const dir = copyPackage('gene-expr');
-  const server = await startServer({ models: [{ name: 'gene-expr', path: dir }], config: { fronts: 1 } });
+  // A front paused that long measures the pause as event-loop delay: no pressure limit here.
+  const server = await startServer({ models: [{ name: 'gene-expr', path: dir }], config: { fronts: 1, pressure: { max_event_loop_delay_ms: 0 } } });
   t.teardown(() => server.stop());
   await server.allWorkersReady();
   const before = await pidOf(server, 'gene-expr#0');
