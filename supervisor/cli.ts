@@ -3,10 +3,11 @@
 // "configuration error [CODE]: ...", and exit status ExitCode.CONFIG.
 import { parseArgs } from 'node:util';
 import { ConfigError, configFile, loadConfig, type ServiceConfig } from '../src/config/config.js';
-import type { CodedError } from '../src/lib/errors.js';
+import { CodedError } from '../src/lib/errors.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { checkListenAddress } from './preflight.js';
 import { PackageError, readPackage } from '../src/model-package/model-package.js';
+import { checkGraph } from '../src/model-package/graph-check.js';
 import { endpointsFor } from '../src/contract/endpoints.js';
 
 const USAGE = `Usage: node dist/supervisor/main.js [--check-config | --help]   (npm start [-- --check-config])
@@ -14,9 +15,10 @@ const USAGE = `Usage: node dist/supervisor/main.js [--check-config | --help]   (
 Serves the tile inference API with one worker process per model instance.
 
 Options:
-  --check-config  Check the configuration and every enabled model package (manifest and
-                  model.onnx, without loading ONNX sessions), print what would be served, and
-                  exit: 0 when all is well, 2 otherwise.
+  --check-config  Check the configuration and every enabled model package (its manifest, and
+                  its model.onnx loaded by ONNX Runtime on the CPU and checked against the
+                  manifest), print what would be served, and exit: 0 when all is well, 2
+                  otherwise.
   --help, -h      Print this help and exit.
 
 Environment:
@@ -39,19 +41,22 @@ function refuse(err: ConfigError): never {
   process.exit(ExitCode.CONFIG);
 }
 
-/** What each enabled model would serve, read from its package; problems (a PackageError's code,
- *  and its message after the model's name) come back apart. */
-export function describeService(config: ServiceConfig): { lines: string[]; problems: Pick<PackageError, 'code' | 'message'>[] } {
+/** What each enabled model would serve, read from its package and its graph loaded as a worker
+ *  would (on the CPU); problems (a PackageError's code, and its message after the model's name)
+ *  come back apart. */
+export async function describeService(config: ServiceConfig): Promise<{ lines: string[]; problems: Pick<CodedError, 'code' | 'message'>[] }> {
   const lines = [`listening on http://${config.host}:${config.port}, ${config.models.length} model(s):`];
-  const problems: Pick<PackageError, 'code' | 'message'>[] = [];
+  const problems: Pick<CodedError, 'code' | 'message'>[] = [];
   for (const model of config.models) {
     try {
-      const { manifest, sha256 } = readPackage(model.path!);
+      const pkg = readPackage(model.path!);
+      await checkGraph(pkg);
+      const { manifest, sha256 } = pkg;
       const endpoints = endpointsFor(model.name, manifest.tasks).filter((e) => e.startsWith('POST'));
       const { width, height, mpp } = manifest.tile;
       lines.push(`  ${model.name} ${manifest.version}: ${manifest.tasks.join(', ')}; ${width}x${height} at ${mpp} MPP; ${model.instances} instance(s), gpus ${JSON.stringify(model.gpus)}; sha256 ${sha256.slice(0, 12)}; ${endpoints.join(', ')}`);
     } catch (err) {
-      if (!(err instanceof PackageError)) throw err;
+      if (!(err instanceof PackageError || (err instanceof CodedError && err.code === 'TILE_ERR_MODEL_LOAD'))) throw err;
       problems.push({ code: err.code, message: `model ${model.name}: ${err.message}` });
     }
   }
@@ -81,7 +86,7 @@ export async function prepareStart(argv = process.argv.slice(2), env = process.e
     throw err;
   }
   if (options['check-config']) {
-    const { lines, problems } = describeService(config);
+    const { lines, problems } = await describeService(config);
     process.stdout.write(`${configFile(env)}: ${problems.length ? 'problems found' : 'ok'}\n${lines.join('\n')}\n`);
     for (const problem of problems) process.stderr.write(refusal(problem));
     process.exit(problems.length ? ExitCode.CONFIG : ExitCode.OK);

@@ -1,6 +1,6 @@
 // `npm start`: the supervisor, the node:cluster primary. Forks the model workers and the HTTP
 // fronts and handles signals: SIGTERM/SIGINT drain and stop gracefully, SIGHUP reloads the model
-// packages one worker at a time.
+// packages one worker at a time. It also stops when its parent dies.
 import { prepareStart } from './cli.js';
 import { createLogger } from '../src/lib/logger.js';
 import { discoverGpus } from './gpus.js';
@@ -12,7 +12,11 @@ const logger = createLogger(config);
 const supervisor = new Supervisor(config, logger, await discoverGpus(config, logger));
 supervisor.start();
 
+/** How often the supervisor looks for its parent's death. */
+const PARENT_POLL_MS = 1000;
+
 let stopping = false;
+/** `signal`: the signal, or why the service stops without one. */
 async function shutdown(signal: string): Promise<void> {
   if (stopping) return;
   stopping = true;
@@ -38,3 +42,11 @@ async function shutdown(signal: string): Promise<void> {
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));
 process.on('SIGHUP', () => void supervisor.reload().catch((err) => logger.error({ err }, 'reload failed')));
+// A parent that dies without passing a signal on (`npm start` killed with SIGKILL, a pipeline
+// gone) hands the supervisor to init: stop as for SIGTERM. Linux's PR_SET_PDEATHSIG would say so
+// at once, but Node reaches it only through a native addon; a changed ppid is a syscall a second.
+// Under systemd the parent is PID 1 and never changes.
+const parent = process.ppid;
+setInterval(() => {
+  if (process.ppid !== parent) void shutdown('parent exited');
+}, PARENT_POLL_MS).unref();

@@ -22,6 +22,9 @@ export interface PoolOptions {
 export class ModelPool {
   workers: WorkerLifeCycle[];
   private reloads = 0;
+  /** The replacement a reload is loading: not serving yet, but a process to stop with the rest. */
+  private candidate: WorkerLifeCycle | null = null;
+  private stopping = false;
 
   constructor(private readonly options: PoolOptions) {
     this.workers = options.gpus.map((gpu, instance) => this.createWorker(instance, gpu, true));
@@ -61,21 +64,24 @@ export class ModelPool {
   }
 
   /** Replaces instances one at a time: each replacement must be ready before the old one drains.
-   *  A failed instance simply tries again. */
+   *  A failed instance simply tries again. One reload at a time (the supervisor sees to it). */
   async reload(): Promise<void> {
     this.reloads++;
-    for (let i = 0; i < this.workers.length; i++) {
+    for (let i = 0; i < this.workers.length && !this.stopping; i++) {
       const old = this.workers[i];
       if (old.state === 'failed') {
         old.retryNow();
         continue;
       }
-      const next = this.createWorker(i, old.gpu, false);
+      const next = (this.candidate = this.createWorker(i, old.gpu, false));
       next.start();
       const loaded = await new Promise<boolean>((resolve) => {
         next.once('ready', () => resolve(true));
         next.once('exit', () => resolve(false));
       });
+      this.candidate = null;
+      // stop() has stopped the candidate with the other instances.
+      if (this.stopping) return;
       if (!loaded) {
         this.options.logger.error({ model: this.name, instance: i, reason: next.lastError }, 'reload: replacement failed to load; keeping the running worker');
         old.lastError = `reload failed: ${next.lastError}`;
@@ -89,7 +95,8 @@ export class ModelPool {
   }
 
   async stop(graceMs: number): Promise<void> {
-    await Promise.all(this.workers.map((w) => w.stop(graceMs)));
+    this.stopping = true;
+    await Promise.all([...this.workers, ...(this.candidate ? [this.candidate] : [])].map((w) => w.stop(graceMs)));
   }
 
   private createWorker(instance: number, gpu: string | null, autoRestart: boolean): WorkerLifeCycle {

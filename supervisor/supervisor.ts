@@ -30,6 +30,9 @@ export class Supervisor implements DiagnosticsSource {
   private readonly aggregator = new AggregatorRegistry();
   private readonly diagnose: (categories: string[]) => Promise<unknown>;
   private broadcastPending = false;
+  private reloading: Promise<void> | null = null;
+  private reloadAgain = false;
+  private stopping = false;
   private readonly listening = new Set<Worker>();
   private announced = false;
 
@@ -78,11 +81,24 @@ export class Supervisor implements DiagnosticsSource {
     return [...this.pools.values()].flatMap((p) => p.workers);
   }
 
-  /** Picks up new model packages: every pool replaces its instances one at a time. */
-  async reload(): Promise<void> {
-    this.logger.info('reloading workers one at a time');
-    for (const pool of this.pools.values()) await pool.reload();
-    this.logger.info('reload done');
+  /** Picks up new model packages: every pool replaces its instances one at a time. Reloads never
+   *  overlap (two would each replace the same instance and lose track of a process): a reload
+   *  asked for while one runs is one more pass after it, however many were asked for. */
+  reload(): Promise<void> {
+    if (this.reloading) {
+      if (!this.reloadAgain) this.logger.info('reload asked for during a reload: another pass follows it');
+      this.reloadAgain = true;
+      return this.reloading;
+    }
+    this.reloading = (async () => {
+      this.logger.info('reloading workers one at a time');
+      do {
+        this.reloadAgain = false;
+        for (const pool of this.pools.values()) await pool.reload();
+      } while (this.reloadAgain && !this.stopping);
+      this.logger.info(this.stopping ? 'reload cut short by the stop' : 'reload done');
+    })().finally(() => (this.reloading = null));
+    return this.reloading;
   }
 
   /** Fronts report not ready but keep serving, so a balancer takes the host out first. */
@@ -92,6 +108,7 @@ export class Supervisor implements DiagnosticsSource {
 
   /** Fronts finish their requests first (they need the workers for that), then the workers. */
   async stop(graceMs: number): Promise<void> {
+    this.stopping = true;
     sdNotify(this.logger, 'STOPPING=1');
     await this.fronts.stop(graceMs);
     await Promise.all([...this.pools.values()].map((p) => p.stop(graceMs)));

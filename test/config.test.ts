@@ -85,13 +85,13 @@ t.test('the listen address is checked before anything starts', async (t) => {
   await t.resolves(checkListenAddress({ ...config, host: '127.0.0.1', port: 0 }, {}), 'a free address passes');
 });
 
-t.test('describeService reads every package without loading a session', async (t) => {
+t.test('describeService reads every package and loads its graph', async (t) => {
   const config = load({ models: [{ name: 'tile-embed', gpus: [] }, { name: 'tissue-seg', path: corruptPackage('tissue-seg') }, { name: 'gene-expr', path: join(dir, 'missing') }] });
-  const { lines, problems } = describeService(config);
+  const { lines, problems } = await describeService(config);
   t.match(lines[0], /^listening on http:\/\/127\.0\.0\.1:0, 3 model\(s\):$/);
   t.match(lines[1], /tile-embed 1\.0\.0: embedding; 224x224 at 0\.5 MPP; 1 instance\(s\), gpus \[\]; sha256 [0-9a-f]{12}; POST \/api\/embed\/tile-embed$/);
-  t.match(lines[2], /tissue-seg 1\.0\.0: segmentation; 512x512 at 8 MPP/, 'a truncated model.onnx is not parsed: ONNX Runtime would find it when loading');
-  t.equal(problems.length, 1);
-  t.equal(problems[0].code, 'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE');
-  t.match(problems[0].message, /^model gene-expr: .*missing\/manifest\.json: cannot read manifest/);
+  t.equal(lines.length, 2, 'only the model that would serve is described');
+  t.same(problems.map((p) => p.code), ['TILE_ERR_MODEL_LOAD', 'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE']);
+  t.match(problems[0].message, /^model tissue-seg: \S+\/tissue-seg\/model\.onnx: ONNX Runtime cannot load the graph: /);
+  t.match(problems[1].message, /^model gene-expr: .*missing\/manifest\.json: cannot read manifest/);
 });

@@ -5,7 +5,7 @@ import t from 'tap';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import ort from 'onnxruntime-node';
+import ort from '../src/worker/ort.js';
 import { checkSignature, readPackage, PackageError } from '../src/model-package/model-package.js';
 import { packageDigest } from '../src/model-package/package-digest.js';
 import { float16ToFloat32, float32ToFloat16 } from '../src/worker/float16.js';

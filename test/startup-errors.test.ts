@@ -3,12 +3,13 @@
 // in process by config.test.ts; these few spawns prove the wiring.)
 import t from 'tap';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { ROOT, MODELS } from './helpers/server.js';
+import { copyPackage } from './helpers/packages.js';
 import { cleanEnv as serviceEnv } from '../tools/service-process.js';
 
 interface Run {
@@ -34,17 +35,23 @@ function start(config: Record<string, unknown>, env: Record<string, string> = {}
   });
 }
 
+// A download cut short: the package's files are all there, its graph a tenth of itself.
+const truncated = copyPackage('gene-expr');
+const graph = readFileSync(join(truncated, 'model.onnx'));
+writeFileSync(join(truncated, 'model.onnx'), graph.subarray(0, graph.length / 10));
+
 const holder = createServer();
 await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
 const busy = (holder.address() as AddressInfo).port;
 // All at once: each is a Node start, seconds on a busy machine.
-const [badPort, unknownKey, portInUse, help, check, badOption] = await Promise.all([
+const [badPort, unknownKey, portInUse, help, check, badOption, checkTruncated] = await Promise.all([
   start(good, { PORT: 'abc' }),
   start({ ...good, supervisor: { heartbeat_timout_ms: 5000 } }),
   start({ ...good, port: busy }),
   start(good, {}, ['--help']),
   start(good, {}, ['--check-config']),
   start(good, {}, ['--chek-config']),
+  start({ models: [{ name: 'tissue-seg' }, { name: 'gene-expr', path: truncated }] }, {}, ['--check-config']),
 ]);
 holder.close();
 
@@ -67,4 +74,10 @@ t.test('--help and --check-config', async (t) => {
   t.match(help.stdout, /--check-config[\s\S]*LOG_LEVEL[\s\S]*SIGUSR2/);
   t.equal(check.code, 0, check.stderr);
   t.match(check.stdout, /config-4\.json: ok\nlistening on http:\/\/127\.0\.0\.1:0, 2 model\(s\):\n  tissue-seg 1\.0\.0: segmentation; .*\n  gene-expr 1\.0\.0: prediction, embedding; 224x224 at 0\.5 MPP; 2 instance\(s\), gpus "auto"; .*POST \/api\/predict\/gene-expr, POST \/api\/embed\/gene-expr\n$/);
+});
+
+t.test('--check-config loads each graph: a truncated model.onnx is a problem', async (t) => {
+  t.equal(checkTruncated.code, ExitCode.CONFIG, 'exit status 2');
+  t.match(checkTruncated.stdout, /config-6\.json: problems found\n.*\n  tissue-seg 1\.0\.0: segmentation; .*\n$/);
+  t.match(checkTruncated.stderr, /^configuration error \[TILE_ERR_MODEL_LOAD\]: model gene-expr: \S+\/gene-expr\/model\.onnx: ONNX Runtime cannot load the graph: .*\n$/);
 });

@@ -37,6 +37,8 @@ export interface SpawnOptions {
   root?: string;
   /** The open-file limit of the service's processes (ulimit -n). */
   fdLimit?: number;
+  /** Start it as the README does, with `npm start`: `proc` is then the npm process. */
+  npmStart?: boolean;
 }
 
 export async function spawnService(config: Record<string, unknown>, options: SpawnOptions = {}): Promise<ServiceProcess> {
@@ -45,7 +47,8 @@ export async function spawnService(config: Record<string, unknown>, options: Spa
   writeFileSync(join(dir, 'config.json'), JSON.stringify({ host: '127.0.0.1', port: 0, data_dir: join(dir, 'data'), ...config }));
   // Through sh, so that tap's spawn hooks cannot put their loaders back into NODE_OPTIONS.
   const limit = options.fdLimit ? `ulimit -n ${options.fdLimit}; ` : '';
-  const proc = spawn('/bin/sh', ['-c', `${limit}unset NODE_OPTIONS; exec "$0" "$@"`, process.execPath, join(root, 'dist/supervisor/main.js')], {
+  const command = options.npmStart ? ['npm', 'start'] : [process.execPath, join(root, 'dist/supervisor/main.js')];
+  const proc = spawn('/bin/sh', ['-c', `${limit}unset NODE_OPTIONS; exec "$0" "$@"`, ...command], {
     cwd: root,
     env: { ...cleanEnv(), CONFIG: join(dir, 'config.json'), LOG_FILE: join(dir, 'service.log'), ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],

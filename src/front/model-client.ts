@@ -31,6 +31,7 @@ class WorkerLost extends Error {
 class WorkerLink {
   readonly requests = new RequestReply<InferResult>();
   connected = false;
+  private retired = false;
 
   constructor(
     readonly pid: number,
@@ -42,7 +43,19 @@ class WorkerLink {
 
   infer(model: string, job: TileJob, timeoutMs: number): Promise<InferResult> {
     if (!this.channel.isOpen) return Promise.reject(new NotSent());
-    return this.requests.request((id) => this.channel.send({ type: 'infer', id, job }), { ms: timeoutMs, error: () => errors.deadline(model, timeoutMs) });
+    return this.requests.request((id) => this.channel.send({ type: 'infer', id, job }), { ms: timeoutMs, error: () => errors.deadline(model, timeoutMs) }).finally(() => this.hangUpWhenDone());
+  }
+
+  /** The instance is no longer ready (a reload replaced it, or it stops): no new request goes to
+   *  it, and once this front's requests there are answered the channel closes, which is what a
+   *  stopping worker waits for before it exits. */
+  retire(): void {
+    this.retired = true;
+    this.hangUpWhenDone();
+  }
+
+  private hangUpWhenDone(): void {
+    if (this.retired && this.requests.size === 0) this.channel.close();
   }
 }
 
@@ -70,10 +83,19 @@ export class ModelClient implements ModelBackend {
   /** Messages from the supervisor. */
   onMessage(message: ToFront): void {
     switch (message.type) {
-      case 'models':
+      case 'models': {
         this.views = new Map(message.models.map((m) => [m.name, m]));
-        for (const m of message.models) for (const i of m.instances) if (i.state === 'ready' && i.socket && i.pid && !this.links.has(i.pid)) this.open(i.pid, i.socket);
+        const ready = new Set<number>();
+        for (const m of message.models) {
+          for (const i of m.instances) {
+            if (i.state !== 'ready' || !i.socket || !i.pid) continue;
+            ready.add(i.pid);
+            if (!this.links.has(i.pid)) this.open(i.pid, i.socket);
+          }
+        }
+        for (const [pid, link] of this.links) if (!ready.has(pid)) link.retire();
         return;
+      }
       case 'worker-exit':
         this.exits.set(message.pid, message.external);
         if (this.exits.size > EXITS_KEPT) this.exits.delete(this.exits.keys().next().value!);
@@ -193,7 +215,7 @@ export class ModelClient implements ModelBackend {
   }
 
   private retryable(err: unknown): boolean {
-    return err instanceof NotSent || (err instanceof WorkerLost && err.external) || (err instanceof ServiceError && err.code === 'TILE_ERR_WORKER_GONE');
+    return err instanceof NotSent || (err instanceof WorkerLost && err.external);
   }
 
   private answer(model: string, err: unknown): ServiceError {

@@ -3,11 +3,11 @@
 // tiles over a Unix socket that every HTTP front connects to (ipc/protocol.ts).
 import { createServer } from 'node:net';
 import { rmSync } from 'node:fs';
-import ort from 'onnxruntime-node';
+import ort from './ort.js';
 import type { ChannelReply, ChannelRequest, WorkerControl, WorkerReport } from '../ipc/protocol.js';
 import { readWorkerConfig } from '../ipc/fork-config.js';
 import { Channel } from '../ipc/channel.js';
-import { CodedError, errors } from '../lib/errors.js';
+import { CodedError } from '../lib/errors.js';
 import { ExitCode } from '../lib/exit-codes.js';
 import { PackageError, readPackage, type ModelPackage } from '../model-package/model-package.js';
 import { ModelSession } from './model-session.js';
@@ -26,18 +26,27 @@ async function main(): Promise<void> {
   let pkg: ModelPackage;
   let session: ModelSession;
   let stopping = false;
+  const channels = new Set<Channel<ChannelRequest, ChannelReply>>();
+  // A stopping worker serves on until every front has hung up: a front hangs up once it knows
+  // this instance is no longer ready and its requests here are answered. Refusing a request
+  // sent before the front knew would leave a model with one instance nowhere to route it.
+  const exitWhenAlone = () => {
+    if (stopping && channels.size === 0) void worker!.idle().then(() => process.exit(ExitCode.OK));
+  };
 
-  /** One channel per front; each request is answered on the channel it came from. */
+  /** One channel per front; each request is answered on the channel it came from. The server
+   *  listens only once the worker is loaded. */
   const server = createServer((socket) => {
     const channel = new Channel<ChannelRequest, ChannelReply>(socket);
+    channels.add(channel);
+    channel.on('close', () => {
+      channels.delete(channel);
+      exitWhenAlone();
+    });
     const reply: Reply = (message) => {
       if (channel.isOpen) channel.send(message);
     };
-    channel.on('message', ({ id, job }) => {
-      // Not processed: the front routes it to another instance.
-      if (!worker || stopping) return reply({ type: 'error', id, error: errors.workerGone(`${config.model} worker ${process.pid} is stopping`).toWire() });
-      void worker.accept(id, job, reply);
-    });
+    channel.on('message', ({ id, job }) => void worker!.accept(id, job, reply));
   });
 
   process.on('message', (message: WorkerControl) => {
@@ -49,8 +58,11 @@ async function main(): Promise<void> {
       });
     }
     if (message.type === 'stop') {
+      // Before it has loaded, nobody is connected and there is nothing to finish.
+      if (!worker) process.exit(ExitCode.OK);
       stopping = true;
-      void (worker?.idle() ?? Promise.resolve()).then(() => process.exit(ExitCode.OK));
+      server.close();
+      exitWhenAlone();
     }
   });
   // The supervisor is gone: nobody can use our answers.

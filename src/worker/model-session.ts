@@ -1,7 +1,7 @@
 // The worker's model session as seen from its main thread: the session itself lives on a
 // thread of its own (session-thread.ts); this side checks the manifest against the graph and
 // sends batches over, handing their buffers across without a copy.
-import { Worker } from 'node:worker_threads';
+import threads, { Worker } from 'node:worker_threads';
 import type ort from 'onnxruntime-node';
 import { checkSignature, type ModelPackage, type ServingPlan, type SessionSignature } from '../model-package/model-package.js';
 import type { WorkerConfig } from '../ipc/fork-config.js';
@@ -12,10 +12,17 @@ import { ExitCode } from '../lib/exit-codes.js';
 
 const THREAD_ENTRY = new URL('./session-thread.js', import.meta.url);
 
-/** Only a buffer the tensor has to itself can be handed over; anything else is copied. */
+/** From Node 22 a native addon's memory (@napi-rs/image's decoded pixels, which a single uint8
+ *  RGB tile hands to the session as they are) is marked untransferable, and postMessage refuses
+ *  the whole message. Node 20 transfers it and has no isMarkedAsUntransferable. */
+const untransferable = (buffer: ArrayBuffer) => threads.isMarkedAsUntransferable?.(buffer) ?? false;
+
+/** Only a buffer the tensor has to itself, and that may leave this thread, can be handed over;
+ *  anything else is copied. */
 const ownBuffer = (t: ort.Tensor) => {
   const view = t.data as ArrayBufferView;
-  return view.byteOffset === 0 && view.byteLength === view.buffer.byteLength && view.buffer instanceof ArrayBuffer ? [view.buffer] : [];
+  const own = view.byteOffset === 0 && view.byteLength === view.buffer.byteLength && view.buffer instanceof ArrayBuffer;
+  return own && !untransferable(view.buffer as ArrayBuffer) ? [view.buffer] : [];
 };
 
 export class ModelSession {

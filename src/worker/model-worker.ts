@@ -1,6 +1,6 @@
 // One model's serving loop in the worker process: tiles in, decoded, batched, run through the
 // model session, each answer back on the channel its tile came from.
-import ort from 'onnxruntime-node';
+import ort from './ort.js';
 import type { ChannelReply, InferResult, TileJob, TileOutput } from '../ipc/protocol.js';
 import { errors, ServiceError } from '../lib/errors.js';
 import type { ModelPackage } from '../model-package/model-package.js';

@@ -3,7 +3,7 @@
 // tiles, nor answer IPC, while a batch ran. Here the main thread decodes and batches; this
 // thread only runs the model.
 import { parentPort, workerData } from 'node:worker_threads';
-import ort from 'onnxruntime-node';
+import ort from './ort.js';
 
 /** A tensor as it crosses between threads (ort.Tensor instances do not survive cloning). */
 export interface WireTensor {

@@ -1,48 +1,15 @@
-// Chaos with real processes: workers and fronts killed, workers hung, corrupt and reloaded while
-// requests flow. Every service here runs two HTTP fronts (node:cluster), as a multi-core host does.
+// Chaos with real processes: workers and fronts killed, workers hung or corrupt while requests
+// flow (reloads: reload.test.ts). Every service here runs two HTTP fronts (node:cluster), as a multi-core host does.
 import t from 'tap';
-import { startServer, type TestServer } from '../helpers/server.js';
+import { startServer } from '../helpers/server.js';
+import { load, pidOf, workers, type Json } from '../helpers/load.js';
 import { copyPackage, corruptPackage } from '../helpers/packages.js';
 import { cellularPng, fixturePng, tileRequest } from '../helpers/tiles.js';
-import { writeFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-type Json = Record<string, any>;
 const tile = cellularPng(31);
 const fast = { restart_initial_delay_ms: 50, restart_max_delay_ms: 400, heartbeat_interval_ms: 100, heartbeat_timeout_ms: 3000 };
 const FRONTS = 2;
-
-async function workers(server: TestServer): Promise<Json[]> {
-  return ((await (await server.get('/diagnostics')).json()) as Json).workers;
-}
-async function pidOf(server: TestServer, id: string): Promise<number> {
-  return (await workers(server)).find((w) => w.id === id)!.pid;
-}
-
-/** Runs `concurrency` request loops until stopped; collects every status and body (status 0:
- *  the connection failed). */
-function load(server: TestServer, path: string, png: Buffer, concurrency: number) {
-  const results: { status: number; body: Json; at: number }[] = [];
-  let running = true;
-  const loops = Array.from({ length: concurrency }, async () => {
-    while (running) {
-      try {
-        const res = await server.post(path, tileRequest(png));
-        results.push({ status: res.status, body: (await res.json()) as Json, at: Date.now() });
-      } catch (err) {
-        results.push({ status: 0, body: { error: String((err as Error).cause ?? err) }, at: Date.now() });
-      }
-    }
-  });
-  return {
-    results,
-    stop: async () => {
-      running = false;
-      await Promise.all(loops);
-      return results;
-    },
-  };
-}
 
 t.test('SIGKILL a worker under load: only 200 and 503 loading, then it serves again; others unaffected', async (t) => {
   const server = await startServer({ config: { fronts: FRONTS, supervisor: fast } });
@@ -207,25 +174,6 @@ t.test('SIGTERM with requests in flight: all complete, then exit 0', async (t) =
   t.equal(await code, 0, 'exit 0');
   t.ok(Date.now() - started < 5000, `stopped in ${Date.now() - started} ms`);
   t.ok(server.lines.some((l) => l.msg === 'stopped'));
-});
-
-t.test('SIGHUP reloads packages one worker at a time without dropping requests', async (t) => {
-  const dir = copyPackage('gene-expr');
-  const server = await startServer({ models: [{ name: 'gene-expr', path: dir, instances: 2 }], config: { fronts: FRONTS } });
-  t.teardown(() => server.stop());
-  await server.allWorkersReady();
-  const before = (await workers(server)).map((w) => w.pid);
-  const manifest = JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8'));
-  manifest.description = 'reloaded package';
-  writeFileSync(join(dir, 'manifest.json'), JSON.stringify(manifest));
-  const gene = load(server, '/api/predict/gene-expr', tile, 4);
-  server.proc.kill('SIGHUP');
-  await server.waitFor(() => server.lines.some((l) => l.msg === 'reload done'), 30000);
-  const results = await gene.stop();
-  t.ok(results.length > 0 && results.every((r) => r.status === 200), `${results.length} requests during the reload, all 200`);
-  t.equal(((await (await server.get('/api/metadata/gene-expr')).json()) as Json).description, 'reloaded package');
-  const after = (await workers(server)).map((w) => w.pid);
-  t.ok(after.every((pid) => !before.includes(pid)), 'every worker replaced');
 });
 
 t.test('SIGKILL an HTTP front under load: it is replaced; requests on the other front never notice', async (t) => {

@@ -21,6 +21,8 @@ export interface ServerOptions {
   waitReady?: boolean;
   /** The service's open-file limit (ulimit -n). */
   fdLimit?: number;
+  /** Started with `npm start` (proc is the npm process). */
+  npmStart?: boolean;
 }
 
 export interface TestServer {
@@ -53,7 +55,7 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     // parsing a 4 MB body can pass 1 s of delay and answer 503 to a test about something else.
     pressure: { max_event_loop_delay_ms: 0, ...(options.config?.pressure as Record<string, unknown>) },
   };
-  const { url, proc, dir, lines, exited } = await spawnService(config, { env: options.env, fdLimit: options.fdLimit });
+  const { url, proc, dir, lines, exited } = await spawnService(config, { env: options.env, fdLimit: options.fdLimit, npmStart: options.npmStart });
   const server: TestServer = {
     url,
     proc,
