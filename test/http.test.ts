@@ -21,7 +21,7 @@ t.test('a tile runs on its model and the response echoes it', async (t) => {
   const body = res.json() as Json;
   t.equal(body.output.length, 512 * 512);
   t.match(body, { slide_name: 'slide-001', x: 1024, y: 2048, width: 512, height: 512, patch_idx: 7, resolution: 8, embedding: null });
-  t.same(Buffer.from(backend.jobs[0].png), tile512, 'the PNG bytes reach the backend as sent');
+  t.same(backend.jobs[0].image, { format: 'png', bytes: tile512, loc: ['body', 'image_data'] }, 'the PNG bytes reach the backend as sent');
   const both = (await app.inject({ method: 'POST', url: '/api/predict/gene-expr?mode=prediction_with_embedding', payload: tileRequest(tile224) })).json() as Json;
   t.equal(both.output.length, 21);
   t.equal(both.embedding.length, backend.model('gene-expr')!.info!.manifest.embedding_dim);

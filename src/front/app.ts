@@ -18,6 +18,7 @@ import usage from './plugins/usage.js';
 import metrics from './plugins/metrics.js';
 import diagnostics from './plugins/diagnostics.js';
 import { SERVICE_VERSION } from '../lib/version.js';
+import { tileImageKeyword } from './tile-image.js';
 
 export interface AppOptions {
   config: ServiceConfig;
@@ -33,7 +34,8 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: config.body_limit_bytes,
     // Every error of a request at once, and no silent coercion ("5" is not an integer).
-    ajv: { customOptions: { allErrors: true, coerceTypes: false } },
+    // The tileImage keyword: a parsed body's image_data holds the decoded image (tile-image.ts).
+    ajv: { customOptions: { allErrors: true, coerceTypes: false }, plugins: [tileImageKeyword] },
     // Slow clients cannot hold connections open: headers and whole requests have deadlines,
     // checked every second rather than Node's default 30 s.
     serverFactory: (handler) => createServer({ headersTimeout: front.headers_timeout_ms, requestTimeout: front.body_timeout_ms, connectionsCheckingInterval: 1000, keepAliveTimeout: front.keep_alive_timeout_ms }, handler),

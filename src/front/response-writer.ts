@@ -1,6 +1,6 @@
 // Writes a tile response as JSON text directly. A 512x512 mask is 262,144 numbers: a Buffer of
 // "0,"/"1," bytes takes well under a millisecond where JSON.stringify of an array takes ~10 ms.
-import type { TileRequest } from '../contract/schemas.js';
+import type { TileFields } from './tile-image.js';
 import type { Numbers, TileOutput } from '../ipc/protocol.js';
 
 const COMMA = 0x2c;
@@ -38,7 +38,7 @@ export interface TileOutcome {
 }
 
 /** The ModelResponse for a request: output, the echoed tile fields, then embedding. */
-export function tileResponseJson(request: TileRequest, outcome: TileOutcome): Buffer {
+export function tileResponseJson(request: TileFields, outcome: TileOutcome): Buffer {
   const output = outcome.output.role === 'mask' ? maskJson(outcome.output.mask) : numbersJson(outcome.output.values);
   const echo = JSON.stringify({
     slide_name: request.slide_name,

@@ -6,6 +6,7 @@ import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
 import fp from 'fastify-plugin';
 import { errors as make, ServiceError } from '../../lib/errors.js';
 import { bodyNotObject, jsonInvalid, toValidationItems, type ValidationItem } from '../validation-error.js';
+import { fieldsLocation } from '../tile-image.js';
 
 export interface ErrorsOptions {
   retryAfterS: number;
@@ -20,14 +21,16 @@ const PARTS = [
 ] as const;
 
 /** fastify stops at the first part (params, body, querystring) that fails; a client wants every
- *  error at once, so the parts it did not get to are validated here too. */
+ *  error at once, so the parts it did not get to are validated here too. A binary tile's fields
+ *  are validated as its body and reported where they were sent, in the query. */
 function allValidationErrors(request: FastifyRequest, error: FastifyError): ValidationItem[] {
   const failed = error.validationContext ?? 'body';
   return PARTS.flatMap(([part, data]) => {
-    if (part === failed) return toValidationItems(error.validation!, part, data(request));
+    const root = part === 'body' ? fieldsLocation(request.body) : undefined;
+    if (part === failed) return toValidationItems(error.validation!, part, data(request), root);
     const validate = request.getValidationFunction(part);
     if (!validate || validate(data(request))) return [];
-    return toValidationItems((validate.errors ?? []) as FastifySchemaValidationError[], part, data(request));
+    return toValidationItems((validate.errors ?? []) as FastifySchemaValidationError[], part, data(request), root);
   });
 }
 

@@ -4,33 +4,45 @@
 // A tile request is a flat object whose fields the schema names, so the same protection is
 // dropping those two keys from the top level, whatever the text's size.
 // A tile body is nearly all image_data, so that field is found and base64-decoded in the bytes,
-// and only the rest is decoded as text and parsed (parseTileBody, image-data.ts).
+// and only the rest is decoded as text and parsed; either way a string image_data leaves the
+// parser as the decoded image (tile-image.ts).
 import { isAscii } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { decodeBase64Strict } from '../../tile/base64.js';
-import { keepImageBytes } from '../image-data.js';
+import { notBase64, pngImage, type TileImage } from '../tile-image.js';
 
 const FORBIDDEN = ['__proto__', 'constructor'];
 const KEY = Buffer.from('"image_data"');
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
-/** Stands in for image_data's value while the rest is parsed; random, so no body can hold it. */
-const PLACEHOLDER = `image_data ${randomBytes(16).toString('hex')}`;
+/** Stands in for image_data's value while the rest is parsed, to find out whether the key found
+ *  in the bytes is the top-level one; random, so no body can hold it. It never leaves the parser. */
+const MARKER = `image_data ${randomBytes(16).toString('hex')}`;
 
 export function parseJsonBody(body: Buffer): unknown {
-  const value = parseTileBody(body) ?? JSON.parse(body.toString('utf8'));
-  if (value !== null && typeof value === 'object') for (const key of FORBIDDEN) if (Object.hasOwn(value, key)) delete value[key];
+  const value = parseTileBody(body) ?? withImage(JSON.parse(body.toString('utf8')));
+  if (value !== null && typeof value === 'object') for (const key of FORBIDDEN) if (Object.hasOwn(value, key)) delete (value as Record<string, unknown>)[key];
   return value;
 }
+
+/** The value parsed the long way, a string image_data decoded; any other left as sent. */
+function withImage(value: unknown): unknown {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return value;
+  const body = value as Record<string, unknown>;
+  if (Object.hasOwn(body, 'image_data') && typeof body.image_data === 'string') body.image_data = imageOf(decodeBase64Strict(body.image_data));
+  return body;
+}
+
+const imageOf = (decoded: ReturnType<typeof decodeBase64Strict>): TileImage => ('reason' in decoded ? notBase64(decoded.reason) : pngImage(decoded.bytes, 'image_data'));
 
 /** The body with image_data's bytes decoded from the body's bytes, or null where that shortcut
  *  cannot be sure to give what JSON.parse would (then the caller parses the whole text). It
  *  holds when the value is ASCII without escapes and is strict base64 (so it holds no control
- *  character JSON would refuse), and when the placeholder put in its place comes back as the
+ *  character JSON would refuse), and when the marker put in its place comes back as the
  *  top-level image_data (so the key found was not a nested or duplicated one). */
-function parseTileBody(body: Buffer): Record<string, unknown> | null {
+export function parseTileBody(body: Buffer): Record<string, unknown> | null {
   const key = body.indexOf(KEY);
   if (key < 0) return null;
   let start = skipSpace(body, key + KEY.length);
@@ -45,12 +57,12 @@ function parseTileBody(body: Buffer): Record<string, unknown> | null {
   if ('reason' in decoded) return null;
   let value: unknown;
   try {
-    value = JSON.parse(`${body.toString('utf8', 0, start)}${PLACEHOLDER}${body.toString('utf8', end)}`);
+    value = JSON.parse(`${body.toString('utf8', 0, start)}${MARKER}${body.toString('utf8', end)}`);
   } catch {
     return null; // Malformed: the long way reports the error at its place in the body as sent.
   }
-  if (value === null || typeof value !== 'object' || (value as Record<string, unknown>).image_data !== PLACEHOLDER) return null;
-  keepImageBytes(value as Record<string, unknown>, decoded.bytes);
+  if (value === null || typeof value !== 'object' || (value as Record<string, unknown>).image_data !== MARKER) return null;
+  (value as Record<string, unknown>).image_data = imageOf(decoded);
   return value as Record<string, unknown>;
 }
 

@@ -10,11 +10,12 @@ import { readManifest } from '../../model-package/model-package.js';
 import type { WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
 import { unavailable, type ModelBackend } from '../backend.js';
+import type { SwaggerTransform } from '@fastify/swagger';
 import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../../contract/schemas.js';
+import { TileBody } from '../tile-image.js';
 import { checkTile } from '../tile-checks.js';
 import { tileResponseJson } from '../response-writer.js';
 import { describeRoute, exampleRequest } from '../route-docs.js';
-import { Type } from 'typebox';
 import { endpointsFor } from '../../contract/endpoints.js';
 
 export interface ModelRoutesOptions {
@@ -36,10 +37,12 @@ function plannedManifest(dir: string): Manifest | null {
   }
 }
 
-/** The tile request schema with this model's example, for /docs. */
-const bodyFor = (manifest: Manifest | null) => {
+/** What /docs shows of a model route: the contract's body, with this model's example, where the
+ *  route validates the parsed body (TileBody: image_data already the decoded image). */
+const docsFor = (manifest: Manifest | null): SwaggerTransform => {
   const example = exampleRequest(manifest);
-  return example ? Type.Unsafe<TileRequest>({ ...TileRequest, examples: [example] }) : TileRequest;
+  const body = example ? { ...TileRequest, examples: [example] } : TileRequest;
+  return ({ schema, url }) => ({ schema: { ...schema, body }, url });
 };
 
 /** The response is already JSON text (response-writer.ts), so fastify's serializer is bypassed. */
@@ -62,7 +65,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
     const { name } = entry;
     const planned = plannedManifest(entry.path!);
     const tasks: Task[] = planned?.tasks ?? ['segmentation', 'prediction', 'embedding'];
-    const body = bodyFor(planned);
+    const swaggerTransform = docsFor(planned);
     const tags = ['Models'];
     const endpoints = endpointsFor(name, tasks);
     fastify.modelEndpoints.set(name, endpoints);
@@ -75,14 +78,14 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
     };
 
     /** Checks the tile, has a worker run it and writes the response, timing each stage. */
-    const run = async (reply: FastifyReply, body: TileRequest, manifest: Manifest, task: Task, withEmbedding = false) => {
+    const run = async (reply: FastifyReply, body: TileBody, manifest: Manifest, task: Task, withEmbedding = false) => {
       const parse = reply.elapsedTime;
       const checkedAt = performance.now();
-      const { errors: invalid, png } = checkTile(body, manifest, task === 'prediction', config.max_tile_pixels);
-      if (invalid.length) throw errors.tileInvalid(invalid);
+      const { errors: invalid, image } = checkTile(body, manifest, task === 'prediction', config.max_tile_pixels);
+      if (invalid.length || !image) throw errors.tileInvalid(invalid);
       const bulk = task === 'prediction' ? (body.bulk_rna ?? null) : null;
       const sent = performance.now();
-      const result = await backend.infer(name, { task, withEmbedding, png: png!, width: body.width, height: body.height, bulk });
+      const result = await backend.infer(name, { task, withEmbedding, image, width: body.width, height: body.height, bulk });
       const received = performance.now();
       const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
       const json = tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
@@ -108,11 +111,11 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
             summary: `${name} prediction`,
             description: describeRoute(name, planned, tasks.includes('segmentation') ? 'segmentation' : 'prediction'),
             tags,
-            body,
+            body: TileBody,
             querystring: PredictQuery,
             response: { 200: TileResponse, ...errorResponses },
           },
-          config: { model: { name, endpoint: 'predict' } },
+          config: { model: { name, endpoint: 'predict' }, swaggerTransform },
           onRequest: admit,
         },
         async (request, reply) => {
@@ -131,8 +134,8 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       app.post(
         `/api/embed/${name}`,
         {
-          schema: { summary: `${name} embedding`, description: describeRoute(name, planned, 'embedding'), tags, body, response: { 200: TileResponse, ...errorResponses } },
-          config: { model: { name, endpoint: 'embed' } },
+          schema: { summary: `${name} embedding`, description: describeRoute(name, planned, 'embedding'), tags, body: TileBody, response: { 200: TileResponse, ...errorResponses } },
+          config: { model: { name, endpoint: 'embed' }, swaggerTransform },
           onRequest: admit,
         },
         async (request, reply) => run(reply, request.body, ready(name).manifest, 'embedding'),
