@@ -8,6 +8,7 @@ import type { ModelBackend } from './backend.js';
 import errors from './plugins/errors.js';
 import connections from './plugins/connections.js';
 import jsonBody from './plugins/json-body.js';
+import binaryBody from './plugins/binary-body.js';
 import pressure from './plugins/pressure.js';
 import nonJsonBody from './plugins/non-json-body.js';
 import openapi from './plugins/openapi.js';
@@ -45,6 +46,7 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
   await app.register(errors, { retryAfterS: config.pressure.retry_after_s, models: () => backend.models().map((m) => m.name) });
   await app.register(connections, { maxConnections: front.max_connections });
   await app.register(jsonBody);
+  await app.register(binaryBody);
   await app.register(nonJsonBody);
   await app.register(pressure, { config: config.pressure });
   await app.register(openapi, { version: SERVICE_VERSION });

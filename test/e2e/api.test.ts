@@ -97,6 +97,41 @@ t.test('tile-embed serves its own embedding', async (t) => {
   t.equal((await server.post('/api/predict/tile-embed', tileRequest(tile224))).status, 404, 'no predict route for an embedding-only package');
 });
 
+/** The tile's pixels as uint8 RGB, by another decoder than the service's (pngjs, RGBA). */
+function rgbOf(png: Buffer): Buffer {
+  const { data, width, height } = PNG.sync.read(png);
+  const rgb = Buffer.alloc(width * height * 3);
+  for (let i = 0; i < width * height; i++) data.copy(rgb, i * 3, i * 4, i * 4 + 3);
+  return rgb;
+}
+
+t.test('the same tile as JSON, as a PNG body and as raw RGB: identical answers from every model', async (t) => {
+  const cases = [
+    { path: '/api/predict/tissue-seg', png: fixturePng('he-mixed'), fields: { resolution: 8.0 } },
+    { path: '/api/predict/gene-expr?mode=prediction_with_embedding', png: tile224, fields: { bulk_rna: bulk, tissue_ratio: 0.5 } },
+    { path: '/api/embed/tile-embed', png: tile224, fields: { resolution: 0.5 } },
+  ];
+  for (const { path, png, fields } of cases) {
+    const { image_data: _, ...rest } = tileRequest(png, fields);
+    const query = Object.entries(rest).map(([k, v]) => `${k}=${Array.isArray(v) ? v.join(',') : v}`).join('&');
+    const url = `${server.url}${path}${path.includes('?') ? '&' : '?'}${query}`;
+    // One at a time: a tile's answer is compared with itself, not across batch sizes.
+    const asJson = await json(await server.post(path, tileRequest(png, fields)));
+    const asPng = await (await fetch(url, { method: 'POST', headers: { 'content-type': 'image/png' }, body: png })).json();
+    const asRgb = await (await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: rgbOf(png) })).json();
+    t.ok(asJson.output.length > 0, `${path}: ${asJson.output.length} values`);
+    t.same(asPng, asJson, `${path}: the PNG body's answer is the JSON body's`);
+    t.same(asRgb, asJson, `${path}: the raw RGB body's answer is the JSON body's`);
+  }
+  const short = await fetch(`${server.url}/api/embed/tile-embed?slide_name=s&x=0&y=0&width=224&height=224&patch_idx=0`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: Buffer.alloc(100) });
+  t.equal(short.status, 422);
+  t.match(await short.json(), { detail: [{ loc: ['body'], msg: /150528 bytes/ }] });
+  const broken = Buffer.from(tile224);
+  broken.fill(0x55, 60, 400);
+  const corrupt = await fetch(`${server.url}/api/embed/tile-embed?slide_name=s&x=0&y=0&width=224&height=224&patch_idx=0`, { method: 'POST', headers: { 'content-type': 'image/png' }, body: broken });
+  t.match(await corrupt.json(), { detail: [{ loc: ['body'], msg: /the body is not a decodable PNG/ }] }, 'the worker names the body');
+});
+
 t.test('metadata', async (t) => {
   const gene = await json(await server.get('/api/metadata/gene-expr'));
   const sha = shellDigest(join(MODELS, 'gene-expr'));

@@ -10,13 +10,12 @@ import { readManifest } from '../../model-package/model-package.js';
 import type { WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
 import { unavailable, type ModelBackend } from '../backend.js';
-import type { SwaggerTransform } from '@fastify/swagger';
-import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../../contract/schemas.js';
+import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, predictQuery, TileResponse } from '../../contract/schemas.js';
 import { TileBody } from '../tile-image.js';
 import { checkTile } from '../tile-checks.js';
 import { tileResponseJson } from '../response-writer.js';
-import { describeRoute, exampleRequest } from '../route-docs.js';
-import { endpointsFor } from '../../contract/endpoints.js';
+import { describeBodies, describeRoute, requestDocs } from '../route-docs.js';
+import { endpointsFor, predictModes } from '../../contract/endpoints.js';
 
 export interface ModelRoutesOptions {
   backend: ModelBackend;
@@ -36,14 +35,6 @@ function plannedManifest(dir: string): Manifest | null {
     return null;
   }
 }
-
-/** What /docs shows of a model route: the contract's body, with this model's example, where the
- *  route validates the parsed body (TileBody: image_data already the decoded image). */
-const docsFor = (manifest: Manifest | null): SwaggerTransform => {
-  const example = exampleRequest(manifest);
-  const body = example ? { ...TileRequest, examples: [example] } : TileRequest;
-  return ({ schema, url }) => ({ schema: { ...schema, body }, url });
-};
 
 /** The response is already JSON text (response-writer.ts), so fastify's serializer is bypassed. */
 const sendJson = (reply: FastifyReply, body: Buffer) => reply.type('application/json').send(body);
@@ -65,7 +56,9 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
     const { name } = entry;
     const planned = plannedManifest(entry.path!);
     const tasks: Task[] = planned?.tasks ?? ['segmentation', 'prediction', 'embedding'];
-    const swaggerTransform = docsFor(planned);
+    // An unreadable package offers every mode: the loaded manifest decides (below).
+    const modes = planned ? predictModes(tasks) : predictModes(['prediction', 'embedding']);
+    const querystring = predictQuery(modes);
     const tags = ['Models'];
     const endpoints = endpointsFor(name, tasks);
     fastify.modelEndpoints.set(name, endpoints);
@@ -109,20 +102,21 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
         {
           schema: {
             summary: `${name} prediction`,
-            description: describeRoute(name, planned, tasks.includes('segmentation') ? 'segmentation' : 'prediction'),
+            description: `${describeRoute(name, planned, tasks.includes('segmentation') ? 'segmentation' : 'prediction')}\n\n${describeBodies(`/api/predict/${name}`, planned)}`,
             tags,
             body: TileBody,
-            querystring: PredictQuery,
+            querystring,
             response: { 200: TileResponse, ...errorResponses },
           },
-          config: { model: { name, endpoint: 'predict' }, swaggerTransform },
+          config: { model: { name, endpoint: 'predict' }, swaggerTransform: requestDocs(planned, querystring) },
           onRequest: admit,
         },
         async (request, reply) => {
           const { manifest } = ready(name);
           const mode = request.query.mode ?? 'prediction';
           const segmentation = manifest.tasks.includes('segmentation');
-          if (mode === 'prediction_with_embedding' && (segmentation || !manifest.tasks.includes('embedding'))) {
+          // The package may have changed since the routes were made: its own modes decide.
+          if (!predictModes(manifest.tasks).includes(mode)) {
             throw errors.tileInvalid([{ loc: ['query', 'mode'], msg: "Input should be 'prediction'", type: 'literal_error', ctx: { expected: "'prediction'" }, input: mode }]);
           }
           return run(reply, request.body, manifest, segmentation ? 'segmentation' : 'prediction', mode === 'prediction_with_embedding');
@@ -134,8 +128,8 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       app.post(
         `/api/embed/${name}`,
         {
-          schema: { summary: `${name} embedding`, description: describeRoute(name, planned, 'embedding'), tags, body: TileBody, response: { 200: TileResponse, ...errorResponses } },
-          config: { model: { name, endpoint: 'embed' }, swaggerTransform },
+          schema: { summary: `${name} embedding`, description: `${describeRoute(name, planned, 'embedding')}\n\n${describeBodies(`/api/embed/${name}`, planned)}`, tags, body: TileBody, response: { 200: TileResponse, ...errorResponses } },
+          config: { model: { name, endpoint: 'embed' }, swaggerTransform: requestDocs(planned, null) },
           onRequest: admit,
         },
         async (request, reply) => run(reply, request.body, ready(name).manifest, 'embedding'),
