@@ -6,6 +6,10 @@
 // A tile body is nearly all image_data, so that field is found and base64-decoded in the bytes,
 // and only the rest is decoded as text and parsed; either way a string image_data leaves the
 // parser as the decoded image (tile-image.ts).
+// JSON.parse of a body nested millions of levels deep holds the event loop for seconds (6 MB,
+// 3 million levels: 2.3 s), so nesting is counted in the bytes first and a body deeper than
+// MAX_JSON_DEPTH is refused as malformed JSON (422 json_invalid at its position), as a body over
+// the limit is refused by its size.
 import { isAscii } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
@@ -21,8 +25,35 @@ const BACKSLASH = 0x5c;
  *  in the bytes is the top-level one; random, so no body can hold it. It never leaves the parser. */
 const MARKER = `image_data ${randomBytes(16).toString('hex')}`;
 
+/** How deep a body may nest: a tile request nests 2 levels (the object, bulk_rna); fields the
+ *  contract does not name are ignored, as FastAPI ignores them, and get room up to this. */
+export const MAX_JSON_DEPTH = 16;
+
+const OPEN_OBJECT = 0x7b;
+const OPEN_ARRAY = 0x5b;
+const CLOSE_OBJECT = 0x7d;
+const CLOSE_ARRAY = 0x5d;
+
+/** Throws where `body` nests deeper than MAX_JSON_DEPTH, as JSON.parse throws on malformed text.
+ *  `skip`, a string's contents already read (no quote or backslash in it), is not scanned. */
+function checkDepth(body: Buffer, skip: [number, number] = [body.length, body.length]): void {
+  let depth = 0;
+  let inString = false;
+  for (let at = 0; at < body.length; at++) {
+    if (at === skip[0]) at = skip[1];
+    const c = body[at];
+    if (inString) {
+      if (c === BACKSLASH) at++;
+      else if (c === QUOTE) inString = false;
+    } else if (c === QUOTE) inString = true;
+    else if (c === OPEN_OBJECT || c === OPEN_ARRAY) {
+      if (++depth > MAX_JSON_DEPTH) throw new SyntaxError(`JSON nested deeper than ${MAX_JSON_DEPTH} levels at position ${at}; a tile request nests 2`);
+    } else if (c === CLOSE_OBJECT || c === CLOSE_ARRAY) depth--;
+  }
+}
+
 export function parseJsonBody(body: Buffer): unknown {
-  const value = parseTileBody(body) ?? withImage(JSON.parse(body.toString('utf8')));
+  const value = parseTileBody(body) ?? (checkDepth(body), withImage(JSON.parse(body.toString('utf8'))));
   if (value !== null && typeof value === 'object') for (const key of FORBIDDEN) if (Object.hasOwn(value, key)) delete (value as Record<string, unknown>)[key];
   return value;
 }
@@ -55,6 +86,7 @@ export function parseTileBody(body: Buffer): Record<string, unknown> | null {
   if (raw.indexOf(BACKSLASH) >= 0 || !isAscii(raw)) return null;
   const decoded = decodeBase64Strict(raw);
   if ('reason' in decoded) return null;
+  checkDepth(body, [start, end]);
   let value: unknown;
   try {
     value = JSON.parse(`${body.toString('utf8', 0, start)}${MARKER}${body.toString('utf8', end)}`);
