@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { exampleRequests } from '../tools/examples.js';
 import { decodePng } from '../src/tile/png.js';
+import { gzipSync } from 'node:zlib';
 
 type Json = Record<string, any>;
 const tile224 = cellularPng(3);
@@ -185,6 +186,38 @@ t.test('finding one’s way: GET /api/models, and 404s under /api name the model
   const missing = await app.inject({ method: 'POST', url: '/api/predict/gene_expr', payload: {} });
   t.equal(missing.statusCode, 404);
   t.same(missing.json(), { detail: 'Not Found; enabled models: tissue-seg, gene-expr, tile-embed (GET /api/models)' });
+});
+
+t.test('HTTP semantics: 405 with Allow for a wrong method, 415 for an encoded body, 431 for huge headers, all in the service shape', async (t) => {
+  const { app } = await fakeService();
+  const get = await app.inject({ method: 'GET', url: '/api/predict/tissue-seg' });
+  t.equal(get.statusCode, 405);
+  t.equal(get.headers.allow, 'POST');
+  t.same(get.json(), { detail: 'Method Not Allowed: /api/predict/tissue-seg takes POST, not GET' });
+  const post = await app.inject({ method: 'POST', url: '/health/live?x=1' });
+  t.same([post.statusCode, post.headers.allow], [405, 'GET, HEAD'], 'a path with a query string');
+  t.same([(await app.inject({ method: 'DELETE', url: '/health/ready/gene-expr' })).headers.allow], ['GET, HEAD'], 'a route with a parameter');
+  t.equal((await app.inject({ method: 'GET', url: '/api/predict/gene_expr' })).statusCode, 404, 'a path no method has stays a 404');
+
+  const gzipped = gzipSync(JSON.stringify(tileRequest(tile224)));
+  const encoded = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, payload: gzipped });
+  t.equal(encoded.statusCode, 415);
+  t.equal(encoded.headers['accept-encoding'], 'identity');
+  t.match(encoded.json(), { detail: /Content-Encoding gzip is not supported/ });
+  const identity = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', headers: { 'content-type': 'application/json', 'content-encoding': 'identity' }, payload: tileRequest(tile224) });
+  t.equal(identity.statusCode, 200, 'identity is no encoding');
+
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1');
+  socket.write(`GET /api/models?${'a'.repeat(70_000)} HTTP/1.1\r\nhost: x\r\n\r\n`);
+  const answer = await new Promise<string>((resolve) => {
+    let text = '';
+    socket.on('data', (d) => (text += d.toString()));
+    socket.on('close', () => resolve(text));
+  });
+  t.match(answer, /^HTTP\/1\.1 431 Request Header Fields Too Large\r\n/);
+  t.same(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)), { detail: "the request's headers, its URL included, are over the limit of 16384 bytes" });
 });
 
 t.test('a body carrying __proto__ or constructor keys is served without them, polluting nothing', async (t) => {

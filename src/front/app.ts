@@ -5,7 +5,8 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import type { Logger } from 'pino';
 import type { ServiceConfig } from '../config/config.js';
 import type { ModelBackend } from './backend.js';
-import errors from './plugins/errors.js';
+import errors, { clientErrorHandler } from './plugins/errors.js';
+import contentEncoding from './plugins/content-encoding.js';
 import connections from './plugins/connections.js';
 import jsonBody from './plugins/json-body.js';
 import binaryBody from './plugins/binary-body.js';
@@ -42,9 +43,12 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
     serverFactory: (handler) => createServer({ headersTimeout: front.headers_timeout_ms, requestTimeout: front.body_timeout_ms, connectionsCheckingInterval: 1000, keepAliveTimeout: front.keep_alive_timeout_ms }, handler),
     // During a stop the service answers 503 in its own shape (plugins/connections.ts).
     return503OnClosing: false,
+    // HTTP that Node refuses (headers over the limit, timeouts, malformed) in the same shape.
+    clientErrorHandler,
   });
   await app.register(errors, { retryAfterS: config.pressure.retry_after_s, models: () => backend.models().map((m) => m.name) });
   await app.register(connections, { maxConnections: front.max_connections });
+  await app.register(contentEncoding);
   await app.register(jsonBody);
   await app.register(binaryBody);
   await app.register(nonJsonBody);

@@ -37,6 +37,15 @@ const REGISTRY = {
   WORKER_GONE: { status: 503, body: 'loading' },
   /** No such route; names the enabled models. */
   NOT_FOUND: { status: 404, body: 'detail' },
+  /** The path exists for other methods (listed in Allow). */
+  METHOD_NOT_ALLOWED: { status: 405, body: 'detail' },
+  /** A Content-Encoding (gzip, ...) other than identity: bodies are read as sent. */
+  UNSUPPORTED_CONTENT_ENCODING: { status: 415, body: 'detail' },
+  /** HTTP that Node's parser refuses: headers (the URL included) over the limit, a request that
+   *  did not arrive in time, malformed HTTP. Written on the socket, which then closes. */
+  HEADERS_TOO_LARGE: { status: 431, body: 'detail' },
+  REQUEST_TIMEOUT: { status: 408, body: 'detail' },
+  BAD_REQUEST: { status: 400, body: 'detail' },
   /** session.run or another server part failed. */
   INTERNAL: { status: 500, body: 'internal' },
 } as const satisfies Record<string, { status: number; body: BodyKind }>;
@@ -102,6 +111,12 @@ export const errors = {
   shuttingDown: () => new ServiceError('SHUTTING_DOWN', 'the service is shutting down; retry on another host or later'),
   deadline: (model: string, timeoutMs: number) => new ServiceError('DEADLINE', `model ${model} did not answer within the ${timeoutMs} ms request deadline`),
   workerGone: (why: string) => new ServiceError('WORKER_GONE', why),
+  methodNotAllowed: (method: string, path: string, allowed: string[]) => new ServiceError('METHOD_NOT_ALLOWED', `Method Not Allowed: ${path} takes ${allowed.join(', ')}, not ${method}`),
+  unsupportedContentEncoding: (encoding: string) =>
+    new ServiceError('UNSUPPORTED_CONTENT_ENCODING', `Content-Encoding ${encoding} is not supported: send the body uncompressed (a PNG is compressed already; raw pixels are the fastest body)`),
+  headersTooLarge: (limit: number) => new ServiceError('HEADERS_TOO_LARGE', `the request's headers, its URL included, are over the limit of ${limit} bytes`),
+  requestTimeout: () => new ServiceError('REQUEST_TIMEOUT', 'the request did not arrive in time (front.headers_timeout_ms, front.body_timeout_ms)'),
+  badRequest: (reason: string) => new ServiceError('BAD_REQUEST', `malformed HTTP request: ${reason}`),
   /** Under /api and /health/ready the answer names the enabled models, the likely mistake being
    *  a model's name. */
   notFound: (url: string, models: string[]) =>

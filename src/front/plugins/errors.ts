@@ -1,6 +1,9 @@
 // Where every error becomes a response: ServiceErrors (src/lib/errors.ts) with their own status and
-// body, schema failures as the contract's 422, a Retry-After on every 503, and a plain 500 whose
-// reason stays in the log.
+// body, schema failures as the contract's 422, a Retry-After on every 503, a 405 with Allow for a
+// path's other methods, HTTP Node refuses (431, 408, 400) in the same shape, and a plain 500
+// whose reason stays in the log.
+import { maxHeaderSize, STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
 import fp from 'fastify-plugin';
@@ -44,8 +47,30 @@ function toServiceError(request: FastifyRequest, error: FastifyError): ServiceEr
   return null;
 }
 
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
+
+/** What Node's HTTP parser refuses before fastify sees a request (fastify's clientErrorHandler,
+ *  app.ts), in the service's shape, on the socket, which then closes. */
+export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const error =
+    err.code === 'HPE_HEADER_OVERFLOW' ? make.headersTooLarge(maxHeaderSize) : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? make.requestTimeout() : make.badRequest(err.message);
+  const body = JSON.stringify(error.body());
+  if (socket.writable) {
+    socket.write(`HTTP/1.1 ${error.statusCode} ${STATUS_CODES[error.statusCode]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`);
+  }
+  socket.destroy(err);
+}
+
 async function errors(app: FastifyInstance, { retryAfterS, models }: ErrorsOptions): Promise<void> {
-  app.setNotFoundHandler((request) => {
+  // A path that exists for other methods is a 405 naming them (Allow), not a 404.
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0];
+    const allowed = METHODS.filter((method) => app.findRoute({ method, url: path }));
+    if (allowed.length) {
+      reply.header('allow', allowed.join(', '));
+      throw make.methodNotAllowed(request.method, path, allowed);
+    }
     throw make.notFound(request.url, models());
   });
 
