@@ -2,10 +2,14 @@
 // `concurrency` tiles in flight, 503 answered by waiting Retry-After (model loading, queue full,
 // under pressure), exponential backoff with full jitter on connection errors and other 5xx,
 // several servers (each tile goes to the least-busy healthy one; one that fails is benched for
-// its backoff and the tile moves on), and a deadline per tile across all its attempts.
+// its backoff and the tile moves on), and a deadline per tile across all its attempts. A tile
+// given as pixels or PNG bytes (inferTile) goes in the body each server takes best, as its
+// GET /api/models says: raw RGB, else the PNG file, else the contract's JSON (older servers).
 import { Pool } from 'undici';
 import type { Static } from 'typebox';
 import type { ModelMetadata, TileRequest, TileResponse } from '../contract/schemas.js';
+import type { TileBodyType } from '../contract/endpoints.js';
+import { encodeRgbPng } from '../tile/png-write.js';
 import { Semaphore } from './semaphore.js';
 
 export type TileResponseBody = Static<typeof TileResponse>;
@@ -22,7 +26,15 @@ export interface ClientOptions {
   maxBackoffMs?: number;
   /** Called on every retry (for progress displays). */
   onRetry?: (reason: string) => void;
+  /** 'json' sends every tile as the contract's JSON, whatever the servers take (default 'auto'). */
+  bodies?: 'auto' | 'json';
 }
+
+export type TileFields = Omit<TileRequest, 'image_data'>;
+
+/** A tile for inferTile: its fields, and its image as raw pixels (uint8 RGB, row-major, width x
+ *  height x 3 bytes) or as PNG bytes. */
+export type TileInput = { fields: TileFields } & ({ rgb: Uint8Array; png?: undefined } | { png: Uint8Array; rgb?: undefined });
 
 /** An answer the client will not retry (4xx) or a tile that ran out of time. */
 export class TileClientError extends Error {
@@ -42,6 +54,15 @@ interface Server {
   inFlight: number;
   /** Not chosen before this time (after a connection error or 5xx). */
   benchedUntil: number;
+  /** The request bodies each model takes (GET /api/models), once read. */
+  bodyTypes: Promise<Map<string, Set<string>>> | null;
+}
+
+/** One attempt's request: where it goes and what it carries. */
+interface Outgoing {
+  path: string;
+  body?: string | Buffer;
+  contentType?: string;
 }
 
 /** The JSON body of a tile request as bytes, the PNG's base64 written straight into it: the same
@@ -84,7 +105,7 @@ export class TileClient {
     if (!options.servers.length) throw new Error('at least one server URL is needed');
     // Each pool may open as many connections as there are slots: with one server up, it takes
     // all the load.
-    this.servers = options.servers.map((url) => ({ url: url.replace(/\/$/, ''), pool: new Pool(url, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 }), inFlight: 0, benchedUntil: 0 }));
+    this.servers = options.servers.map((url) => ({ url: url.replace(/\/$/, ''), pool: new Pool(url, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 }), inFlight: 0, benchedUntil: 0, bodyTypes: null }));
     this.slots = new Semaphore(options.concurrency);
     this.deadlineMs = options.deadlineMs ?? 300_000;
     this.backoffMs = options.backoffMs ?? 100;
@@ -104,8 +125,9 @@ export class TileClient {
     this.options.onRetry?.(reason);
   }
 
-  /** One request with retries; resolves with the parsed JSON body of the first 2xx. */
-  private async call<T>(method: 'GET' | 'POST', path: string, body?: string | Buffer): Promise<T> {
+  /** One request with retries; resolves with the parsed JSON body of the first 2xx. `request`
+   *  is the same for every server, or made for the server an attempt goes to. */
+  private async call<T>(method: 'GET' | 'POST', path: string, request: Outgoing | ((server: Server) => Promise<Outgoing>) = { path }): Promise<T> {
     const deadline = Date.now() + this.deadlineMs;
     let reason = '';
     for (let attempt = 0; ; attempt++) {
@@ -115,11 +137,12 @@ export class TileClient {
       let wait: number;
       server.inFlight++;
       try {
+        const out = typeof request === 'function' ? await request(server) : request;
         const res = await server.pool.request({
           method,
-          path,
-          body,
-          headers: body ? { 'content-type': 'application/json' } : {},
+          path: out.path,
+          body: out.body,
+          headers: out.body ? { 'content-type': out.contentType ?? 'application/json' } : {},
           headersTimeout: remaining,
           bodyTimeout: remaining,
         });
@@ -173,10 +196,58 @@ export class TileClient {
   async infer(path: string, request: TileRequest | Buffer): Promise<TileResponseBody> {
     const release = await this.slots.acquire();
     try {
-      return await this.call<TileResponseBody>('POST', path, Buffer.isBuffer(request) ? request : JSON.stringify(request));
+      return await this.call<TileResponseBody>('POST', path, { path, body: Buffer.isBuffer(request) ? request : JSON.stringify(request) });
     } finally {
       release();
     }
+  }
+
+  /** Posts one tile given as pixels or PNG bytes, in the body the server an attempt goes to takes
+   *  best for the path's model: raw RGB pixels, the PNG file, or the contract's JSON. A PNG is
+   *  made from pixels only for a server that needs one, once. */
+  async inferTile(path: string, tile: TileInput): Promise<TileResponseBody> {
+    const { width, height } = tile.fields;
+    if (tile.rgb && tile.rgb.length !== width * height * 3) throw new Error(`raw pixels of a ${width}x${height} tile are ${width * height * 3} bytes (uint8 RGB), not ${tile.rgb.length}`);
+    const model = /^\/api\/(?:predict|embed)\/([^/?]+)/.exec(path)?.[1];
+    let png = tile.png;
+    const pngOf = () => (png ??= encodeRgbPng(tile.rgb!, width, height));
+    const query = new URLSearchParams();
+    for (const [key, value] of Object.entries(tile.fields)) if (value !== null && value !== undefined) query.set(key, Array.isArray(value) ? value.join(',') : String(value));
+    const binary = (body: Uint8Array, contentType: TileBodyType): Outgoing => ({ path: `${path}${path.includes('?') ? '&' : '?'}${query}`, body: Buffer.from(body.buffer, body.byteOffset, body.byteLength), contentType });
+    const release = await this.slots.acquire();
+    try {
+      return await this.call<TileResponseBody>('POST', path, async (server) => {
+        const takes = model && this.options.bodies !== 'json' ? (await this.bodyTypesOf(server)).get(decodeURIComponent(model)) : undefined;
+        if (tile.rgb && takes?.has('application/octet-stream')) return binary(tile.rgb, 'application/octet-stream');
+        if (takes?.has('image/png')) return binary(pngOf(), 'image/png');
+        return { path, body: tileRequestBody(pngOf(), tile.fields) };
+      });
+    } finally {
+      release();
+    }
+  }
+
+  /** The bodies each of a server's models takes, from its GET /api/models (read once); none for a
+   *  server that does not say (an older one: JSON only). A server that cannot be asked now is
+   *  asked again on the next tile. */
+  private bodyTypesOf(server: Server): Promise<Map<string, Set<string>>> {
+    server.bodyTypes ??= (async () => {
+      const res = await server.pool.request({ method: 'GET', path: '/api/models', headersTimeout: 10_000, bodyTimeout: 10_000 });
+      const text = await res.body.text();
+      const takes = new Map<string, Set<string>>();
+      let models: { name: string; content_types?: string[] }[] = [];
+      try {
+        if (res.statusCode === 200) models = (JSON.parse(text) as { models?: typeof models }).models ?? [];
+      } catch {
+        // not the list: the server says nothing of its bodies
+      }
+      for (const m of models) takes.set(m.name, new Set(m.content_types ?? []));
+      return takes;
+    })().catch(() => {
+      server.bodyTypes = null;
+      return new Map();
+    });
+    return server.bodyTypes;
   }
 
   async close(): Promise<void> {

@@ -9,6 +9,7 @@ import { crc32 } from 'node:zlib';
 import { startServer, MODELS, ROOT as ROOT_DIR, type TestServer } from '../helpers/server.js';
 import { cellularPng, fixturePng, tileRequest, FIXTURES } from '../helpers/tiles.js';
 import { shellDigest } from '../helpers/packages.js';
+import { TileClient, type TileFields } from '../../src/client/tile-client.js';
 
 type Json = Record<string, any>;
 
@@ -123,6 +124,14 @@ t.test('the same tile as JSON, as a PNG body and as raw RGB: identical answers f
     t.same(asPng, asJson, `${path}: the PNG body's answer is the JSON body's`);
     t.same(asRgb, asJson, `${path}: the raw RGB body's answer is the JSON body's`);
   }
+  // The client library sends raw pixels to this server, JSON when told to: the same answer.
+  const client = new TileClient({ servers: [server.url], concurrency: 1 });
+  const jsonClient = new TileClient({ servers: [server.url], concurrency: 1, bodies: 'json' });
+  const { image_data: _, ...fields } = tileRequest(tile224, { bulk_rna: bulk });
+  const viaRaw = await client.inferTile('/api/predict/gene-expr?mode=prediction_with_embedding', { fields: fields as TileFields, rgb: rgbOf(tile224) });
+  const viaJson = await jsonClient.inferTile('/api/predict/gene-expr?mode=prediction_with_embedding', { fields: fields as TileFields, rgb: rgbOf(tile224) });
+  await Promise.all([client.close(), jsonClient.close()]);
+  t.same(viaRaw, viaJson, 'tile-client: raw pixels and JSON give the same answer');
   const short = await fetch(`${server.url}/api/embed/tile-embed?slide_name=s&x=0&y=0&width=224&height=224&patch_idx=0`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: Buffer.alloc(100) });
   t.equal(short.status, 422);
   t.match(await short.json(), { detail: [{ loc: ['body'], msg: /150528 bytes/ }] });
