@@ -2,7 +2,7 @@
 // number in flight (results journalled as they arrive), and the CLAM/TRIDENT-style outputs.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { tileRequestBody, type ModelMetadataBody, type TileClient } from '../tile-client.js';
+import type { ModelMetadataBody, TileClient } from '../tile-client.js';
 import { Semaphore } from '../semaphore.js';
 import type { Journal } from './journal.js';
 import { predictionsCsv, writeFileAtomic, writeH5, type H5Attrs } from './outputs.js';
@@ -30,8 +30,9 @@ export interface InferTile {
   x: number;
   y: number;
   tissue?: number;
-  /** PNG bytes of the tile at the model's size. */
-  png: () => Promise<Buffer>;
+  /** The tile at the model's size: its raw pixels (uint8 RGB), or PNG bytes; the client sends
+   *  raw pixels to a server that takes them (tile-client.ts inferTile). */
+  image: () => Promise<{ rgb: Uint8Array } | { png: Buffer }>;
 }
 
 export interface Progress {
@@ -53,18 +54,8 @@ export async function runTiles(client: TileClient, plan: ModelPlan, tiles: Infer
     }
     const job = (async () => {
       try {
-        const png = await tile.png();
-        const body = tileRequestBody(png, {
-          slide_name: request.slideName,
-          x: tile.x,
-          y: tile.y,
-          width: request.width,
-          height: request.height,
-          patch_idx: tile.idx,
-          tissue_ratio: tile.tissue ?? null,
-          resolution: request.resolution,
-        });
-        const res = await client.infer(plan.path, body);
+        const fields = { slide_name: request.slideName, x: tile.x, y: tile.y, width: request.width, height: request.height, patch_idx: tile.idx, tissue_ratio: tile.tissue ?? null, resolution: request.resolution };
+        const res = await client.inferTile(plan.path, { fields, ...(await tile.image()) });
         journal.append({ idx: tile.idx, output: res.output, ...(plan.prediction && plan.embedding ? { embedding: res.embedding } : {}) });
         progress?.tick();
       } catch (err) {

@@ -12,7 +12,6 @@ import { Journal } from './journal.js';
 import { writeFileAtomic } from './outputs.js';
 import { heatmapPng, overlayPng } from './pictures.js';
 import { expectTiles, readTile } from '../slide/region.js';
-import { encodeRgbPng } from '../../tile/png-write.js';
 import { SlideError } from '../slide/slide.js';
 import { openSlide } from '../slide/open.js';
 import { TISSUE_MPP, detectTissue, readOverview, readTissueMask, type TissueMask } from './tissue.js';
@@ -67,7 +66,7 @@ export async function processSlide(job: SlideJob): Promise<SlideResult> {
     const tileMpp = tile.mpp;
     if (tile.width !== tile.height) throw new SlideError(`model ${meta.model} takes ${tile.width}x${tile.height} tiles; slides are tiled in squares`);
     const grid = tileGrid(l0.width, l0.height, mpp0, tile.width, tileMpp, mask, job.minTissue);
-    const tiles: InferTile[] = grid.tiles.map((t) => ({ ...t, png: async () => encodeRgbPng((await readTile(slide, t.x, t.y, grid.extent, tile.width)).rgb, tile.width, tile.height) }));
+    const tiles: InferTile[] = grid.tiles.map((t) => ({ ...t, image: async () => ({ rgb: (await readTile(slide, t.x, t.y, grid.extent, tile.width)).rgb }) }));
     const journalDir = join(job.outDir, '.journal');
     mkdirSync(journalDir, { recursive: true });
     const journal = Journal.open(join(journalDir, `${stem}.${meta.model}.jsonl`), { model: meta.model, sha256: meta.sha256, path: plan.path, extent: grid.extent, tiles: tiles.length, mpp0 });

@@ -59,7 +59,7 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
   if (!entries.length) throw new TilePlanError(`${job.dir}: no PNG tiles`);
   const meta = await job.client.metadata(job.model);
   const plan = modelPlan(meta);
-  const tiles: InferTile[] = entries.map((e, idx) => ({ idx, x: e.x, y: e.y, png: async () => readFileSync(join(job.dir, e.file)) }));
+  const tiles: InferTile[] = entries.map((e, idx) => ({ idx, x: e.x, y: e.y, image: async () => ({ png: readFileSync(join(job.dir, e.file)) }) }));
   let first: PngHeader;
   try {
     first = readPngHeader(readFileSync(join(job.dir, entries[0].file)));

@@ -1,9 +1,8 @@
 // Tissue detection over the whole slide: an overview at 8 MPP cut into 512x512 tiles for the
 // tissue-seg model, the masks stitched back into one slide-wide mask.
 import sharp from 'sharp';
-import { tileRequestBody, type TileClient } from '../tile-client.js';
+import type { TileClient } from '../tile-client.js';
 import { bestLevel } from '../slide/region.js';
-import { encodeRgbPng } from '../../tile/png-write.js';
 import type { Slide } from '../slide/slide.js';
 
 export const TISSUE_MPP = 8;
@@ -55,16 +54,8 @@ export async function detectTissue(overview: Overview, mpp0: number, client: Til
             const src = ((ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE) * 3;
             overview.rgb.copy(tile, y * TISSUE_TILE * 3, src, src + w * 3);
           }
-          const body = tileRequestBody(encodeRgbPng(tile, TISSUE_TILE, TISSUE_TILE), {
-            slide_name: slideName,
-            x: Math.round(tx * TISSUE_TILE * scale),
-            y: Math.round(ty * TISSUE_TILE * scale),
-            width: TISSUE_TILE,
-            height: TISSUE_TILE,
-            patch_idx: patchIdx,
-            resolution: TISSUE_MPP,
-          });
-          const res = await client.infer(`/api/predict/${encodeURIComponent(model)}`, body);
+          const fields = { slide_name: slideName, x: Math.round(tx * TISSUE_TILE * scale), y: Math.round(ty * TISSUE_TILE * scale), width: TISSUE_TILE, height: TISSUE_TILE, patch_idx: patchIdx, resolution: TISSUE_MPP };
+          const res = await client.inferTile(`/api/predict/${encodeURIComponent(model)}`, { fields, rgb: tile });
           for (let y = 0; y < h; y++) {
             for (let x = 0; x < w; x++) mask[(ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE + x] = res.output[y * TISSUE_TILE + x] ? 1 : 0;
           }
