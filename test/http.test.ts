@@ -115,6 +115,29 @@ t.test('binary bodies: the body limit, and admission before the body', async (t)
   t.match(answer, /^HTTP\/1\.1 503/);
 });
 
+t.test('Accept: application/octet-stream answers the output tensor, its dtype and shape in headers', async (t) => {
+  const { app } = await fakeService();
+  const post = (url: string, accept: string | undefined, payload: Json) => app.inject({ method: 'POST', url, headers: accept ? { accept } : {}, payload });
+  const mask = await post('/api/predict/tissue-seg', undefined, tileRequest(tile512, { resolution: 8 }));
+  const maskBytes = await post('/api/predict/tissue-seg', 'application/octet-stream', tileRequest(tile512, { resolution: 8 }));
+  t.equal(maskBytes.statusCode, 200);
+  t.same(
+    [maskBytes.headers['content-type'], maskBytes.headers['x-tensor-dtype'], maskBytes.headers['x-tensor-shape'], Number(maskBytes.headers['x-tissue-ratio']), maskBytes.headers.vary],
+    ['application/octet-stream', 'uint8', '512,512', (mask.json() as Json).tissue_ratio, 'accept'],
+  );
+  t.same([...maskBytes.rawPayload], (mask.json() as Json).output, 'the mask, one byte per pixel, row-major');
+  const values = await post('/api/predict/gene-expr', 'application/json;q=0.5, application/octet-stream', tileRequest(tile224));
+  t.same([values.headers['x-tensor-dtype'], values.headers['x-tensor-shape'], values.headers['x-tissue-ratio']], ['float32', '21', undefined]);
+  const floats = new Float32Array(values.rawPayload.buffer.slice(values.rawPayload.byteOffset, values.rawPayload.byteOffset + values.rawPayload.length));
+  t.same([...floats], (await post('/api/predict/gene-expr', undefined, tileRequest(tile224))).json().output, 'float32, little-endian');
+  const both = await post('/api/predict/gene-expr?mode=prediction_with_embedding', 'application/octet-stream', tileRequest(tile224));
+  t.equal(both.statusCode, 406, 'two tensors have no binary answer');
+  t.match(both.json(), { detail: /Accept application\/json/ });
+  for (const accept of ['*/*', 'application/json, application/octet-stream;q=0.5', 'application/octet-stream;q=0', 'text/html, */*']) {
+    t.match((await post('/api/embed/tile-embed', accept, tileRequest(tile224))).headers['content-type'], /^application\/json/, `Accept: ${accept} gets JSON`);
+  }
+});
+
 t.test('503s: loading, failed with its reason, queue full; each with Retry-After', async (t) => {
   const { app, backend } = await fakeService({ pressure: { retry_after_s: 7 }, models: [{ name: 'tissue-seg' }, { name: 'gene-expr', max_queue: 1 }, { name: 'tile-embed' }] });
   backend.setState('tissue-seg', 'loading');
@@ -288,7 +311,8 @@ t.test('OpenAPI lists every answer a model route can give', async (t) => {
   const { app } = await fakeService();
   const doc = (await app.inject('/openapi.json')).json() as Json;
   const post = doc.paths['/api/predict/gene-expr'].post;
-  t.same(Object.keys(post.responses).sort(), ['200', '404', '413', '422', '500', '503', '504']);
+  t.same(Object.keys(post.responses).sort(), ['200', '404', '406', '413', '415', '422', '500', '503', '504']);
+  t.same(Object.keys(post.responses['200'].content), ['application/json', 'application/octet-stream'], 'JSON, or the output tensor');
   t.ok(doc.paths['/api/models'] && doc.paths['/health/ready/{model}']);
   t.match(post.description, /224x224 px tiles at 0\.5 MPP .*21 values, one per gene: .*ESR1.*bulk_rna.*50 counts/s);
   t.match(doc.paths['/api/predict/tissue-seg'].post.description, /512x512 px tiles at 8 MPP .*262144 values of 0 or 1/);

@@ -39,6 +39,8 @@ const REGISTRY = {
   NOT_FOUND: { status: 404, body: 'detail' },
   /** The path exists for other methods (listed in Allow). */
   METHOD_NOT_ALLOWED: { status: 405, body: 'detail' },
+  /** The Accept header admits no answer this request can have (a binary answer of two tensors). */
+  NOT_ACCEPTABLE: { status: 406, body: 'detail' },
   /** A Content-Encoding (gzip, ...) other than identity: bodies are read as sent. */
   UNSUPPORTED_CONTENT_ENCODING: { status: 415, body: 'detail' },
   /** HTTP that Node's parser refuses: headers (the URL included) over the limit, a request that
@@ -112,6 +114,7 @@ export const errors = {
   deadline: (model: string, timeoutMs: number) => new ServiceError('DEADLINE', `model ${model} did not answer within the ${timeoutMs} ms request deadline`),
   workerGone: (why: string) => new ServiceError('WORKER_GONE', why),
   methodNotAllowed: (method: string, path: string, allowed: string[]) => new ServiceError('METHOD_NOT_ALLOWED', `Method Not Allowed: ${path} takes ${allowed.join(', ')}, not ${method}`),
+  notAcceptable: (why: string) => new ServiceError('NOT_ACCEPTABLE', why),
   unsupportedContentEncoding: (encoding: string) =>
     new ServiceError('UNSUPPORTED_CONTENT_ENCODING', `Content-Encoding ${encoding} is not supported: send the body uncompressed (a PNG is compressed already; raw pixels are the fastest body)`),
   headersTooLarge: (limit: number) => new ServiceError('HEADERS_TOO_LARGE', `the request's headers, its URL included, are over the limit of ${limit} bytes`),

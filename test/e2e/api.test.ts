@@ -123,6 +123,10 @@ t.test('the same tile as JSON, as a PNG body and as raw RGB: identical answers f
     t.ok(asJson.output.length > 0, `${path}: ${asJson.output.length} values`);
     t.same(asPng, asJson, `${path}: the PNG body's answer is the JSON body's`);
     t.same(asRgb, asJson, `${path}: the raw RGB body's answer is the JSON body's`);
+    if (path.includes('tissue-seg')) {
+      const tensor = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream', accept: 'application/octet-stream' }, body: rgbOf(png) });
+      t.same([...new Uint8Array(await tensor.arrayBuffer())], asJson.output, `${path}: the tensor answer is the JSON answer's mask`);
+    }
   }
   // The client library sends raw pixels to this server, JSON when told to: the same answer.
   const client = new TileClient({ servers: [server.url], concurrency: 1 });

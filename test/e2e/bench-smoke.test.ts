@@ -14,6 +14,8 @@ t.test('npm run bench -- --smoke', async (t) => {
   t.equal(run.status, 0, run.stderr);
   const report = JSON.parse(readFileSync(join(out, 'smoke.json'), 'utf8'));
   t.same([...new Set(report.runs.map((r: { path: string }) => r.path))], ['/api/predict/tissue-seg', '/api/predict/gene-expr', '/api/embed/gene-expr', '/api/embed/tile-embed']);
+  t.ok(report.runs.some((r: { tensor?: boolean }) => r.tensor), 'tissue-seg with the tensor answer too');
+  t.ok(report.serialization.clientParseMs.json > 0 && report.serialization.responseBytes.tensor === 512 * 512, 'the mask answer as JSON and as the tensor');
   for (const r of report.runs) {
     t.equal(r.errors, 0, `${r.path} c=${r.concurrency}: no errors`);
     t.ok(r.tilesPerSec > 0 && r.floor > 0 && r.stages.inference > 0, `${r.path} c=${r.concurrency}: throughput, floor and stages reported`);

@@ -13,7 +13,7 @@ import { unavailable, type ModelBackend } from '../backend.js';
 import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, predictQuery, TileResponse } from '../../contract/schemas.js';
 import { TileBody } from '../tile-image.js';
 import { checkTile } from '../tile-checks.js';
-import { tileResponseJson } from '../response-writer.js';
+import { acceptsTensor, outputTensor, tileResponseJson } from '../response-writer.js';
 import { describeBodies, describeRoute, requestDocs } from '../route-docs.js';
 import { endpointsFor, predictModes } from '../../contract/endpoints.js';
 
@@ -23,7 +23,16 @@ export interface ModelRoutesOptions {
 }
 
 const Unavailable = { description: 'Model loading ({"status": "loading"}), failed to load, queue full or service busy ({"detail": ...}); see Retry-After', anyOf: [Loading, ErrorDetail] };
-const errorResponses = { 404: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 500: ErrorDetail, 503: Unavailable, 504: ErrorDetail };
+const errorResponses = { 404: ErrorDetail, 406: ErrorDetail, 413: ErrorDetail, 415: ErrorDetail, 422: HTTPValidationError, 500: ErrorDetail, 503: Unavailable, 504: ErrorDetail };
+/** The answer as JSON (the contract's ModelResponse, written as bytes: response-writer.ts), or
+ *  the output tensor's bytes for a client that asks for them. */
+const answers = {
+  200: {
+    description: 'The ModelResponse; with Accept: application/octet-stream, the output tensor (a mask uint8 [height, width], else float32 [n], little-endian), its dtype in X-Tensor-Dtype, its shape in X-Tensor-Shape, tissue_ratio in X-Tissue-Ratio',
+    content: { 'application/json': { schema: TileResponse }, 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
+  },
+  ...errorResponses,
+};
 
 /** The package's manifest as read from disk at start, so routes (and their docs) exist from the
  *  first moment; null when unreadable: every route then exists and answers 503 while the model
@@ -36,8 +45,6 @@ function plannedManifest(dir: string): Manifest | null {
   }
 }
 
-/** The response is already JSON text (response-writer.ts), so fastify's serializer is bypassed. */
-const sendJson = (reply: FastifyReply, body: Buffer) => reply.type('application/json').send(body);
 
 async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelRoutesOptions): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -70,9 +77,12 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       reply.raw.once('close', release);
     };
 
-    /** Checks the tile, has a worker run it and writes the response, timing each stage. */
+    /** Checks the tile, has a worker run it and writes the response (JSON, or the output tensor
+     *  to a client that asks for it), timing each stage. */
     const run = async (reply: FastifyReply, body: TileBody, manifest: Manifest, task: Task, withEmbedding = false) => {
       const parse = reply.elapsedTime;
+      const tensor = acceptsTensor(reply.request.headers.accept);
+      if (tensor && withEmbedding) throw errors.notAcceptable('prediction_with_embedding answers two tensors (output and embedding): Accept application/json, or ask for each');
       const checkedAt = performance.now();
       const { errors: invalid, image } = checkTile(body, manifest, task === 'prediction', config.max_tile_pixels);
       if (invalid.length || !image) throw errors.tileInvalid(invalid);
@@ -81,7 +91,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       const result = await backend.infer(name, { task, withEmbedding, image, width: body.width, height: body.height, bulk });
       const received = performance.now();
       const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
-      const json = tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
+      const answer = tensor ? outputTensor(result.output, body.height, body.width) : tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
       const t = result.times;
       fastify.observeTile(name, result.batchSize, {
         parse,
@@ -93,7 +103,10 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
         ipc: received - sent - t.worker,
         serialize: performance.now() - received,
       });
-      return sendJson(reply, json);
+      reply.header('vary', 'accept');
+      if (Buffer.isBuffer(answer)) return reply.type('application/json').send(answer);
+      if (tissueRatio !== null) reply.header('x-tissue-ratio', String(tissueRatio));
+      return reply.header('x-tensor-dtype', answer.dtype).header('x-tensor-shape', answer.shape.join(',')).type('application/octet-stream').send(answer.bytes);
     };
 
     if (endpoints.includes(`POST /api/predict/${name}`)) {
@@ -106,7 +119,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
             tags,
             body: TileBody,
             querystring,
-            response: { 200: TileResponse, ...errorResponses },
+            response: answers,
           },
           config: { model: { name, endpoint: 'predict' }, swaggerTransform: requestDocs(planned, querystring) },
           onRequest: admit,
@@ -128,7 +141,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       app.post(
         `/api/embed/${name}`,
         {
-          schema: { summary: `${name} embedding`, description: `${describeRoute(name, planned, 'embedding')}\n\n${describeBodies(`/api/embed/${name}`, planned)}`, tags, body: TileBody, response: { 200: TileResponse, ...errorResponses } },
+          schema: { summary: `${name} embedding`, description: `${describeRoute(name, planned, 'embedding')}\n\n${describeBodies(`/api/embed/${name}`, planned)}`, tags, body: TileBody, response: answers },
           config: { model: { name, endpoint: 'embed' }, swaggerTransform: requestDocs(planned, null) },
           onRequest: admit,
         },
