@@ -45,7 +45,6 @@ function plannedManifest(dir: string): Manifest | null {
   }
 }
 
-
 async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelRoutesOptions): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   fastify.decorate('modelEndpoints', new Map<string, string[]>());
@@ -104,6 +103,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
         serialize: performance.now() - received,
       });
       reply.header('vary', 'accept');
+      // Bytes already (response-writer.ts): fastify's serializer is bypassed.
       if (Buffer.isBuffer(answer)) return reply.type('application/json').send(answer);
       if (tissueRatio !== null) reply.header('x-tissue-ratio', String(tissueRatio));
       return reply.header('x-tensor-dtype', answer.dtype).header('x-tensor-shape', answer.shape.join(',')).type('application/octet-stream').send(answer.bytes);
