@@ -42,7 +42,16 @@ function delta(before: Sums, after: Sums, key: string): number {
  *  machine's load) a number of requests per connection. */
 export type Span = { seconds: number } | { perConnection: number };
 
-export function fire(url: string, path: string, bodies: string[], concurrency: number, span: Span): Promise<autocannon.Result> {
+/** A request body: a JSON text, or a binary tile body (image/png, application/octet-stream) with
+ *  the query that carries its fields. */
+export type BenchBody = string | { type: string; body: Buffer; query: string };
+
+function request(path: string, body: BenchBody): { path: string; headers: Record<string, string>; body: string | Buffer } {
+  if (typeof body === 'string') return { path, headers: { 'content-type': 'application/json' }, body };
+  return { path: `${path}${path.includes('?') ? '&' : '?'}${body.query}`, headers: { 'content-type': body.type }, body: body.body };
+}
+
+export function fire(url: string, path: string, bodies: BenchBody[], concurrency: number, span: Span, headers: Record<string, string> = {}): Promise<autocannon.Result> {
   let next = 0;
   return new Promise((resolve, reject) => {
     autocannon(
@@ -52,7 +61,15 @@ export function fire(url: string, path: string, bodies: string[], concurrency: n
         pipelining: 1,
         ...('seconds' in span ? { duration: span.seconds } : { amount: span.perConnection * concurrency }),
         timeout: 60,
-        requests: [{ method: 'POST', headers: { 'content-type': 'application/json' }, setupRequest: (req) => ({ ...req, body: bodies[next++ % bodies.length] }) }],
+        requests: [
+          {
+            method: 'POST',
+            setupRequest: (req) => {
+              const r = request(path, bodies[next++ % bodies.length]);
+              return { ...req, ...r, headers: { ...req.headers, ...headers, ...r.headers } };
+            },
+          },
+        ],
       },
       (err, result) => (err ? reject(err) : resolve(result)),
     );
@@ -62,10 +79,10 @@ export function fire(url: string, path: string, bodies: string[], concurrency: n
 /** A short run first: JIT, batcher, caches. */
 export const warmUp = (span: Span): Span => ('seconds' in span ? { seconds: Math.min(2, span.seconds) } : span);
 
-export async function drive(url: string, model: string, path: string, bodies: string[], concurrency: number, span: Span): Promise<LoadResult> {
-  await fire(url, path, bodies, concurrency, warmUp(span));
+export async function drive(url: string, model: string, path: string, bodies: BenchBody[], concurrency: number, span: Span, headers: Record<string, string> = {}): Promise<LoadResult> {
+  await fire(url, path, bodies, concurrency, warmUp(span), headers);
   const before = await scrape(url, model);
-  const result = await fire(url, path, bodies, concurrency, span);
+  const result = await fire(url, path, bodies, concurrency, span, headers);
   const seconds = result.duration;
   const after = await scrape(url, model);
   const stages: Record<string, number> = {};

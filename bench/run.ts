@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import pidusage from 'pidusage';
 import { readPackage } from '../src/model-package/model-package.js';
 import { cellularTile, encodePng, slideTile } from '../tools/synthetic/tissue.js';
-import { maskJson } from '../src/front/response-writer.js';
+import { maskJson, outputTensor, tileResponseJson } from '../src/front/response-writer.js';
 import { shippedConfig, spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { frontCount, loadConfig } from '../src/config/config.js';
 import { measureFloor } from './floor.js';
@@ -46,9 +46,12 @@ interface Target {
   model: string;
   path: string;
   size: 224 | 512;
+  /** The answer asked for: the output tensor (binary) instead of the JSON ModelResponse. */
+  tensor?: boolean;
 }
 const TARGETS: Target[] = [
   { model: 'tissue-seg', path: '/api/predict/tissue-seg', size: 512 },
+  { model: 'tissue-seg', path: '/api/predict/tissue-seg', size: 512, tensor: true },
   { model: 'gene-expr', path: '/api/predict/gene-expr', size: 224 },
   { model: 'gene-expr', path: '/api/embed/gene-expr', size: 224 },
   { model: 'tile-embed', path: '/api/embed/tile-embed', size: 224 },
@@ -63,6 +66,8 @@ function tiles(size: 224 | 512, count: number): Buffer[] {
 function body(png: Buffer, i: number, size: number): string {
   return JSON.stringify({ image_data: png.toString('base64'), slide_name: `bench-slide`, x: i * size, y: 0, width: size, height: size, patch_idx: i, resolution: size === 512 ? 8.0 : 0.5 });
 }
+
+const label = (t: Target) => `${t.path}${t.tensor ? ' (tensor answer)' : ''}`;
 
 /** Median milliseconds of fn over n runs. */
 function median(fn: () => unknown, n = 30): number {
@@ -80,7 +85,18 @@ async function main(): Promise<void> {
   const bodies = { 224: pngs[224].map((p, i) => body(p, i, 224)), 512: pngs[512].map((p, i) => body(p, i, 512)) };
 
   const mask = Uint8Array.from({ length: 512 * 512 }, (_, i) => ((i >> 9) + (i & 511)) % 7 < 3 ? 1 : 0);
-  const serialization = { fastMs: median(() => maskJson(mask)), jsonStringifyMs: median(() => JSON.stringify(Array.from(mask))) };
+  // A 512x512 mask's answer: written by the front, read by a client, as JSON or as the tensor.
+  const outcome = { output: { role: 'mask' as const, mask }, embedding: null, tissueRatio: 0.4 };
+  const fields = { slide_name: 'bench-slide', x: 0, y: 0, width: 512, height: 512, patch_idx: 0, resolution: 8 };
+  const response = tileResponseJson(fields, outcome);
+  const tensor = outputTensor(outcome.output, 512, 512);
+  const serialization = {
+    fastMs: median(() => maskJson(mask)),
+    jsonStringifyMs: median(() => JSON.stringify(Array.from(mask))),
+    responseBytes: { json: response.length, tensor: tensor.bytes.length },
+    tensorMs: median(() => outputTensor(outcome.output, 512, 512)),
+    clientParseMs: { json: median(() => JSON.parse(response.toString('utf8'))), tensor: median(() => new Uint8Array(Buffer.from(tensor.bytes))) },
+  };
 
   let ceiling: CeilingRow[] = [];
   if (sections.includes('ceiling')) {
@@ -104,12 +120,13 @@ async function main(): Promise<void> {
   };
   const rows = [];
   for (const target of TARGETS.filter((t) => sections.includes('models') && (!only || only.some((word) => t.path.includes(word))))) {
-    for (const c of concurrencies) {
-      const r = await drive(server.url, target.model, target.path, bodies[target.size], c, span);
+    // The tensor answer at the highest concurrency only: what it changes is per tile.
+    for (const c of target.tensor ? concurrencies.slice(-1) : concurrencies) {
+      const r = await drive(server.url, target.model, target.path, bodies[target.size], c, span, target.tensor ? { accept: 'application/octet-stream' } : {});
       const floor = await floorFor(target.model, r.meanBatch);
       const single = floor.batch === 1 ? floor : await floorFor(target.model, 1);
       rows.push({ ...target, ...r, floor: floor.tilesPerSec, floorBatch: floor.batch, ratio: r.tilesPerSec / floor.tilesPerSec, p50OverModel: r.p50 - single.msPerBatch });
-      console.log(`${target.path} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}; floor ${floor.tilesPerSec.toFixed(1)} (batch ${floor.batch}): ${(r.tilesPerSec / floor.tilesPerSec).toFixed(2)}`);
+      console.log(`${label(target)} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}; floor ${floor.tilesPerSec.toFixed(1)} (batch ${floor.batch}): ${(r.tilesPerSec / floor.tilesPerSec).toFixed(2)}`);
     }
   }
 
@@ -140,7 +157,15 @@ async function main(): Promise<void> {
   console.log(markdown(report));
 }
 
-function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: { fastMs: number; jsonStringifyMs: number }; ceiling: CeilingRow[]; runs: any[]; slide: SlideBench | null; soak: any }): string {
+interface Serialization {
+  fastMs: number;
+  jsonStringifyMs: number;
+  responseBytes: { json: number; tensor: number };
+  tensorMs: number;
+  clientParseMs: { json: number; tensor: number };
+}
+
+function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: Serialization; ceiling: CeilingRow[]; runs: any[]; slide: SlideBench | null; soak: any }): string {
   const f = (n: number, d = 1) => n.toFixed(d);
   const stageNames = ['parse', 'base64', 'decode', 'preprocess', 'ipc', 'queue', 'inference', 'serialize'];
   const lines = [
@@ -148,15 +173,16 @@ function markdown(report: { date: string; smoke: boolean; machine: string; secon
     '',
     '| endpoint | conc. | tiles/s | p50 ms | p99 ms | errors | mean batch | floor tiles/s (batch) | server/floor | p50 - model ms |',
     '|---|---|---|---|---|---|---|---|---|---|',
-    ...report.runs.map((r) => `| ${r.path} | ${r.concurrency} | ${f(r.tilesPerSec)} | ${r.p50} | ${r.p99} | ${r.errors} | ${f(r.meanBatch, 2)} | ${f(r.floor)} (${r.floorBatch}) | ${f(r.ratio, 2)} | ${f(r.p50OverModel)} |`),
+    ...report.runs.map((r) => `| ${label(r)} | ${r.concurrency} | ${f(r.tilesPerSec)} | ${r.p50} | ${r.p99} | ${r.errors} | ${f(r.meanBatch, 2)} | ${f(r.floor)} (${r.floorBatch}) | ${f(r.ratio, 2)} | ${f(r.p50OverModel)} |`),
     '',
     'Per-tile cost of each server stage, ms (inference is the tile\'s share of its batch\'s session.run; queue is time waiting for a batch):',
     '',
     `| endpoint | conc. | ${stageNames.join(' | ')} |`,
     `|---|---|${stageNames.map(() => '---').join('|')}|`,
-    ...report.runs.map((r) => `| ${r.path} | ${r.concurrency} | ${stageNames.map((s) => f(r.stages[s] ?? 0, 2)).join(' | ')} |`),
+    ...report.runs.map((r) => `| ${label(r)} | ${r.concurrency} | ${stageNames.map((s) => f(r.stages[s] ?? 0, 2)).join(' | ')} |`),
     '',
     `512x512 mask response: ${f(report.serialization.fastMs, 2)} ms with the response writer, ${f(report.serialization.jsonStringifyMs, 2)} ms with JSON.stringify.`,
+    `The same answer as the output tensor (Accept: application/octet-stream): ${report.serialization.responseBytes.tensor} bytes instead of ${report.serialization.responseBytes.json}, ${f(report.serialization.tensorMs, 3)} ms to write; a Node client reads it in ${f(report.serialization.clientParseMs.tensor, 3)} ms where JSON.parse of the JSON answer takes ${f(report.serialization.clientParseMs.json, 2)} ms.`,
   ];
   if (report.ceiling.length) lines.unshift(ceilingMarkdown(report.ceiling), '');
   const sl = report.slide;

@@ -13,6 +13,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TileClient } from '../src/client/tile-client.js';
+import { tileQuery, type MadeBody } from '../src/client/tile-body.js';
 import { tileGrid } from '../src/client/pipeline/grid.js';
 import { modelPlan } from '../src/client/pipeline/inference.js';
 import type { SlideRun } from '../src/client/pipeline/process-slide.js';
@@ -26,7 +27,7 @@ import { openSlide } from '../src/client/slide/open.js';
 import { tileRegion } from '../src/client/slide/region.js';
 import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
-import { drive, type Span } from './load.js';
+import { drive, type BenchBody, type Span } from './load.js';
 import { writeNullPackage } from './null-models.js';
 
 const MODEL = 'null-224';
@@ -80,11 +81,16 @@ const cpuMs = () => {
   return (u.user + u.system) / 1000;
 };
 
+/** A made body as autocannon sends it (bench/load.ts). */
+const benchBody = (made: MadeBody): BenchBody => (made.type === 'application/json' ? made.bytes.toString('latin1') : { type: made.type, body: Buffer.from(made.bytes), query: tileQuery(made.fields) });
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 interface Setup {
   url: string;
   client: TileClient;
+  /** The body type tile-infer picks for the service (raw pixels: it takes them). */
+  bodyType: SlideRun['bodyType'];
   pool: ReaderPool;
   run: (outDir: string) => SlideRun;
 }
@@ -111,7 +117,7 @@ async function slideBodies(setup: Setup, slide: CohortSlide, mpp: number, outDir
   const mask = await readTissueMask(join(outDir, 'tissue', `${slide.stem}.png`));
   const grid = tileGrid(s.levels[0].width, s.levels[0].height, mpp, 224, 0.5, mask, 0.25);
   const fields = (t: (typeof grid.tiles)[number]) => ({ slide_name: slide.stem, x: t.x, y: t.y, width: 224, height: 224, patch_idx: t.idx, tissue_ratio: t.tissue, resolution: 0.5 });
-  return { slide: s, grid, fields, read: () => tileBodies(setup.pool, s, grid.tiles, grid.extent, 224, fields) };
+  return { slide: s, grid, fields, read: () => tileBodies(setup.pool, setup.bodyType, s, grid.tiles, grid.extent, 224, fields) };
 }
 
 async function stageCosts(setup: Setup, slide: CohortSlide, mpp: number, warmDir: string, concurrency: number, pipelineCpu: number): Promise<StageCosts> {
@@ -129,7 +135,7 @@ async function stageCosts(setup: Setup, slide: CohortSlide, mpp: number, warmDir
     }),
   );
   const decode = cpuMs() - c;
-  const bodies: Buffer[] = [];
+  const bodies: MadeBody[] = [];
   c = cpuMs();
   for await (const { body } of read()) bodies.push(body);
   const readEncode = cpuMs() - c;
@@ -189,19 +195,21 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
     const client = new TileClient({ servers: [service.url], concurrency });
     const pool = new ReaderPool(options.threads);
     const model = await client.metadata(MODEL);
+    const bodyType = (await client.bodyTypes(PATH)).has('application/octet-stream') ? 'application/octet-stream' : 'application/json';
     const setup: Setup = {
       url: service.url,
       client,
+      bodyType,
       pool,
-      run: (outDir) => ({ model, plan: modelPlan(model), outDir, client, pool, concurrency, minTissue: 0.25, tissueModel: 'tissue-seg' }),
+      run: (outDir) => ({ model, plan: modelPlan(model), outDir, client, bodyType, pool, concurrency, minTissue: 0.25, tissueModel: 'tissue-seg' }),
     };
     try {
       // Warm-up: the service, the client's threads, and the tissue masks the bodies come from.
       const warm = join(dir, 'warm');
       await timedCohort(setup, [tiff, svs], warm, 2);
       const { read } = await slideBodies(setup, tiff, 0.5, warm);
-      const bodies: string[] = [];
-      for await (const { body } of read()) bodies.push(body.toString('latin1'));
+      const bodies: BenchBody[] = [];
+      for await (const { body } of read()) bodies.push(benchBody(body));
 
       const runs: PipelineRun[] = [];
       for (let r = 0; r < repeats; r++) {

@@ -2,27 +2,39 @@
 // way (JSON.parse of the whole text, then strict base64): the same fields, the same bytes, the
 // same refusals, for hand-picked traps and for generated bodies.
 import t, { type Test } from 'tap';
+import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
-import { parseJsonBody } from '../src/front/plugins/json-body.js';
-import { DECODED_IMAGE, imageBytes } from '../src/front/image-data.js';
+import { parseJsonBody, parseTileBody } from '../src/front/plugins/json-body.js';
+import { isTileImage, type TileImage } from '../src/front/tile-image.js';
 import { decodeBase64Strict } from '../src/tile/base64.js';
+import Fastify, { type FastifyError } from 'fastify';
+import { TileRequest } from '../src/contract/schemas.js';
+import { toValidationItems } from '../src/front/validation-error.js';
+import { fakeService } from './helpers/fake-backend.js';
+import { cellularPng, tileRequest } from './helpers/tiles.js';
 
 type Outcome = { error: string } | { fields: Record<string, unknown>; image: string };
 
 /** What a body means: its fields but image_data, and image_data's bytes or refusal; or the
- *  parse error, whose message gives the position in the body as sent (FastAPI's loc). */
-function outcome(parse: () => unknown): Outcome {
+ *  parse error, whose message gives the position in the body as sent (FastAPI's loc). The
+ *  parser's image_data is the decoded image (a string one is never left); the long way's is the
+ *  text, decoded here. */
+function outcome(parse: () => unknown, longWay = false): Outcome {
   let value: unknown;
   try {
     value = parse();
   } catch (err) {
     return { error: (err as Error).message };
   }
-  if (value === null || typeof value !== 'object' || typeof (value as Record<string, unknown>).image_data !== 'string') return { fields: { value }, image: '' };
-  const body = value as { image_data: string } & Record<string, unknown>;
-  const decoded = imageBytes(body);
-  const fields = Object.fromEntries(Object.entries(body).filter(([k]) => k !== 'image_data'));
-  return { fields, image: 'bytes' in decoded ? decoded.bytes.toString('hex') : decoded.reason };
+  const image = value !== null && typeof value === 'object' ? (value as Record<string, unknown>).image_data : undefined;
+  if (longWay ? typeof image !== 'string' : !isTileImage(image)) return { fields: { value }, image: '' };
+  const fields = Object.fromEntries(Object.entries(value as Record<string, unknown>).filter(([k]) => k !== 'image_data'));
+  return { fields, image: described(longWay ? decodeBase64Strict(image as string) : (image as TileImage)) };
+}
+
+function described(image: TileImage | ReturnType<typeof decodeBase64Strict>): string {
+  if ('reason' in image) return image.reason;
+  return 'bytes' in image ? image.bytes.toString('hex') : 'not an image';
 }
 
 function theLongWay(text: string): Outcome {
@@ -30,7 +42,7 @@ function theLongWay(text: string): Outcome {
     const value = JSON.parse(text);
     if (value && typeof value === 'object') for (const key of ['__proto__', 'constructor']) if (Object.hasOwn(value, key)) delete value[key];
     return value;
-  });
+  }, true);
 }
 
 const same = (t: Test, text: string, name: string) => t.same(outcome(() => parseJsonBody(Buffer.from(text))), theLongWay(text), name);
@@ -38,10 +50,17 @@ const same = (t: Test, text: string, name: string) => t.same(outcome(() => parse
 const png = Buffer.from('89504e470d0a1a0a0000000d49484452', 'hex').toString('base64');
 
 t.test('the shortcut takes a plain tile body and decodes image_data once', async (t) => {
-  const body = parseJsonBody(Buffer.from(JSON.stringify({ image_data: png, slide_name: 's', x: 1 }))) as Record<string, unknown> & { image_data: string };
-  t.equal(body.image_data, DECODED_IMAGE, 'the text was never made a string');
-  t.same(imageBytes(body), { bytes: Buffer.from(png, 'base64') });
+  const text = Buffer.from(JSON.stringify({ image_data: png, slide_name: 's', x: 1 }));
+  t.ok(parseTileBody(text), 'the shortcut takes it: the text was never made a string');
+  const body = parseJsonBody(text) as Record<string, unknown> & { image_data: TileImage };
+  t.match(body.image_data, { format: 'png', bytes: Buffer.from(png, 'base64'), from: 'image_data' }, 'image_data is the decoded image');
+  t.ok(isTileImage(body.image_data));
   t.same({ ...body, image_data: undefined }, { image_data: undefined, slide_name: 's', x: 1 });
+});
+
+t.test('a JSON body cannot pass for a decoded image', async (t) => {
+  const body = parseJsonBody(Buffer.from(JSON.stringify({ image_data: { format: 'png', bytes: [1], from: 'image_data' } }))) as Record<string, unknown>;
+  t.notOk(isTileImage(body.image_data), 'an object sent as image_data stays what it was');
 });
 
 t.test('traps give what the long way gives', async (t) => {
@@ -96,4 +115,39 @@ t.test('strict base64 from bytes decodes as from text, across slice boundaries',
   }
   t.match(decodeBase64Strict(Buffer.from('QU-B')), { reason: /URL-safe/ });
   t.match(decodeBase64Strict(Buffer.from('QU B')), { reason: /characters outside/ });
+});
+
+t.test('generated bodies: the 422s of the schema are those of the contract schema, as sent', async (t) => {
+  // The reference: the contract's TileRequest validated by fastify's ajv, with the front's options,
+  // on the body as sent (image_data a string), reported in the pydantic shape.
+  const reference = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false } } });
+  reference.post('/', { schema: { body: TileRequest } }, async () => ({ valid: true }));
+  reference.setErrorHandler(async (error: FastifyError, request) => ({ detail: toValidationItems(error.validation!, 'body', request.body) }));
+  const { app } = await fakeService();
+  // A small tile: bodies that pass the schema are refused by the tile checks, cheaply.
+  const tile = tileRequest(cellularPng(1, 16));
+  const field = fc.oneof(fc.constantFrom(0, 1, 224, -1, 0.5, '', 'x', null, true, [], {}, [1, 'a'], 1e400), fc.jsonValue({ maxDepth: 1 }));
+  const image = fc.oneof(fc.constant(tile.image_data), fc.constantFrom('QUFB', 'QU-B', 'A', '', 5, null, [], { a: 1 }));
+  const keys = ['image_data', 'slide_name', 'x', 'y', 'width', 'height', 'patch_idx', 'bulk_rna', 'tissue_ratio', 'resolution'];
+  const body = fc.record({ image, set: fc.dictionary(fc.constantFrom(...keys.slice(1)), field, { maxKeys: 4 }), drop: fc.subarray(keys, { maxLength: 3 }) }).map(({ image, set, drop }) => {
+    const b: Record<string, unknown> = { ...tile, image_data: image, ...set };
+    for (const key of drop) delete b[key];
+    return JSON.stringify(b);
+  });
+  let schemaFailures = 0;
+  await fc.assert(
+    fc.asyncProperty(body, async (text) => {
+      const expected = (await reference.inject({ method: 'POST', url: '/', headers: { 'content-type': 'application/json' }, payload: text })).json();
+      const res = await app.inject({ method: 'POST', url: '/api/predict/gene-expr', headers: { 'content-type': 'application/json' }, payload: text });
+      if (expected.valid) {
+        // The schema passed: whatever the tile checks say, no item is the schema's.
+        if (res.statusCode === 422 && res.json().detail.some((d: { type: string }) => ['missing', 'string_type', 'int_type'].includes(d.type))) throw new Error(`${text}: ${res.body}`);
+        return;
+      }
+      schemaFailures++;
+      if (res.statusCode !== 422 || !isDeepStrictEqual(res.json(), expected)) throw new Error(`${text}: ${res.body} vs ${JSON.stringify(expected)}`);
+    }),
+    { numRuns: 300 },
+  );
+  t.ok(schemaFailures > 100, `${schemaFailures} of 300 bodies failed the schema, each with the same items in the same order`);
 });

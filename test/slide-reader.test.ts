@@ -46,8 +46,8 @@ for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
     const extent = (0.5 * 224) / mpp;
     const tiles = [{ idx: 0, x: extent, y: 0 }];
     let rgb = Buffer.alloc(0);
-    for await (const { body } of tileBodies(pool, slide, tiles, extent, 224, () => ({ slide_name: 's', x: 0, y: 0, width: 224, height: 224, patch_idx: 0 }))) {
-      rgb = await sharp(Buffer.from(JSON.parse(body.toString()).image_data, 'base64')).raw().toBuffer();
+    for await (const { body } of tileBodies(pool, 'application/json', slide, tiles, extent, 224, () => ({ slide_name: 's', x: 0, y: 0, width: 224, height: 224, patch_idx: 0 }))) {
+      rgb = await sharp(Buffer.from(JSON.parse(body.bytes.toString()).image_data, 'base64')).raw().toBuffer();
     }
     const expected = mpp === 0.5 ? raster : downsample(raster, 2);
     let tileDiff = 0;

@@ -1,10 +1,15 @@
 // The tile client against scripted HTTP peers (plain node:http servers answering 503 with
-// Retry-After, 500, 422, or nothing at all): retries, failover, deadlines, the concurrency limit.
+// Retry-After, 500, 422, or nothing at all): retries, failover, deadlines, the concurrency limit;
+// and the body it chooses for each server, against peers and the service's app.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
-import { retryAfterMs, TileClient, TileClientError } from '../src/client/tile-client.js';
-import { tileRequestBody } from '../src/client/pipeline/tile-body.js';
+import { retryAfterMs, TileClient, TileClientError, type ClientOptions, type TileInput } from '../src/client/tile-client.js';
+import { tileRequestBody, type TileFields } from '../src/client/tile-body.js';
+import { encodeRgbPng } from '../src/tile/png-write.js';
+import { decodePng } from '../src/tile/png.js';
+import { fakeService } from './helpers/fake-backend.js';
+import { cellularPng, tileRequest } from './helpers/tiles.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse, n: number) => void;
 
@@ -128,6 +133,81 @@ t.test('a body made from the PNG bytes is the JSON of the request', async (t) =>
   t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
   const client = new TileClient({ servers: [`http://127.0.0.1:${(server.address() as AddressInfo).port}`], concurrency: 1 });
   t.teardown(() => client.close());
-  await client.infer('/api/predict/m', tileRequestBody(png, fields));
+  await client.infer('/api/predict/m', { type: 'application/json', bytes: tileRequestBody(png, fields), fields });
   t.same(JSON.parse(received), { image_data: png.toString('base64'), ...fields });
+});
+
+/** A peer that lists its models' bodies (or answers /api/models as `models` says) and records
+ *  the tiles posted to it. */
+async function tilePeer(t: Test, models: (res: ServerResponse) => void) {
+  const posted: { url: string; type: string; body: Buffer }[] = [];
+  const asked = { models: 0 };
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      if (req.method === 'GET' && req.url === '/api/models') return (asked.models++, models(res));
+      posted.push({ url: req.url!, type: String(req.headers['content-type']), body: Buffer.concat(chunks) });
+      ok(res);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, posted, asked };
+}
+
+const listing = (types?: string[]) => (res: ServerResponse) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ models: [{ name: 'm', ...(types && { content_types: types }) }] }));
+
+t.test('inferTile: raw pixels where the server takes them, else the PNG file, else the JSON of older servers', async (t) => {
+  const rgb = Uint8Array.from({ length: 2 * 3 * 3 }, (_, i) => i * 13);
+  const fields = { slide_name: 's 1', x: 4, y: 6, width: 2, height: 3, patch_idx: 9, bulk_rna: [1, 2.5], tissue_ratio: null, resolution: 0.5 };
+  const png = encodeRgbPng(rgb, 2, 3);
+  const query = 'mode=prediction&slide_name=s+1&x=4&y=6&width=2&height=3&patch_idx=9&bulk_rna=1%2C2.5&resolution=0.5';
+  const send = async (models: (res: ServerResponse) => void, tile: TileInput, options: Partial<ClientOptions> = {}) => {
+    const peer = await tilePeer(t, models);
+    const client = new TileClient({ servers: [peer.url], concurrency: 2, ...options });
+    t.teardown(() => client.close());
+    await client.inferTile('/api/predict/m?mode=prediction', tile);
+    await client.inferTile('/api/predict/m?mode=prediction', tile);
+    t.equal(peer.asked.models, options.bodies === 'json' ? 0 : 1, '/api/models is read once (never for JSON only)');
+    return peer.posted;
+  };
+  const raw = await send(listing(['application/json', 'image/png', 'application/octet-stream']), { fields, rgb });
+  t.same(raw[0], { url: `/api/predict/m?${query}`, type: 'application/octet-stream', body: Buffer.from(rgb) }, 'raw RGB, the fields in the query');
+  const pngBody = await send(listing(['application/json', 'image/png']), { fields, rgb });
+  t.same(pngBody[0], { url: `/api/predict/m?${query}`, type: 'image/png', body: png }, 'the PNG file to a server without raw bodies');
+  const asJson = JSON.parse(tileRequestBody(png, fields).toString());
+  for (const [name, models] of [['no /api/models', (res: ServerResponse) => res.writeHead(404).end('{"detail":"Not Found"}')], ['no content_types', listing()]] as const) {
+    const posted = await send(models, { fields, rgb });
+    t.same([posted[0].url, posted[0].type, JSON.parse(posted[0].body.toString())], ['/api/predict/m?mode=prediction', 'application/json', asJson], `${name}: the contract's JSON`);
+  }
+  const forced = await send(listing(['application/json', 'image/png', 'application/octet-stream']), { fields, png }, { bodies: 'json' });
+  t.equal(forced[0].type, 'application/json', "bodies: 'json' sends JSON whatever the server takes");
+  const pngOnly = await send(listing(['application/json', 'image/png', 'application/octet-stream']), { fields, png });
+  t.same([pngOnly[0].type, pngOnly[0].body], ['image/png', png], 'PNG bytes go as the PNG file');
+  await t.rejects(new TileClient({ servers: ['http://127.0.0.1:1'], concurrency: 1 }).inferTile('/api/predict/m', { fields, rgb: rgb.subarray(1) }), /not 17/);
+});
+
+t.test('inferTile against the service app: raw pixels reach the model as pixels; an older server gets JSON', async (t) => {
+  const { app, backend } = await fakeService();
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+  const png = cellularPng(5);
+  const rgb = Buffer.from((await decodePng(png)).data);
+  const { image_data: _, ...fields } = tileRequest(png, { resolution: 0.5 });
+  const client = new TileClient({ servers: [url], concurrency: 1 });
+  t.teardown(() => client.close());
+  const res = await client.inferTile('/api/embed/tile-embed', { fields: fields as TileFields, rgb });
+  t.match(res, { slide_name: 'slide-001', x: 1024, y: 2048, patch_idx: 7, resolution: 0.5 });
+  t.same([backend.jobs[0].image.format, backend.jobs[0].image.bytes], ['rgb', rgb]);
+  await client.inferTile('/api/embed/tile-embed', { fields: fields as TileFields, png });
+  t.same([backend.jobs[1].image.format, backend.jobs[1].image.loc], ['png', ['body']]);
+  // The same app as an older server: /api/models without content_types.
+  const older = await tilePeer(t, listing());
+  const oldClient = new TileClient({ servers: [older.url], concurrency: 1 });
+  t.teardown(() => oldClient.close());
+  await oldClient.inferTile('/api/embed/m', { fields: fields as TileFields, rgb });
+  const body = JSON.parse(older.posted[0].body.toString());
+  t.same(Buffer.from((await decodePng(Buffer.from(body.image_data, 'base64'))).data), rgb, 'the JSON carries the same pixels as a PNG');
 });

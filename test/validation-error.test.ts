@@ -1,16 +1,20 @@
-// Unit tests of the ajv -> pydantic error mapping, through fastify's own validator.
+// Unit tests of the ajv -> pydantic error mapping, through fastify's own validator, with the
+// front's body parsers and the route's body schema (the contract's, image_data decoded).
 import t from 'tap';
 import Fastify from 'fastify';
 import errors from '../src/front/plugins/errors.js';
+import jsonBody from '../src/front/plugins/json-body.js';
 import nonJsonBody from '../src/front/plugins/non-json-body.js';
-import { TileRequest, PredictQuery } from '../src/contract/schemas.js';
+import { PredictQuery } from '../src/contract/schemas.js';
+import { TileBody, tileImageKeyword } from '../src/front/tile-image.js';
 import { jsonInvalid } from '../src/front/validation-error.js';
 
 async function app() {
-  const app = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false } } });
+  const app = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false }, plugins: [tileImageKeyword] } });
   await app.register(errors, { retryAfterS: 1, models: () => [] });
+  await app.register(jsonBody);
   await app.register(nonJsonBody);
-  app.post('/tile', { schema: { body: TileRequest, querystring: PredictQuery } }, async () => ({ ok: true }));
+  app.post('/tile', { schema: { body: TileBody, querystring: PredictQuery } }, async () => ({ ok: true }));
   return app;
 }
 

@@ -2,12 +2,17 @@
 // `concurrency` tiles in flight, 503 answered by waiting Retry-After (model loading, queue full,
 // under pressure), exponential backoff with full jitter on connection errors and other 5xx,
 // several servers (each tile goes to the least-busy healthy one; one that fails is benched for
-// its backoff and the tile moves on), and a deadline per tile across all its attempts.
+// its backoff and the tile moves on), and a deadline per tile across all its attempts. A tile
+// given as pixels or PNG bytes (inferTile) goes in the body each server takes best, as its
+// GET /api/models says: raw RGB, else the PNG file, else the contract's JSON (older servers).
 import { Pool } from 'undici';
 import type { Static } from 'typebox';
 import type { ModelMetadata, TileRequest, TileResponse } from '../contract/schemas.js';
+import { TILE_BODY_TYPES, type TileBodyType } from '../contract/endpoints.js';
 import { CodedError } from '../lib/errors.js';
+import { encodeRgbPng } from '../tile/png-write.js';
 import { Semaphore } from './semaphore.js';
+import { tileQuery, tileRequestBody, type MadeBody, type TileFields } from './tile-body.js';
 import { UsageError } from './usage-error.js';
 
 export type TileResponseBody = Static<typeof TileResponse>;
@@ -24,7 +29,13 @@ export interface ClientOptions {
   maxBackoffMs?: number;
   /** Called on every retry (for progress displays). */
   onRetry?: (reason: string) => void;
+  /** 'json' sends every tile as the contract's JSON, whatever the servers take (default 'auto'). */
+  bodies?: 'auto' | 'json';
 }
+
+/** A tile for inferTile: its fields, and its image as raw pixels (uint8 RGB, row-major, width x
+ *  height x 3 bytes) or as PNG bytes. */
+export type TileInput = { fields: TileFields } & ({ rgb: Uint8Array; png?: undefined } | { png: Uint8Array; rgb?: undefined });
 
 type TileClientCode = 'TILE_ERR_CLIENT_HTTP' | 'TILE_ERR_CLIENT_DEADLINE' | 'TILE_ERR_CLIENT_UNREACHABLE';
 
@@ -47,6 +58,27 @@ interface Server {
   inFlight: number;
   /** Not chosen before this time (after a connection error or 5xx). */
   benchedUntil: number;
+  /** The request bodies each model takes (GET /api/models), once read. */
+  bodyTypes: Promise<Map<string, Set<string>>> | null;
+}
+
+/** One attempt's request: where it goes and what it carries. */
+interface Outgoing {
+  path: string;
+  body?: Buffer;
+  contentType?: TileBodyType;
+}
+
+/** A made body's request to an endpoint path: a binary body's fields go in the query. */
+function outgoing(path: string, made: MadeBody): Outgoing {
+  if (made.type === 'application/json') return { path, body: made.bytes, contentType: made.type };
+  return { path: `${path}${path.includes('?') ? '&' : '?'}${tileQuery(made.fields)}`, body: made.bytes, contentType: made.type };
+}
+
+/** The model of a model endpoint's path (`/api/embed/tile-embed?...`). */
+function modelOf(path: string): string | undefined {
+  const name = /^\/api\/(?:predict|embed)\/([^/?]+)/.exec(path)?.[1];
+  return name && decodeURIComponent(name);
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -75,7 +107,7 @@ export class TileClient {
     if (!options.servers.length) throw new UsageError('TILE_ERR_CLIENT_USAGE', 'at least one server URL is needed');
     // Each pool may open as many connections as there are slots: with one server up, it takes
     // all the load.
-    this.servers = options.servers.map((url) => ({ url: url.replace(/\/$/, ''), pool: new Pool(url, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 }), inFlight: 0, benchedUntil: 0 }));
+    this.servers = options.servers.map((url) => ({ url: url.replace(/\/$/, ''), pool: new Pool(url, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 }), inFlight: 0, benchedUntil: 0, bodyTypes: null }));
     this.slots = new Semaphore(options.concurrency);
     this.deadlineMs = options.deadlineMs ?? 300_000;
     this.backoffMs = options.backoffMs ?? 100;
@@ -96,8 +128,9 @@ export class TileClient {
     this.options.onRetry?.(reason);
   }
 
-  /** One request with retries; resolves with the parsed JSON body of the first 2xx. */
-  private async call<T>(method: 'GET' | 'POST', path: string, body?: string | Buffer): Promise<T> {
+  /** One request with retries; resolves with the parsed JSON body of the first 2xx. `request`
+   *  is the same for every server, or made for the server an attempt goes to. */
+  private async call<T>(method: 'GET' | 'POST', path: string, request: Outgoing | ((server: Server) => Promise<Outgoing>) = { path }): Promise<T> {
     const deadline = Date.now() + this.deadlineMs;
     let reason = '';
     for (let attempt = 0; ; attempt++) {
@@ -107,11 +140,12 @@ export class TileClient {
       let wait: number;
       server.inFlight++;
       try {
+        const out = typeof request === 'function' ? await request(server) : request;
         const res = await server.pool.request({
           method,
-          path,
-          body,
-          headers: body ? { 'content-type': 'application/json' } : {},
+          path: out.path,
+          body: out.body,
+          headers: out.body ? { 'content-type': out.contentType ?? 'application/json' } : {},
           headersTimeout: remaining,
           bodyTimeout: remaining,
         });
@@ -192,15 +226,71 @@ export class TileClient {
     return this.call('GET', `/api/metadata/${encodeURIComponent(model)}`);
   }
 
-  /** Posts one tile to an endpoint path such as `/api/embed/tile-embed` (query included): the
-   *  request, or its JSON body already made (tileRequestBody). */
-  async infer(path: string, request: TileRequest | Buffer): Promise<TileResponseBody> {
+  /** Posts one tile's request to an endpoint path such as `/api/embed/tile-embed` (query
+   *  included): the contract's JSON object, or a body made ahead (tile-body.ts). */
+  async infer(path: string, request: TileRequest | MadeBody): Promise<TileResponseBody> {
+    const out = 'bytes' in request ? outgoing(path, request) : { path, body: Buffer.from(JSON.stringify(request)) };
     const release = await this.slots.acquire();
     try {
-      return await this.call<TileResponseBody>('POST', path, Buffer.isBuffer(request) ? request : JSON.stringify(request));
+      return await this.call<TileResponseBody>('POST', path, out);
     } finally {
       release();
     }
+  }
+
+  /** Posts one tile given as pixels or PNG bytes, in the body the server an attempt goes to takes
+   *  best for the path's model: raw RGB pixels, the PNG file, or the contract's JSON. A PNG is
+   *  made from pixels only for a server that needs one, once. */
+  async inferTile(path: string, tile: TileInput): Promise<TileResponseBody> {
+    const { width, height } = tile.fields;
+    if (tile.rgb && tile.rgb.length !== width * height * 3) throw new UsageError('TILE_ERR_CLIENT_USAGE', `raw pixels of a ${width}x${height} tile are ${width * height * 3} bytes (uint8 RGB), not ${tile.rgb.length}`);
+    const model = modelOf(path);
+    let png = tile.png;
+    const pngOf = () => (png ??= encodeRgbPng(tile.rgb!, width, height));
+    const bytes = (b: Uint8Array) => Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+    const release = await this.slots.acquire();
+    try {
+      return await this.call<TileResponseBody>('POST', path, async (server) => {
+        const takes = model ? (await this.bodyTypesOf(server)).get(model) : undefined;
+        if (tile.rgb && takes?.has('application/octet-stream')) return outgoing(path, { type: 'application/octet-stream', bytes: bytes(tile.rgb), fields: tile.fields });
+        if (takes?.has('image/png')) return outgoing(path, { type: 'image/png', bytes: bytes(pngOf()), fields: tile.fields });
+        return outgoing(path, { type: 'application/json', bytes: tileRequestBody(pngOf(), tile.fields), fields: tile.fields });
+      });
+    } finally {
+      release();
+    }
+  }
+
+  /** The bodies every server takes for an endpoint path's model (the contract's JSON at least):
+   *  what a caller that makes bodies ahead (tile-infer's reader threads) may make. */
+  async bodyTypes(path: string): Promise<Set<TileBodyType>> {
+    const model = modelOf(path);
+    const each = await Promise.all(this.servers.map(async (s) => (model ? (await this.bodyTypesOf(s)).get(model) : undefined) ?? new Set<string>()));
+    return new Set(TILE_BODY_TYPES.filter((type) => type === 'application/json' || each.every((takes) => takes.has(type))));
+  }
+
+  /** The bodies each of a server's models takes, from its GET /api/models (read once); none for a
+   *  server that does not say (an older one: JSON only) or with --bodies json. A server that
+   *  cannot be asked now is asked again on the next tile. */
+  private bodyTypesOf(server: Server): Promise<Map<string, Set<string>>> {
+    if (this.options.bodies === 'json') return Promise.resolve(new Map());
+    server.bodyTypes ??= (async () => {
+      const res = await server.pool.request({ method: 'GET', path: '/api/models', headersTimeout: 10_000, bodyTimeout: 10_000 });
+      const text = await res.body.text();
+      const takes = new Map<string, Set<string>>();
+      let models: { name: string; content_types?: string[] }[] = [];
+      try {
+        if (res.statusCode === 200) models = (JSON.parse(text) as { models?: typeof models }).models ?? [];
+      } catch {
+        // not the list: the server says nothing of its bodies
+      }
+      for (const m of models) takes.set(m.name, new Set(m.content_types ?? []));
+      return takes;
+    })().catch(() => {
+      server.bodyTypes = null;
+      return new Map();
+    });
+    return server.bodyTypes;
   }
 
   async close(): Promise<void> {

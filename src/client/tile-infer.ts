@@ -135,6 +135,8 @@ async function main(): Promise<number> {
     if (values.heatmap !== undefined && (!plan.prediction || !(model.output_genes ?? []).includes(values.heatmap))) {
       throw new UsageError('TILE_ERR_CLIENT_HEATMAP_GENE', `--heatmap ${values.heatmap}: not an output gene of ${model.model} (${(model.output_genes ?? []).join(', ') || 'no predictions'})`);
     }
+    // Raw pixels (or a tile file's PNG as it is) when every server takes them for the model.
+    const takes = await client.bodyTypes(plan.path);
     mkdirSync(outDir, { recursive: true });
     if (shard) process.stderr.write(`tile-infer: shard ${shard.index} of ${shard.count} (${shard.from}): ${cohort.length} slides\n`);
     const order = new Map(cohort.map((s, k) => [s.label, k]));
@@ -145,7 +147,7 @@ async function main(): Promise<number> {
         for (const entry of cohort) {
           const started = performance.now();
           try {
-            const r = await processTiles({ dir: entry.path, model, plan, outDir, client, concurrency, tilePlan: values.plan, mpp, onPlan: (total, done) => progress.plan(total, done) });
+            const r = await processTiles({ dir: entry.path, model, plan, outDir, client, pngBodies: takes.has('image/png'), concurrency, tilePlan: values.plan, mpp, onPlan: (total, done) => progress.plan(total, done) });
             const seconds = (performance.now() - started) / 1000;
             for (const f of r.failed) summary.record({ slide: f.file, status: 'failed', tiles: 0, seconds: 0, reason: f.reason }, entry.label);
             summary.record({ slide: entry.label, status: r.tiles ? 'done' : 'failed', tiles: r.tiles, seconds, reason: r.failed.length ? `${r.failed.length} tile files failed (listed below)` : '' });
@@ -158,7 +160,8 @@ async function main(): Promise<number> {
       } else {
         const pool = new ReaderPool(threads);
         try {
-          const run: SlideRun = { model, plan, outDir, client, pool, concurrency, minTissue, tissueModel: values['tissue-model'] ?? 'tissue-seg', mpp, heatmap: values.heatmap, onPlan: (total, done) => progress.plan(total, done) };
+          const bodyType = takes.has('application/octet-stream') ? 'application/octet-stream' : 'application/json';
+          const run: SlideRun = { model, plan, outDir, client, bodyType, pool, concurrency, minTissue, tissueModel: values['tissue-model'] ?? 'tissue-seg', mpp, heatmap: values.heatmap, onPlan: (total, done) => progress.plan(total, done) };
           await runCohort(run, cohort, slidesInFlight, summary, progress);
         } finally {
           await pool.close();

@@ -1,6 +1,7 @@
 // The HTTP contract's bodies (spec section 2), as TypeBox schemas: the one source of request
 // validation, TypeScript types and the OpenAPI document.
 import { Type, type Static } from 'typebox';
+import type { PredictMode } from './endpoints.js';
 
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T, description: string) =>
   Type.Optional(Type.Union([schema, Type.Null()], { description }));
@@ -52,9 +53,12 @@ export const HTTPValidationError = Type.Object({ detail: Type.Optional(Type.Arra
 export const Loading = Type.Object({ status: Type.Literal('loading') }, { title: 'Loading', description: 'The model is starting or restarting; retry after Retry-After seconds' });
 export const ErrorDetail = Type.Object({ detail: Type.String() }, { title: 'ErrorDetail' });
 
-export const PredictQuery = Type.Object({
-  mode: Type.Optional(Type.Enum(['prediction', 'prediction_with_embedding'], { default: 'prediction', description: 'prediction_with_embedding also returns the embedding of the same forward pass' })),
-});
+/** The query of POST /api/predict/<model>, offering the model's modes (predictModes). */
+export const predictQuery = (modes: PredictMode[]) =>
+  Type.Object({
+    mode: Type.Optional(Type.Enum(modes, { default: 'prediction', description: modes.length > 1 ? 'prediction_with_embedding also returns the embedding of the same forward pass' : 'this model has one mode' })),
+  });
+export const PredictQuery = predictQuery(['prediction', 'prediction_with_embedding']);
 export type PredictQuery = Static<typeof PredictQuery>;
 
 export const ModelMetadata = Type.Object(

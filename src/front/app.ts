@@ -5,9 +5,11 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import type { Logger } from 'pino';
 import type { ServiceConfig } from '../config/config.js';
 import type { ModelBackend } from './backend.js';
-import errors from './plugins/errors.js';
+import errors, { clientErrorHandler } from './plugins/errors.js';
+import contentEncoding from './plugins/content-encoding.js';
 import connections from './plugins/connections.js';
 import jsonBody from './plugins/json-body.js';
+import binaryBody from './plugins/binary-body.js';
 import pressure from './plugins/pressure.js';
 import nonJsonBody from './plugins/non-json-body.js';
 import openapi from './plugins/openapi.js';
@@ -18,6 +20,7 @@ import usage from './plugins/usage.js';
 import metrics from './plugins/metrics.js';
 import diagnostics from './plugins/diagnostics.js';
 import { SERVICE_VERSION } from '../lib/version.js';
+import { tileImageKeyword } from './tile-image.js';
 
 export interface AppOptions {
   config: ServiceConfig;
@@ -33,16 +36,21 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: config.body_limit_bytes,
     // Every error of a request at once, and no silent coercion ("5" is not an integer).
-    ajv: { customOptions: { allErrors: true, coerceTypes: false } },
+    // The tileImage keyword: a parsed body's image_data holds the decoded image (tile-image.ts).
+    ajv: { customOptions: { allErrors: true, coerceTypes: false }, plugins: [tileImageKeyword] },
     // Slow clients cannot hold connections open: headers and whole requests have deadlines,
     // checked every second rather than Node's default 30 s.
     serverFactory: (handler) => createServer({ headersTimeout: front.headers_timeout_ms, requestTimeout: front.body_timeout_ms, connectionsCheckingInterval: 1000, keepAliveTimeout: front.keep_alive_timeout_ms }, handler),
     // During a stop the service answers 503 in its own shape (plugins/connections.ts).
     return503OnClosing: false,
+    // HTTP that Node refuses (headers over the limit, timeouts, malformed) in the same shape.
+    clientErrorHandler,
   });
   await app.register(errors, { retryAfterS: config.pressure.retry_after_s, models: () => backend.models().map((m) => m.name) });
   await app.register(connections, { maxConnections: front.max_connections });
+  await app.register(contentEncoding);
   await app.register(jsonBody);
+  await app.register(binaryBody);
   await app.register(nonJsonBody);
   await app.register(pressure, { config: config.pressure });
   await app.register(openapi, { version: SERVICE_VERSION });

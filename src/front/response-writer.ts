@@ -1,6 +1,8 @@
 // Writes a tile response as JSON text directly. A 512x512 mask is 262,144 numbers: a Buffer of
 // "0,"/"1," bytes takes well under a millisecond where JSON.stringify of an array takes ~10 ms.
-import type { TileRequest } from '../contract/schemas.js';
+// Or, for a client that asks for it (Accept: application/octet-stream), the output tensor's bytes
+// as they are, its dtype and shape beside: the client then parses nothing.
+import type { TileFields } from './tile-image.js';
 import type { Numbers, TileOutput } from '../ipc/protocol.js';
 
 const COMMA = 0x2c;
@@ -38,7 +40,7 @@ export interface TileOutcome {
 }
 
 /** The ModelResponse for a request: output, the echoed tile fields, then embedding. */
-export function tileResponseJson(request: TileRequest, outcome: TileOutcome): Buffer {
+export function tileResponseJson(request: TileFields, outcome: TileOutcome): Buffer {
   const output = outcome.output.role === 'mask' ? maskJson(outcome.output.mask) : numbersJson(outcome.output.values);
   const echo = JSON.stringify({
     slide_name: request.slide_name,
@@ -56,4 +58,29 @@ export function tileResponseJson(request: TileRequest, outcome: TileOutcome): Bu
     typeof output === 'string' ? Buffer.from(output) : output,
     Buffer.from(`,${echo.slice(1, -1)},"embedding":${embedding}}`),
   ]);
+}
+
+/** Whether the client asks for the output tensor: application/octet-stream named in Accept with a
+ *  quality at least JSON's (absent, JSON's is 0; with * / * or application/*, theirs). */
+export function acceptsTensor(accept: string | undefined): boolean {
+  if (!accept?.includes('application/octet-stream')) return false;
+  let tensor = 0;
+  let json = 0;
+  for (const part of accept.split(',')) {
+    const [type, ...params] = part.split(';').map((p) => p.trim().toLowerCase());
+    const q = Number(params.find((p) => p.startsWith('q='))?.slice(2) ?? 1);
+    if (type === 'application/octet-stream') tensor = Math.max(tensor, q);
+    else if (type === 'application/json' || type === 'application/*' || type === '*/*') json = Math.max(json, q);
+  }
+  return tensor > 0 && tensor >= json;
+}
+
+/** The output tensor of a binary response: a mask as uint8 [height, width], other outputs as
+ *  their float type [n]; little-endian. */
+export function outputTensor(output: TileOutput, height: number, width: number): { bytes: Buffer; dtype: string; shape: number[] } {
+  if (output.role === 'mask') return { bytes: Buffer.from(output.mask.buffer, output.mask.byteOffset, output.mask.byteLength), dtype: 'uint8', shape: [height, width] };
+  const { values } = output;
+  const bytes = Buffer.from(values.buffer, values.byteOffset, values.byteLength);
+  const wide = values instanceof Float64Array;
+  return { bytes: LITTLE_ENDIAN ? bytes : wide ? Buffer.from(bytes).swap64() : Buffer.from(bytes).swap32(), dtype: wide ? 'float64' : 'float32', shape: [values.length] };
 }

@@ -1,9 +1,12 @@
 // What /docs shows of a model's routes: its tile size and MPP, what `output` holds (length,
-// genes), and a request body that works when sent from the page (a flat H&E-pink tile of the
-// model's size, a few hundred bytes as PNG).
+// genes), the three bodies it takes, and a request that works when sent from the page (a flat
+// H&E-pink tile of the model's size, a few hundred bytes as PNG).
 import { PNG } from 'pngjs';
+import type { SwaggerTransform } from '@fastify/swagger';
+import type { TObject } from 'typebox';
 import type { Manifest, Task } from '../model-package/manifest.js';
-import type { TileRequest } from '../contract/schemas.js';
+import { TileRequest } from '../contract/schemas.js';
+import { tileQueryParameters } from './tile-query.js';
 
 export function describeRoute(name: string, manifest: Manifest | null, task: Task): string {
   if (!manifest) return `${name}: its manifest could not be read at start; GET /api/models says why.`;
@@ -15,6 +18,40 @@ export function describeRoute(name: string, manifest: Manifest | null, task: Tas
   const outputs = genes ? `${genes.output.length} values, one per gene: ${genes.output.join(', ')}` : 'the prediction vector';
   const bulk = genes ? ` Optional \`bulk_rna\`: ${genes.input.length} counts, one per input gene (${genes.panel}: ${genes.input.join(', ')}), transformed with ${genes.bulk_transform}; omitted, zeros.` : '';
   return `${takes} \`output\`: ${outputs}.${bulk}${untrained}`;
+}
+
+/** The bodies a model route takes, with a curl line for each binary one. */
+export function describeBodies(path: string, manifest: Manifest | null): string {
+  const example = exampleRequest(manifest);
+  const { width, height } = manifest?.tile ?? { width: 'width', height: 'height' };
+  const query = Object.entries(example ?? { slide_name: 's', x: 0, y: 0, width, height, patch_idx: 0 })
+    .filter(([k]) => k !== 'image_data')
+    .map(([k, v]) => `${k}=${v}`)
+    .join('&');
+  const curl = (file: string, type: string) => `    curl --data-binary @${file} -H 'Content-Type: ${type}' 'http://localhost:8000${path}?${query}'`;
+  return [
+    "Three request bodies, by Content-Type: `application/json`, the contract's ModelRequest (image_data a base64 PNG); `image/png`, the PNG file itself;",
+    `\`application/octet-stream\`, the tile's raw pixels, uint8 RGB, row-major, ${width} x ${height} x 3 bytes. With the last two the fields are query`,
+    'parameters of the same names (bulk_rna comma-separated); the answer is the same ModelResponse.\n\n',
+    `${curl('tile.png', 'image/png')}\n${curl('tile.rgb', 'application/octet-stream')}`,
+  ].join(' ');
+}
+
+/** What /docs shows of a model route's request: the contract's JSON body with the model's
+ *  example, or a PNG file or raw pixels with the fields in the query (route validation sees the
+ *  parsed body instead: src/front/tile-image.ts). */
+export function requestDocs(manifest: Manifest | null, query: TObject | null): SwaggerTransform {
+  const example = exampleRequest(manifest);
+  const binary = (description: string) => ({ schema: { type: 'string', format: 'binary', description } });
+  const body = {
+    content: {
+      'application/json': { schema: example ? { ...TileRequest, examples: [example] } : TileRequest },
+      'image/png': binary('The tile as a PNG file; its fields in the query'),
+      'application/octet-stream': binary('The tile\'s raw pixels: uint8 RGB, row-major, width x height x 3 bytes; its fields in the query'),
+    },
+  };
+  const querystring = { type: 'object', properties: { ...query?.properties, ...tileQueryParameters(example) } };
+  return ({ schema, url }) => ({ schema: { ...schema, body, querystring }, url });
 }
 
 const PINK = [232, 186, 214];

@@ -1,24 +1,24 @@
 // Checks of a tile request against the model that will run it, done in the front because they
-// need no pixels: tile size, resolution, bulk_rna, base64, and the PNG header (so a PNG declaring
-// huge dimensions is refused before anything inflates it). The rest of the PNG rules run in the
-// worker, beside decoding. The decoded PNG bytes go to the worker as a Buffer: 25% fewer bytes
-// over IPC than the base64 text.
-import type { FieldError } from '../ipc/protocol.js';
+// need no pixels: tile size, resolution, bulk_rna, base64, the PNG header (so a PNG declaring
+// huge dimensions is refused before anything inflates it) and a raw body's length. The rest of
+// the PNG rules run in the worker, beside decoding. The decoded PNG bytes go to the worker as a
+// Buffer: 25% fewer bytes over IPC than the base64 text.
+import type { FieldError, TileJobImage } from '../ipc/protocol.js';
 import type { Manifest } from '../model-package/manifest.js';
-import { imageBytes } from './image-data.js';
 import { PngError, readPngHeader, type PngHeader } from '../tile/png-rules.js';
-import type { TileRequest } from '../contract/schemas.js';
+import { fieldsLocation, imageLoc, type TileBody } from './tile-image.js';
 
 export interface CheckedTile {
   errors: FieldError[];
-  /** The PNG bytes, when image_data is base64. */
-  png: Buffer | null;
+  /** The image for the worker, when it passed the checks here. */
+  image: TileJobImage | null;
 }
 
-export function checkTile(body: TileRequest, manifest: Manifest, usesBulk: boolean, maxPixels: number): CheckedTile {
+export function checkTile(body: TileBody, manifest: Manifest, usesBulk: boolean, maxPixels: number): CheckedTile {
   const errors: FieldError[] = [];
   const { tile, name } = manifest;
-  const fail = (field: string, msg: string, ctx?: Record<string, unknown>) => errors.push({ loc: ['body', field], msg: `Value error, ${msg}`, type: 'value_error', ...(ctx && { ctx }) });
+  const fields = fieldsLocation(body);
+  const fail = (field: string, msg: string, ctx?: Record<string, unknown>) => errors.push({ loc: [fields, field], msg: `Value error, ${msg}`, type: 'value_error', ...(ctx && { ctx }) });
 
   if (body.width !== tile.width || body.height !== tile.height) {
     const field = body.width !== tile.width ? 'width' : 'height';
@@ -38,29 +38,36 @@ export function checkTile(body: TileRequest, manifest: Manifest, usesBulk: boole
     } else {
       // The schema already refused non-numbers and non-finite values (ajv's number type is finite).
       const bad = body.bulk_rna.findIndex((v) => v < 0);
-      if (bad >= 0) errors.push({ loc: ['body', 'bulk_rna', bad], msg: 'Value error, bulk RNA counts should be >= 0', type: 'value_error' });
+      if (bad >= 0) errors.push({ loc: [fields, 'bulk_rna', bad], msg: 'Value error, bulk RNA counts should be >= 0', type: 'value_error' });
     }
   }
 
-  const decoded = imageBytes(body);
-  if ('reason' in decoded) {
-    errors.push({ loc: ['body', 'image_data'], msg: `Base64 decoding error: ${decoded.reason}`, type: 'base64_decode' });
-    return { errors, png: null };
+  const image = body.image_data;
+  const loc = imageLoc(image);
+  const imageFail = (msg: string) => errors.push({ loc, msg: `Value error, ${msg}`, type: 'value_error' });
+  if (image.format === 'not-base64') {
+    errors.push({ loc, msg: `Base64 decoding error: ${image.reason}`, type: 'base64_decode' });
+    return { errors, image: null };
   }
-  const png = decoded.bytes;
+  if (image.format === 'rgb') {
+    const expected = body.width * body.height * 3;
+    if (image.bytes.length !== expected) imageFail(`a raw RGB body has width x height x 3 = ${body.width}x${body.height}x3 = ${expected} bytes (uint8 RGB, row-major), got ${image.bytes.length}`);
+    return { errors, image: { format: 'rgb', bytes: image.bytes, loc } };
+  }
   let header: PngHeader;
   try {
-    header = readPngHeader(png);
+    header = readPngHeader(image.bytes);
   } catch (err) {
     if (!(err instanceof PngError)) throw err;
-    const what = err.rule === 'signature' ? 'image_data should be a base64-encoded PNG' : 'image_data is not a valid PNG';
-    fail('image_data', `${what}: ${err.message}`);
-    return { errors, png };
+    const subject = image.from === 'body' ? 'the body' : 'image_data';
+    const what = err.rule !== 'signature' ? `${subject} is not a valid PNG` : image.from === 'body' ? 'the body should be a PNG' : 'image_data should be a base64-encoded PNG';
+    imageFail(`${what}: ${err.message}`);
+    return { errors, image: null };
   }
   if (header.width * header.height > maxPixels) {
-    fail('image_data', `PNG declares ${header.width}x${header.height} pixels, more than the limit of ${maxPixels}; refused before decoding`);
+    imageFail(`PNG declares ${header.width}x${header.height} pixels, more than the limit of ${maxPixels}; refused before decoding`);
   } else if (header.width !== body.width || header.height !== body.height) {
-    fail('image_data', `PNG is ${header.width}x${header.height} pixels, expected width x height = ${body.width}x${body.height}`);
+    imageFail(`PNG is ${header.width}x${header.height} pixels, expected width x height = ${body.width}x${body.height}`);
   }
-  return { errors, png };
+  return { errors, image: { format: 'png', bytes: image.bytes, loc } };
 }

@@ -42,13 +42,26 @@ function echo(value: unknown): { input?: unknown } {
 
 const quoted = (values: unknown[]) => values.map((v) => `'${String(v)}'`).join(', ').replace(/, ([^,]*)$/, ' or $1');
 
-function describe(error: FastifySchemaValidationError, value: unknown): Omit<FieldError, 'loc'> {
+/** A query value is text: one that is not a number failed to parse, as pydantic names it. */
+const PARSING_ERRORS: Record<string, [string, string]> = {
+  integer: ['int_parsing', 'Input should be a valid integer, unable to parse string as an integer'],
+  number: ['float_parsing', 'Input should be a valid number, unable to parse string as a number'],
+};
+
+function describe(error: FastifySchemaValidationError, value: unknown, root: string): Omit<FieldError, 'loc'> {
   const p = error.params as Record<string, unknown>;
   switch (error.keyword) {
     case 'required':
       return { type: 'missing', msg: 'Field required' };
+    // image_data holds no decoded image: it was not a string (src/front/tile-image.ts).
+    case 'tileImage':
+      return { type: TYPE_ERRORS.string[0], msg: TYPE_ERRORS.string[1] };
     case 'type': {
       const wanted = String(p.type).split(',')[0];
+      if (root === 'query' && typeof value === 'string' && PARSING_ERRORS[wanted]) {
+        const [type, msg] = PARSING_ERRORS[wanted];
+        return { type, msg };
+      }
       // JSON.parse reads 1e400 as Infinity; ajv's number types are finite. Pydantic's name for it.
       if (typeof value === 'number' && !Number.isFinite(value)) {
         return { type: 'finite_number', msg: `Input should be a finite number; the number is out of range (beyond ${Number.MAX_VALUE.toPrecision(2)} in magnitude)` };
@@ -73,9 +86,10 @@ function describe(error: FastifySchemaValidationError, value: unknown): Omit<Fie
 
 /**
  * One item per failing field. A nullable field (anyOf [T, null]) reports only its non-null
- * branch, as pydantic reports `Optional[T]`.
+ * branch, as pydantic reports `Optional[T]`. `root` is where the data was sent, when not the
+ * part validated (a binary tile's fields, validated as its body, come in the query).
  */
-export function toValidationItems(errors: FastifySchemaValidationError[], context: string, data: unknown): ValidationItem[] {
+export function toValidationItems(errors: FastifySchemaValidationError[], context: string, data: unknown, root = LOC_ROOT[context] ?? context): ValidationItem[] {
   // ajv's anyOf error points at ".../anyOf"; its branches' errors at ".../anyOf/<n>/...".
   const unions = errors.filter((e) => e.keyword === 'anyOf').map((e) => `${e.schemaPath.replace(/\/anyOf$/, '')}/anyOf/`);
   const kept = errors.filter((e) => {
@@ -89,7 +103,7 @@ export function toValidationItems(errors: FastifySchemaValidationError[], contex
     const path = segments(error.instancePath);
     if (error.keyword === 'required') path.push(String((error.params as { missingProperty: string }).missingProperty));
     const value = error.keyword === 'required' ? undefined : valueAt(data, path);
-    const item: ValidationItem = { loc: [LOC_ROOT[context] ?? context, ...path], ...describe(error, value), ...echo(value) };
+    const item: ValidationItem = { loc: [root, ...path], ...describe(error, value, root), ...echo(value) };
     const key = JSON.stringify(item.loc) + item.type;
     if (seen.has(key)) continue;
     seen.add(key);

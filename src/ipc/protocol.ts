@@ -28,11 +28,19 @@ export interface TileJob {
   task: Task;
   /** prediction_with_embedding: also return the embedding of the same forward pass. */
   withEmbedding: boolean;
-  /** The tile's PNG bytes (the front has decoded the base64). */
-  png: Uint8Array;
+  image: TileJobImage;
   width: number;
   height: number;
   bulk: number[] | null;
+}
+
+/** A tile's image as the front received it: PNG bytes (any base64 decoded), or raw uint8 RGB
+ *  pixels, row-major, width x height x 3 bytes (no decoding at all). */
+export interface TileJobImage {
+  format: 'png' | 'rgb';
+  bytes: Uint8Array;
+  /** Where the request held it (["body", "image_data"] or ["body"]), for the worker's errors. */
+  loc: string[];
 }
 
 /** Milliseconds spent per stage in the worker, for the benchmark's breakdown. */

@@ -37,6 +37,12 @@ const REGISTRY = {
   TILE_ERR_VALIDATION: { status: 422, body: 'validation', meaning: 'The request fails a check (schema, tile size, resolution, bulk RNA, PNG): every field error in the 422 list.' },
   TILE_ERR_UNAUTHORIZED: { status: 401, body: 'detail', meaning: 'admin_token is set and /diagnostics or /metrics was asked without `Authorization: Bearer <token>`.' },
   TILE_ERR_NOT_FOUND: { status: 404, body: 'detail', meaning: 'No such route; under /api and /health/ready the answer names the enabled models.' },
+  TILE_ERR_METHOD_NOT_ALLOWED: { status: 405, body: 'detail', meaning: 'The path exists for other methods, listed in the Allow header.' },
+  TILE_ERR_NOT_ACCEPTABLE: { status: 406, body: 'detail', meaning: 'The Accept header admits no answer this request can have (a binary answer of two tensors).' },
+  TILE_ERR_UNSUPPORTED_ENCODING: { status: 415, body: 'detail', meaning: 'A Content-Encoding (gzip, ...) other than identity: send the body uncompressed.' },
+  TILE_ERR_HEADERS_TOO_LARGE: { status: 431, body: 'detail', meaning: "The request's headers, its URL included, are over Node's limit; the socket closes after the answer." },
+  TILE_ERR_REQUEST_TIMEOUT: { status: 408, body: 'detail', meaning: 'The request did not arrive within front.headers_timeout_ms or front.body_timeout_ms; the socket closes.' },
+  TILE_ERR_BAD_REQUEST: { status: 400, body: 'detail', meaning: "HTTP that Node's parser refuses (malformed); the socket closes." },
   TILE_ERR_MODEL_LOADING: { status: 503, body: 'loading', meaning: 'No instance of the model is ready (starting, loading, restarting): retry after Retry-After.' },
   TILE_ERR_WORKER_GONE: { status: 503, body: 'loading', meaning: 'The worker process died with the request in flight; it restarts: retry.' },
   TILE_ERR_MODEL_FAILED: { status: 503, body: 'detail', meaning: "The model's package cannot load (the log has its TILE_ERR_PACKAGE_* or TILE_ERR_MODEL_LOAD code); retried when its files change, on SIGHUP, and slowly." },
@@ -200,6 +206,13 @@ export const errors = {
   deadline: (model: string, timeoutMs: number) => new ServiceError('TILE_ERR_DEADLINE', `model ${model} did not answer within the ${timeoutMs} ms request deadline`),
   workerGone: (why: string) => new ServiceError('TILE_ERR_WORKER_GONE', why),
   unauthorized: () => new ServiceError('TILE_ERR_UNAUTHORIZED', 'Not authenticated'),
+  methodNotAllowed: (method: string, path: string, allowed: string[]) => new ServiceError('TILE_ERR_METHOD_NOT_ALLOWED', `Method Not Allowed: ${path} takes ${allowed.join(', ')}, not ${method}`),
+  notAcceptable: (why: string) => new ServiceError('TILE_ERR_NOT_ACCEPTABLE', why),
+  unsupportedContentEncoding: (encoding: string) =>
+    new ServiceError('TILE_ERR_UNSUPPORTED_ENCODING', `Content-Encoding ${encoding} is not supported: send the body uncompressed (a PNG is compressed already; raw pixels are the fastest body)`),
+  headersTooLarge: (limit: number) => new ServiceError('TILE_ERR_HEADERS_TOO_LARGE', `the request's headers, its URL included, are over the limit of ${limit} bytes`),
+  requestTimeout: () => new ServiceError('TILE_ERR_REQUEST_TIMEOUT', 'the request did not arrive in time (front.headers_timeout_ms, front.body_timeout_ms)'),
+  badRequest: (reason: string) => new ServiceError('TILE_ERR_BAD_REQUEST', `malformed HTTP request: ${reason}`),
   /** Under /api and /health/ready the answer names the enabled models, the likely mistake being
    *  a model's name. */
   notFound: (url: string, models: string[]) =>

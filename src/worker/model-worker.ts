@@ -59,7 +59,7 @@ export class ModelWorker {
    *  run (the packaging lint runs a full batch). */
   async warmup(iterations: number, batchSize = 1): Promise<void> {
     const { width, height } = this.pkg.manifest.tile;
-    const job: TileJob = { task: this.pkg.manifest.tasks[0], withEmbedding: false, png: new Uint8Array(0), width, height, bulk: null };
+    const job: TileJob = { task: this.pkg.manifest.tasks[0], withEmbedding: false, image: { format: 'rgb', bytes: new Uint8Array(0), loc: ['body'] }, width, height, bulk: null };
     for (let i = 0; i < Math.max(1, iterations); i++) {
       // Fresh tiles each time: their buffers are handed to the session thread.
       const batch = Array.from({ length: batchSize }, (): Pending => {

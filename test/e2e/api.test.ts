@@ -9,6 +9,8 @@ import { crc32 } from 'node:zlib';
 import { startServer, MODELS, ROOT as ROOT_DIR, type TestServer } from '../helpers/server.js';
 import { cellularPng, fixturePng, tileRequest, FIXTURES } from '../helpers/tiles.js';
 import { shellDigest } from '../helpers/packages.js';
+import { TileClient } from '../../src/client/tile-client.js';
+import type { TileFields } from '../../src/client/tile-body.js';
 
 type Json = Record<string, any>;
 
@@ -97,6 +99,53 @@ t.test('tile-embed serves its own embedding', async (t) => {
   t.equal((await server.post('/api/predict/tile-embed', tileRequest(tile224))).status, 404, 'no predict route for an embedding-only package');
 });
 
+/** The tile's pixels as uint8 RGB, by another decoder than the service's (pngjs, RGBA). */
+function rgbOf(png: Buffer): Buffer {
+  const { data, width, height } = PNG.sync.read(png);
+  const rgb = Buffer.alloc(width * height * 3);
+  for (let i = 0; i < width * height; i++) data.copy(rgb, i * 3, i * 4, i * 4 + 3);
+  return rgb;
+}
+
+t.test('the same tile as JSON, as a PNG body and as raw RGB: identical answers from every model', async (t) => {
+  const cases = [
+    { path: '/api/predict/tissue-seg', png: fixturePng('he-mixed'), fields: { resolution: 8.0 } },
+    { path: '/api/predict/gene-expr?mode=prediction_with_embedding', png: tile224, fields: { bulk_rna: bulk, tissue_ratio: 0.5 } },
+    { path: '/api/embed/tile-embed', png: tile224, fields: { resolution: 0.5 } },
+  ];
+  for (const { path, png, fields } of cases) {
+    const { image_data: _, ...rest } = tileRequest(png, fields);
+    const query = Object.entries(rest).map(([k, v]) => `${k}=${Array.isArray(v) ? v.join(',') : v}`).join('&');
+    const url = `${server.url}${path}${path.includes('?') ? '&' : '?'}${query}`;
+    // One at a time: a tile's answer is compared with itself, not across batch sizes.
+    const asJson = await json(await server.post(path, tileRequest(png, fields)));
+    const asPng = await (await fetch(url, { method: 'POST', headers: { 'content-type': 'image/png' }, body: png })).json();
+    const asRgb = await (await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: rgbOf(png) })).json();
+    t.ok(asJson.output.length > 0, `${path}: ${asJson.output.length} values`);
+    t.same(asPng, asJson, `${path}: the PNG body's answer is the JSON body's`);
+    t.same(asRgb, asJson, `${path}: the raw RGB body's answer is the JSON body's`);
+    if (path.includes('tissue-seg')) {
+      const tensor = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream', accept: 'application/octet-stream' }, body: rgbOf(png) });
+      t.same([...new Uint8Array(await tensor.arrayBuffer())], asJson.output, `${path}: the tensor answer is the JSON answer's mask`);
+    }
+  }
+  // The client library sends raw pixels to this server, JSON when told to: the same answer.
+  const client = new TileClient({ servers: [server.url], concurrency: 1 });
+  const jsonClient = new TileClient({ servers: [server.url], concurrency: 1, bodies: 'json' });
+  const { image_data: _, ...fields } = tileRequest(tile224, { bulk_rna: bulk });
+  const viaRaw = await client.inferTile('/api/predict/gene-expr?mode=prediction_with_embedding', { fields: fields as TileFields, rgb: rgbOf(tile224) });
+  const viaJson = await jsonClient.inferTile('/api/predict/gene-expr?mode=prediction_with_embedding', { fields: fields as TileFields, rgb: rgbOf(tile224) });
+  await Promise.all([client.close(), jsonClient.close()]);
+  t.same(viaRaw, viaJson, 'tile-client: raw pixels and JSON give the same answer');
+  const short = await fetch(`${server.url}/api/embed/tile-embed?slide_name=s&x=0&y=0&width=224&height=224&patch_idx=0`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: Buffer.alloc(100) });
+  t.equal(short.status, 422);
+  t.match(await short.json(), { detail: [{ loc: ['body'], msg: /150528 bytes/ }] });
+  const broken = Buffer.from(tile224);
+  broken.fill(0x55, 60, 400);
+  const corrupt = await fetch(`${server.url}/api/embed/tile-embed?slide_name=s&x=0&y=0&width=224&height=224&patch_idx=0`, { method: 'POST', headers: { 'content-type': 'image/png' }, body: broken });
+  t.match(await corrupt.json(), { detail: [{ loc: ['body'], msg: /the body is not a decodable PNG/ }] }, 'the worker names the body');
+});
+
 t.test('metadata', async (t) => {
   const gene = await json(await server.get('/api/metadata/gene-expr'));
   const sha = shellDigest(join(MODELS, 'gene-expr'));
@@ -125,6 +174,30 @@ t.test('422: malformed JSON is json_invalid', async (t) => {
   const res = await server.post('/api/predict/gene-expr', '{"x": 1,');
   t.equal(res.status, 422);
   t.match((await json(res)).detail[0], { type: 'json_invalid', msg: 'JSON decode error', loc: ['body'] });
+});
+
+t.test('a body nested millions of levels deep is refused before it is parsed, as fast as a flat one', async (t) => {
+  // 3 MB each: one nested 1.5 million levels deep, one flat (a long string) of the same size.
+  const levels = 1_500_000;
+  const deep = `{"x": ${'['.repeat(levels)}${']'.repeat(levels)}}`;
+  const flat = `{"x": "${'A'.repeat(deep.length - 9)}"}`;
+  t.equal(flat.length, deep.length);
+  const timed = async (body: string) => {
+    const started = performance.now();
+    const res = await server.post('/api/predict/gene-expr', body);
+    return { ms: performance.now() - started, status: res.status, body: await json(res) };
+  };
+  const runs = { deep: [] as number[], flat: [] as number[] };
+  for (let i = 0; i < 3; i++) {
+    const d = await timed(deep);
+    t.equal(d.status, 422);
+    if (i === 0) t.match(d.body.detail[0], { type: 'json_invalid', msg: 'JSON decode error', loc: ['body', 21], ctx: { error: /nested deeper than 16 levels at position 21/ } });
+    runs.deep.push(d.ms);
+    runs.flat.push((await timed(flat)).ms);
+  }
+  const median = (v: number[]) => v.sort((a, b) => a - b)[1];
+  t.ok(median(runs.deep) < 5 * median(runs.flat), `answered in ${median(runs.deep).toFixed(0)} ms, a flat body of the same size in ${median(runs.flat).toFixed(0)} ms`);
+  t.equal((await server.get('/health/live')).status, 200);
 });
 
 t.test('422: query parameters', async (t) => {

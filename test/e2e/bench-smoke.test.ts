@@ -14,15 +14,18 @@ t.test('npm run bench -- --smoke', async (t) => {
   t.equal(run.status, 0, run.stderr);
   const report = JSON.parse(readFileSync(join(out, 'smoke.json'), 'utf8'));
   t.same([...new Set(report.runs.map((r: { path: string }) => r.path))], ['/api/predict/tissue-seg', '/api/predict/gene-expr', '/api/embed/gene-expr', '/api/embed/tile-embed']);
+  t.ok(report.runs.some((r: { tensor?: boolean }) => r.tensor), 'tissue-seg with the tensor answer too');
+  t.ok(report.serialization.clientParseMs.json > 0 && report.serialization.responseBytes.tensor === 512 * 512, 'the mask answer as JSON and as the tensor');
   for (const r of report.runs) {
     t.equal(r.errors, 0, `${r.path} c=${r.concurrency}: no errors`);
     t.ok(r.tilesPerSec > 0 && r.floor > 0 && r.stages.inference > 0, `${r.path} c=${r.concurrency}: throughput, floor and stages reported`);
   }
   const systems = new Set(report.ceiling.map((r: { system: string }) => r.system));
   t.ok(systems.has('irreducible') && systems.has('service fronts=1'), `ceiling rows for ${[...systems].join(', ')}`);
-  for (const r of report.ceiling) t.ok(r.tilesPerSec > 0 && r.errors === 0, `ceiling ${r.system} ${r.size}px: tiles served, no errors`);
+  for (const r of report.ceiling) t.ok(r.tilesPerSec > 0 && r.errors === 0, `ceiling ${r.system} ${r.body} ${r.size}px: tiles served, no errors`);
+  for (const system of systems) t.same([...new Set(report.ceiling.filter((r: { system: string }) => r.system === system).map((r: { body: string }) => r.body))], ['json', 'png', 'raw'], `${system}: every body type`);
   t.ok(report.slide.tiles > 0 && report.slide.ratio > 0 && report.slide.clientCpuMsPerTile > 0, 'the whole-slide row: tiles, ratio and client CPU');
   const md = readFileSync(join(out, 'smoke.md'), 'utf8');
   t.match(md, /\| endpoint \| conc\. \| tiles\/s/);
-  t.match(md, /\| system \| tile \| conc\. \| tiles\/s \| of irreducible/);
+  t.match(md, /\| system \| body \| tile \| conc\. \| tiles\/s \| of JSON \| of irreducible/);
 });

@@ -1,11 +1,13 @@
 // Three service hosts behind a real HAProxy running deploy/haproxy/haproxy.cfg, with load at
-// c=32 through it for the whole test, while hosts are killed, restarted, reloaded and broken.
+// c=32 through it for the whole test (JSON, PNG and raw RGB bodies), while hosts are killed,
+// restarted, reloaded and broken.
 // Per event it reports the requests that completed, those that failed at the client and p99.
 import t from 'tap';
 import { setPriority } from 'node:os';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { startBalancer, type Balancer } from '../helpers/haproxy.js';
 import { corruptPackage } from '../helpers/packages.js';
+import { PNG } from 'pngjs';
 import { cellularPng, fixturePng, tileRequest } from '../helpers/tiles.js';
 
 // Fixed ports of this test (19300-19399): the balancer, its stats page, three hosts.
@@ -64,28 +66,56 @@ const settle = (host: TestServer) => prioritize(host, 0);
 
 interface Outcome {
   model: string;
+  /** The request body's Content-Type. */
+  type?: string;
   start: number;
   end: number;
   status: number | string;
   detail?: string;
 }
 
+interface TileBody {
+  query: string;
+  type: string;
+  body: string | Buffer;
+}
+
+/** A tile as each body type: JSON, the PNG file, raw RGB pixels (a 512x512 tile's is 786 kB,
+ *  within HAProxy's buffer, so its requests are replayed on a retry as JSON ones are). */
+function bodiesOf(png: Buffer, fields: Record<string, unknown>): TileBody[] {
+  const request = tileRequest(png, fields);
+  const { image_data: _, ...rest } = request;
+  const query = `?${new URLSearchParams(Object.entries(rest).map(([k, v]): [string, string] => [k, String(v)]))}`;
+  const { data, width, height } = PNG.sync.read(png);
+  const rgb = Buffer.alloc(width * height * 3);
+  for (let i = 0; i < width * height; i++) data.copy(rgb, i * 3, i * 4, i * 4 + 3);
+  return [
+    { query: '', type: 'application/json', body: JSON.stringify(request) },
+    { query, type: 'image/png', body: png },
+    { query, type: 'application/octet-stream', body: rgb },
+  ];
+}
+
 /** `CONCURRENCY` keep-alive request loops through the balancer, half tissue-seg, half gene-expr,
- *  over a few distinct tiles, until stopped (or MAX_REQUESTS). */
+ *  each loop with one body type (JSON, PNG, raw RGB), over a few distinct tiles, until stopped
+ *  (or MAX_REQUESTS). */
 function startLoad(url: string) {
-  const bodies: Record<string, string[]> = {
-    'tissue-seg': ['he-mixed', 'he-fat', 'ihc-pale'].map((name) => JSON.stringify(tileRequest(fixturePng(name), { resolution: 8.0 }))),
-    'gene-expr': [1, 2, 3].map((seed) => JSON.stringify(tileRequest(cellularPng(seed), { resolution: 0.5 }))),
+  const bodies: Record<string, TileBody[][]> = {
+    'tissue-seg': ['he-mixed', 'he-fat', 'ihc-pale'].map((name) => bodiesOf(fixturePng(name), { resolution: 8.0 })),
+    'gene-expr': [1, 2, 3].map((seed) => bodiesOf(cellularPng(seed), { resolution: 0.5 })),
   };
   const outcomes: Outcome[] = [];
   let running = true;
   const loops = Array.from({ length: CONCURRENCY }, async (_, i) => {
     const model = i % 2 ? 'gene-expr' : 'tissue-seg';
+    const form = Math.floor(i / 2) % 3;
     for (let n = 0; running && outcomes.length < MAX_REQUESTS; n++) {
       const start = performance.now();
       const outcome: Outcome = { model, start, end: 0, status: 0 };
       try {
-        const res = await fetch(`${url}/api/predict/${model}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: bodies[model][n % 3] });
+        const tile = bodies[model][n % 3][form];
+        outcome.type = tile.type;
+        const res = await fetch(`${url}/api/predict/${model}${tile.query}`, { method: 'POST', headers: { 'content-type': tile.type }, body: tile.body });
         outcome.status = res.status;
         const body = await res.text();
         if (res.status !== 200) outcome.detail = body.slice(0, 200);

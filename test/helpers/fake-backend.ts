@@ -67,16 +67,17 @@ export class FakeBackend implements ModelBackend {
     };
   }
 
-  /** Output from the tile: a mask of the PNG's bytes' low bits, or their mean per output. */
+  /** Output from the tile: a mask of the image's bytes' low bits, or their mean per output. */
   async infer(model: string, job: TileJob): Promise<InferResult> {
     this.jobs.push(job);
     await this.gate;
     const manifest = this.views.get(model)!.info!.manifest;
-    const mean = job.png.reduce((a, b) => a + b, 0) / job.png.length;
+    const bytes = job.image.bytes;
+    const mean = bytes.reduce((a, b) => a + b, 0) / bytes.length;
     const values = (n: number) => Float32Array.from({ length: n }, (_, i) => mean + i);
     const times = { decode: 0, preprocess: 0, queue: 0, inference: 0, worker: 0 };
     if (job.task === 'segmentation') {
-      const mask = Uint8Array.from({ length: job.width * job.height }, (_, i) => job.png[i % job.png.length] & 1);
+      const mask = Uint8Array.from({ length: job.width * job.height }, (_, i) => bytes[i % bytes.length] & 1);
       return { type: 'result', id: 0, output: { role: 'mask', mask }, embedding: null, tissueFraction: mask.reduce((a, b) => a + b, 0) / mask.length, batchSize: 1, times };
     }
     const embedding = values(manifest.embedding_dim ?? 4);

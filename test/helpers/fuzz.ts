@@ -1,5 +1,5 @@
 // Property-based fuzzing of the real service over HTTP (fast-check): any method, path, query,
-// header and body, from plausible to hostile. The property: never a 5xx, and afterwards the
+// header and body, from plausible to hostile, JSON and binary (PNG, raw RGB) tile bodies. The property: never a 5xx, and afterwards the
 // service is ready, serves a valid tile and no worker has restarted.
 import { request } from 'node:http';
 import fc from 'fast-check';
@@ -97,7 +97,36 @@ function jsonBody(png: Buffer): fc.Arbitrary<string> {
   );
 }
 
+/** Binary bodies to a model route: the PNG file (maybe damaged) or raw RGB pixels of the right
+ *  length or another, the tile's fields in the query with some changed to odd text or left out. */
+function binaryRequest(models: string[], png: Buffer): fc.Arbitrary<FuzzRequest> {
+  const { image_data: _, ...fields } = tileRequest(png);
+  const size = png.readUInt32BE(16) * png.readUInt32BE(20) * 3;
+  const text = fc.oneof(oddValue.map((v) => (Array.isArray(v) ? v.join(',') : String(v))), fc.string({ maxLength: 20 }));
+  const query = fc
+    .record({ set: fc.dictionary(fc.constantFrom(...FIELDS.slice(1, 10), 'mode'), text, { maxKeys: 3 }), drop: fc.subarray(FIELDS.slice(1, 7), { maxLength: 2 }) })
+    .map(({ set, drop }) => {
+      const params = new URLSearchParams({ ...Object.fromEntries(Object.entries(fields).map(([k, v]) => [k, String(v)])), ...set });
+      for (const key of drop) params.delete(key);
+      return params.toString();
+    });
+  const body = fc.oneof(
+    fc.record({ type: fc.constant('image/png'), bytes: fc.oneof(fc.constant(png), damagedPng(png)) }),
+    fc.record({ type: fc.constant('application/octet-stream'), bytes: fc.oneof(fc.constant(Buffer.alloc(size, 200)), fc.nat(2 * size).map((n) => Buffer.alloc(n, 7))) }),
+  );
+  return fc.record({ path: fc.constantFrom(...MODEL_PATHS(models)), query, body }).map(({ path, query, body }) => ({
+    method: 'POST',
+    path: `${path}?${query}`,
+    headers: { 'content-type': body.type, 'content-length': String(body.bytes.length) },
+    body: body.bytes,
+  }));
+}
+
 export function fuzzRequest(models: string[], png: Buffer): fc.Arbitrary<FuzzRequest> {
+  return fc.oneof({ weight: 4, arbitrary: anyRequest(models, png) }, binaryRequest(models, png));
+}
+
+function anyRequest(models: string[], png: Buffer): fc.Arbitrary<FuzzRequest> {
   const path = fc.oneof(
     { weight: 12, arbitrary: fc.constantFrom(...MODEL_PATHS(models)) },
     fc.constantFrom(...OTHER_PATHS, ...models.map((m) => `/api/metadata/${m}`)),

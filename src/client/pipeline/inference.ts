@@ -3,6 +3,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { TileClientError, type ModelMetadataBody, type TileClient } from '../tile-client.js';
+import type { MadeBody } from '../tile-body.js';
 import { Semaphore } from '../semaphore.js';
 import { UsageError } from '../usage-error.js';
 import type { Journal } from './journal.js';
@@ -44,7 +45,7 @@ export type OnTileError = (tile: InferTile, err: TileClientError) => 'stop' | 's
 /** Posts every tile body as it comes, at most `concurrency` at a time, journalling results as they
  *  arrive. The first failure stops new tiles and is thrown once those in flight have settled
  *  (their results are journalled), unless onTileError skips it. */
-export async function runTiles(client: TileClient, plan: ModelPlan, bodies: AsyncIterable<{ tile: InferTile; body: Buffer; release?: () => void }>, journal: Journal, concurrency: number, progress?: Progress, onTileError?: OnTileError): Promise<void> {
+export async function runTiles(client: TileClient, plan: ModelPlan, bodies: AsyncIterable<{ tile: InferTile; body: MadeBody; release?: () => void }>, journal: Journal, concurrency: number, progress?: Progress, onTileError?: OnTileError): Promise<void> {
   const slots = new Semaphore(concurrency);
   const running = new Set<Promise<void>>();
   let failure: unknown = null;

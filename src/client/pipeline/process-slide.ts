@@ -26,6 +26,8 @@ export interface SlideRun {
   plan: ModelPlan;
   outDir: string;
   client: TileClient;
+  /** Raw pixels when every --server takes them for the model, else the contract's JSON. */
+  bodyType: 'application/json' | 'application/octet-stream';
   pool: ReaderPool;
   concurrency: number;
   minTissue: number;
@@ -96,7 +98,7 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
       const todo = grid.tiles.filter((t) => !journal.done.has(t.idx));
       const progress = run.onPlan?.(grid.tiles.length, grid.tiles.length - todo.length);
       const fields = (t: (typeof todo)[number]) => ({ slide_name: stem, x: t.x, y: t.y, width: tile.width, height: tile.height, patch_idx: t.idx, tissue_ratio: t.tissue, resolution: tileMpp });
-      await runTiles(run.client, run.plan, tileBodies(run.pool, slide, todo, grid.extent, tile.width, fields), journal, run.concurrency, progress);
+      await runTiles(run.client, run.plan, tileBodies(run.pool, run.bodyType, slide, todo, grid.extent, tile.width, fields), journal, run.concurrency, progress);
       const attrs = { patch_size: tile.width, patch_size_level0: grid.extent, level0_mpp: mpp0, target_mpp: tileMpp, patch_level: 0 };
       const files = await writeModelOutputs(run.outDir, stem, meta, run.plan, grid.tiles, journal, attrs);
 

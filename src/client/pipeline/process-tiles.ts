@@ -3,7 +3,7 @@
 import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import type { ModelMetadataBody, TileClient } from '../tile-client.js';
-import { tileRequestBody } from './tile-body.js';
+import { tileRequestBody, type MadeBody } from '../tile-body.js';
 import { readPngHeader } from '../../tile/png-rules.js';
 import { CodedError, errorLine, type CodesOf } from '../../lib/errors.js';
 import { runTiles, writeModelOutputs, type InferTile, type ModelPlan, type OnTileError, type Progress } from './inference.js';
@@ -15,6 +15,8 @@ export interface TilesJob {
   plan: ModelPlan;
   outDir: string;
   client: TileClient;
+  /** The PNG files as they are (image/png) when every --server takes them, else in the JSON. */
+  pngBodies: boolean;
   concurrency: number;
   /** A CSV with a header naming `file`, `x`, `y` (further columns ignored). */
   tilePlan?: string;
@@ -90,7 +92,9 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
     async function* bodies() {
       for (const tile of todo) {
         const png = readFileSync(join(job.dir, entries[tile.idx].file));
-        yield { tile, body: tileRequestBody(png, { slide_name: stem, x: tile.x, y: tile.y, width: size.width, height: size.height, patch_idx: tile.idx, resolution }) };
+        const fields = { slide_name: stem, x: tile.x, y: tile.y, width: size.width, height: size.height, patch_idx: tile.idx, resolution };
+        const body: MadeBody = job.pngBodies ? { type: 'image/png', bytes: png, fields } : { type: 'application/json', bytes: tileRequestBody(png, fields), fields };
+        yield { tile, body };
       }
     }
     const onTileError: OnTileError = (tile, err) => {

@@ -7,7 +7,7 @@ import type { BandJob } from '../slide/slide.js';
 import { OpenSlideSlide } from '../slide/openslide-slide.js';
 import { bufferRows, resampledRows, type RegionRows } from '../slide/region.js';
 import type { Region } from '../slide/slide.js';
-import { tileBody, type TileFields } from './tile-body.js';
+import { tileBody, type TileFields } from '../tile-body.js';
 
 export interface DecodeTask {
   job: BandJob;
@@ -15,6 +15,8 @@ export interface DecodeTask {
 }
 
 export interface BodiesTask {
+  /** Raw pixels for servers that take them, else the contract's JSON (tile-body.ts). */
+  type: 'application/json' | 'application/octet-stream';
   /** Side of the tiles sent. */
   size: number;
   tiles: { region: Region; fields: TileFields }[];
@@ -62,7 +64,7 @@ export async function bodies(task: BodiesTask): Promise<unknown> {
       const bands = task.bands ?? [];
       rows = (y0, n, into, at) => cutRows(r, y0, n, bands, into, at);
     }
-    const body = tileBody(task.size, await resampledRows(rows, r.w, task.size), fields, task.spare.pop());
+    const body = tileBody(task.type, task.size, await resampledRows(rows, r.w, task.size), fields, task.spare.pop());
     out.buffers.push(body.byteOffset === 0 ? (body.buffer as ArrayBuffer) : Uint8Array.prototype.slice.call(body).buffer);
     out.lengths.push(body.length);
   }

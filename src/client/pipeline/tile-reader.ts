@@ -5,7 +5,7 @@ import { planBands, TILES_PER_BAND, type BandView } from '../slide/bands.js';
 import { tileRegion } from '../slide/region.js';
 import type { Region, Slide } from '../slide/slide.js';
 import type { ReaderPool } from './reader-pool.js';
-import type { TileFields } from './tile-body.js';
+import type { MadeBody, TileFields } from '../tile-body.js';
 
 export interface TileAt {
   idx: number;
@@ -20,13 +20,21 @@ const CHUNK = 4;
 /** A tile's body; `release` gives its buffer back for another tile's once the request is done. */
 export interface TileBody<T> {
   tile: T;
-  body: Buffer;
+  body: MadeBody;
   release?: () => void;
 }
 
-export async function* tileBodies<T extends TileAt>(pool: ReaderPool, slide: Slide, tiles: readonly T[], extent: number, size: number, fields: (tile: T) => TileFields): AsyncGenerator<TileBody<T>> {
+export async function* tileBodies<T extends TileAt>(
+  pool: ReaderPool,
+  type: 'application/json' | 'application/octet-stream',
+  slide: Slide,
+  tiles: readonly T[],
+  extent: number,
+  size: number,
+  fields: (tile: T) => TileFields,
+): AsyncGenerator<TileBody<T>> {
   if (!tiles.length) return;
-  const placed = tiles.map((tile) => ({ tile, ...tileRegion(slide, tile.x, tile.y, extent, size) }));
+  const placed = tiles.map((tile) => ({ tile, fields: fields(tile), ...tileRegion(slide, tile.x, tile.y, extent, size) }));
   const level = placed[0].level;
   const chunks: (typeof placed)[] = [];
   for (const p of placed) {
@@ -61,8 +69,9 @@ export async function* tileBodies<T extends TileAt>(pool: ReaderPool, slide: Sli
     const chunk = chunks[k];
     const bands = plan ? await Promise.all(plan.uses[k].map(band)) : undefined;
     const result = await pool.bodies({
+      type,
       size,
-      tiles: chunk.map((p) => ({ region: p.region, fields: fields(p.tile) })),
+      tiles: chunk.map((p) => ({ region: p.region, fields: p.fields })),
       bands,
       openslide: plan ? undefined : { path: slide.path, level },
     });
@@ -90,8 +99,9 @@ export async function* tileBodies<T extends TileAt>(pool: ReaderPool, slide: Sli
     const { buffers, lengths } = await inFlight.shift()!;
     fill();
     for (let i = 0; i < buffers.length; i++) {
-      const body = Buffer.from(buffers[i], 0, lengths[i]);
-      yield { tile: chunks[k][i].tile, body, release: () => pool.releaseBody(body) };
+      const bytes = Buffer.from(buffers[i], 0, lengths[i]);
+      const { tile, fields: f } = chunks[k][i];
+      yield { tile, body: { type, bytes, fields: f }, release: () => pool.releaseBody(bytes) };
     }
   }
 }

@@ -3,7 +3,6 @@
 import sharp from 'sharp';
 import type { TileClient } from '../tile-client.js';
 import { bestLevel } from '../slide/region.js';
-import { tileBody } from './tile-body.js';
 import type { Slide } from '../slide/slide.js';
 
 export const TISSUE_MPP = 8;
@@ -46,23 +45,15 @@ export async function detectTissue(overview: Overview, mpp0: number, client: Til
         (async () => {
           const w = Math.min(TISSUE_TILE, width - tx * TISSUE_TILE);
           const h = Math.min(TISSUE_TILE, height - ty * TISSUE_TILE);
-          // The overview's pixels, white glass past its edges.
-          const rows = (y: number, out: Uint8Array, at: number) => {
-            out.fill(255, at, at + TISSUE_TILE * 3);
-            if (y >= h) return;
+          // The overview's pixels, white glass past its edges; sent as raw pixels to a server
+          // that takes them (inferTile).
+          const tile = Buffer.alloc(TISSUE_TILE * TISSUE_TILE * 3, 255);
+          for (let y = 0; y < h; y++) {
             const src = ((ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE) * 3;
-            out.set(overview.rgb.subarray(src, src + w * 3), at);
-          };
-          const body = tileBody(TISSUE_TILE, rows, {
-            slide_name: slideName,
-            x: Math.round(tx * TISSUE_TILE * scale),
-            y: Math.round(ty * TISSUE_TILE * scale),
-            width: TISSUE_TILE,
-            height: TISSUE_TILE,
-            patch_idx: patchIdx,
-            resolution: TISSUE_MPP,
-          });
-          const res = await client.infer(`/api/predict/${encodeURIComponent(model)}`, body);
+            overview.rgb.copy(tile, y * TISSUE_TILE * 3, src, src + w * 3);
+          }
+          const fields = { slide_name: slideName, x: Math.round(tx * TISSUE_TILE * scale), y: Math.round(ty * TISSUE_TILE * scale), width: TISSUE_TILE, height: TISSUE_TILE, patch_idx: patchIdx, resolution: TISSUE_MPP };
+          const res = await client.inferTile(`/api/predict/${encodeURIComponent(model)}`, { fields, rgb: tile });
           for (let y = 0; y < h; y++) {
             for (let x = 0; x < w; x++) mask[(ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE + x] = res.output[y * TISSUE_TILE + x] ? 1 : 0;
           }

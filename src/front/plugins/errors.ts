@@ -1,12 +1,16 @@
 // Where every error becomes a response: ServiceErrors (src/lib/errors.ts) with their own status and
-// body, schema failures as the contract's 422, a Retry-After on every 503, and a plain 500 whose
-// reason stays in the log. The x-error-code header names the error's code; bodies stay as the
-// contract writes them.
+// body, schema failures as the contract's 422, a Retry-After on every 503, a 405 with Allow for a
+// path's other methods, HTTP Node refuses (431, 408, 400) in the same shape, and a plain 500
+// whose reason stays in the log. The x-error-code header names the error's code; bodies stay as
+// the contract writes them.
+import { maxHeaderSize, STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
 import fp from 'fastify-plugin';
 import { errors as make, ServiceError } from '../../lib/errors.js';
 import { bodyNotObject, jsonInvalid, toValidationItems, type ValidationItem } from '../validation-error.js';
+import { fieldsLocation } from '../tile-image.js';
 
 export interface ErrorsOptions {
   retryAfterS: number;
@@ -21,14 +25,16 @@ const PARTS = [
 ] as const;
 
 /** fastify stops at the first part (params, body, querystring) that fails; a client wants every
- *  error at once, so the parts it did not get to are validated here too. */
+ *  error at once, so the parts it did not get to are validated here too. A binary tile's fields
+ *  are validated as its body and reported where they were sent, in the query. */
 function allValidationErrors(request: FastifyRequest, error: FastifyError): ValidationItem[] {
   const failed = error.validationContext ?? 'body';
   return PARTS.flatMap(([part, data]) => {
-    if (part === failed) return toValidationItems(error.validation!, part, data(request));
+    const root = part === 'body' ? fieldsLocation(request.body) : undefined;
+    if (part === failed) return toValidationItems(error.validation!, part, data(request), root);
     const validate = request.getValidationFunction(part);
     if (!validate || validate(data(request))) return [];
-    return toValidationItems((validate.errors ?? []) as FastifySchemaValidationError[], part, data(request));
+    return toValidationItems((validate.errors ?? []) as FastifySchemaValidationError[], part, data(request), root);
   });
 }
 
@@ -42,8 +48,30 @@ function toServiceError(request: FastifyRequest, error: FastifyError): ServiceEr
   return null;
 }
 
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
+
+/** What Node's HTTP parser refuses before fastify sees a request (fastify's clientErrorHandler,
+ *  app.ts), in the service's shape, on the socket, which then closes. */
+export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const error =
+    err.code === 'HPE_HEADER_OVERFLOW' ? make.headersTooLarge(maxHeaderSize) : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? make.requestTimeout() : make.badRequest(err.message);
+  const body = JSON.stringify(error.body());
+  if (socket.writable) {
+    socket.write(`HTTP/1.1 ${error.statusCode} ${STATUS_CODES[error.statusCode]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nX-Error-Code: ${error.code}\r\nConnection: close\r\n\r\n${body}`);
+  }
+  socket.destroy(err);
+}
+
 async function errors(app: FastifyInstance, { retryAfterS, models }: ErrorsOptions): Promise<void> {
-  app.setNotFoundHandler((request) => {
+  // A path that exists for other methods is a 405 naming them (Allow), not a 404.
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0];
+    const allowed = METHODS.filter((method) => app.findRoute({ method, url: path }));
+    if (allowed.length) {
+      reply.header('allow', allowed.join(', '));
+      throw make.methodNotAllowed(request.method, path, allowed);
+    }
     throw make.notFound(request.url, models());
   });
 

@@ -4,33 +4,76 @@
 // A tile request is a flat object whose fields the schema names, so the same protection is
 // dropping those two keys from the top level, whatever the text's size.
 // A tile body is nearly all image_data, so that field is found and base64-decoded in the bytes,
-// and only the rest is decoded as text and parsed (parseTileBody, image-data.ts).
+// and only the rest is decoded as text and parsed; either way a string image_data leaves the
+// parser as the decoded image (tile-image.ts).
+// JSON.parse of a body nested millions of levels deep holds the event loop for seconds (6 MB,
+// 3 million levels: 2.3 s), so nesting is counted in the bytes first and a body deeper than
+// MAX_JSON_DEPTH is refused as malformed JSON (422 json_invalid at its position), as a body over
+// the limit is refused by its size.
 import { isAscii } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { decodeBase64Strict } from '../../tile/base64.js';
-import { keepImageBytes } from '../image-data.js';
+import { notBase64, pngImage, type TileImage } from '../tile-image.js';
 
 const FORBIDDEN = ['__proto__', 'constructor'];
 const KEY = Buffer.from('"image_data"');
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
-/** Stands in for image_data's value while the rest is parsed; random, so no body can hold it. */
-const PLACEHOLDER = `image_data ${randomBytes(16).toString('hex')}`;
+/** Stands in for image_data's value while the rest is parsed, to find out whether the key found
+ *  in the bytes is the top-level one; random, so no body can hold it. It never leaves the parser. */
+const MARKER = `image_data ${randomBytes(16).toString('hex')}`;
+
+/** How deep a body may nest: a tile request nests 2 levels (the object, bulk_rna); fields the
+ *  contract does not name are ignored, as FastAPI ignores them, and get room up to this. */
+export const MAX_JSON_DEPTH = 16;
+
+const OPEN_OBJECT = 0x7b;
+const OPEN_ARRAY = 0x5b;
+const CLOSE_OBJECT = 0x7d;
+const CLOSE_ARRAY = 0x5d;
+
+/** Throws where `body` nests deeper than MAX_JSON_DEPTH, as JSON.parse throws on malformed text.
+ *  `skip`, a string's contents already read (no quote or backslash in it), is not scanned. */
+function checkDepth(body: Buffer, skip: [number, number] = [body.length, body.length]): void {
+  let depth = 0;
+  let inString = false;
+  for (let at = 0; at < body.length; at++) {
+    if (at === skip[0]) at = skip[1];
+    const c = body[at];
+    if (inString) {
+      if (c === BACKSLASH) at++;
+      else if (c === QUOTE) inString = false;
+    } else if (c === QUOTE) inString = true;
+    else if (c === OPEN_OBJECT || c === OPEN_ARRAY) {
+      if (++depth > MAX_JSON_DEPTH) throw new SyntaxError(`JSON nested deeper than ${MAX_JSON_DEPTH} levels at position ${at}; a tile request nests 2`);
+    } else if (c === CLOSE_OBJECT || c === CLOSE_ARRAY) depth--;
+  }
+}
 
 export function parseJsonBody(body: Buffer): unknown {
-  const value = parseTileBody(body) ?? JSON.parse(body.toString('utf8'));
-  if (value !== null && typeof value === 'object') for (const key of FORBIDDEN) if (Object.hasOwn(value, key)) delete value[key];
+  const value = parseTileBody(body) ?? (checkDepth(body), withImage(JSON.parse(body.toString('utf8'))));
+  if (value !== null && typeof value === 'object') for (const key of FORBIDDEN) if (Object.hasOwn(value, key)) delete (value as Record<string, unknown>)[key];
   return value;
 }
+
+/** The value parsed the long way, a string image_data decoded; any other left as sent. */
+function withImage(value: unknown): unknown {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return value;
+  const body = value as Record<string, unknown>;
+  if (Object.hasOwn(body, 'image_data') && typeof body.image_data === 'string') body.image_data = imageOf(decodeBase64Strict(body.image_data));
+  return body;
+}
+
+const imageOf = (decoded: ReturnType<typeof decodeBase64Strict>): TileImage => ('reason' in decoded ? notBase64(decoded.reason) : pngImage(decoded.bytes, 'image_data'));
 
 /** The body with image_data's bytes decoded from the body's bytes, or null where that shortcut
  *  cannot be sure to give what JSON.parse would (then the caller parses the whole text). It
  *  holds when the value is ASCII without escapes and is strict base64 (so it holds no control
- *  character JSON would refuse), and when the placeholder put in its place comes back as the
+ *  character JSON would refuse), and when the marker put in its place comes back as the
  *  top-level image_data (so the key found was not a nested or duplicated one). */
-function parseTileBody(body: Buffer): Record<string, unknown> | null {
+export function parseTileBody(body: Buffer): Record<string, unknown> | null {
   const key = body.indexOf(KEY);
   if (key < 0) return null;
   let start = skipSpace(body, key + KEY.length);
@@ -43,14 +86,15 @@ function parseTileBody(body: Buffer): Record<string, unknown> | null {
   if (raw.indexOf(BACKSLASH) >= 0 || !isAscii(raw)) return null;
   const decoded = decodeBase64Strict(raw);
   if ('reason' in decoded) return null;
+  checkDepth(body, [start, end]);
   let value: unknown;
   try {
-    value = JSON.parse(`${body.toString('utf8', 0, start)}${PLACEHOLDER}${body.toString('utf8', end)}`);
+    value = JSON.parse(`${body.toString('utf8', 0, start)}${MARKER}${body.toString('utf8', end)}`);
   } catch {
     return null; // Malformed: the long way reports the error at its place in the body as sent.
   }
-  if (value === null || typeof value !== 'object' || (value as Record<string, unknown>).image_data !== PLACEHOLDER) return null;
-  keepImageBytes(value as Record<string, unknown>, decoded.bytes);
+  if (value === null || typeof value !== 'object' || (value as Record<string, unknown>).image_data !== MARKER) return null;
+  (value as Record<string, unknown>).image_data = imageOf(decoded);
   return value as Record<string, unknown>;
 }
 

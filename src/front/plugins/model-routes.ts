@@ -10,12 +10,12 @@ import { readManifest } from '../../model-package/model-package.js';
 import type { WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
 import { unavailable, type ModelBackend } from '../backend.js';
-import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, PredictQuery, TileRequest, TileResponse } from '../../contract/schemas.js';
+import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, predictQuery, TileResponse } from '../../contract/schemas.js';
+import { TileBody } from '../tile-image.js';
 import { checkTile } from '../tile-checks.js';
-import { tileResponseJson } from '../response-writer.js';
-import { describeRoute, exampleRequest } from '../route-docs.js';
-import { Type } from 'typebox';
-import { endpointsFor } from '../../contract/endpoints.js';
+import { acceptsTensor, outputTensor, tileResponseJson } from '../response-writer.js';
+import { describeBodies, describeRoute, requestDocs } from '../route-docs.js';
+import { endpointsFor, predictModes } from '../../contract/endpoints.js';
 
 export interface ModelRoutesOptions {
   backend: ModelBackend;
@@ -23,7 +23,16 @@ export interface ModelRoutesOptions {
 }
 
 const Unavailable = { description: 'Model loading ({"status": "loading"}), failed to load, queue full or service busy ({"detail": ...}); see Retry-After', anyOf: [Loading, ErrorDetail] };
-const errorResponses = { 404: ErrorDetail, 413: ErrorDetail, 422: HTTPValidationError, 500: ErrorDetail, 503: Unavailable, 504: ErrorDetail };
+const errorResponses = { 404: ErrorDetail, 406: ErrorDetail, 413: ErrorDetail, 415: ErrorDetail, 422: HTTPValidationError, 500: ErrorDetail, 503: Unavailable, 504: ErrorDetail };
+/** The answer as JSON (the contract's ModelResponse, written as bytes: response-writer.ts), or
+ *  the output tensor's bytes for a client that asks for them. */
+const answers = {
+  200: {
+    description: 'The ModelResponse; with Accept: application/octet-stream, the output tensor (a mask uint8 [height, width], else float32 [n], little-endian), its dtype in X-Tensor-Dtype, its shape in X-Tensor-Shape, tissue_ratio in X-Tissue-Ratio',
+    content: { 'application/json': { schema: TileResponse }, 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
+  },
+  ...errorResponses,
+};
 
 /** The package's manifest as read from disk at start, so routes (and their docs) exist from the
  *  first moment; null when unreadable: every route then exists and answers 503 while the model
@@ -35,15 +44,6 @@ function plannedManifest(dir: string): Manifest | null {
     return null;
   }
 }
-
-/** The tile request schema with this model's example, for /docs. */
-const bodyFor = (manifest: Manifest | null) => {
-  const example = exampleRequest(manifest);
-  return example ? Type.Unsafe<TileRequest>({ ...TileRequest, examples: [example] }) : TileRequest;
-};
-
-/** The response is already JSON text (response-writer.ts), so fastify's serializer is bypassed. */
-const sendJson = (reply: FastifyReply, body: Buffer) => reply.type('application/json').send(body);
 
 async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelRoutesOptions): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -62,7 +62,9 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
     const { name } = entry;
     const planned = plannedManifest(entry.path!);
     const tasks: Task[] = planned?.tasks ?? ['segmentation', 'prediction', 'embedding'];
-    const body = bodyFor(planned);
+    // An unreadable package offers every mode: the loaded manifest decides (below).
+    const modes = planned ? predictModes(tasks) : predictModes(['prediction', 'embedding']);
+    const querystring = predictQuery(modes);
     const tags = ['Models'];
     const endpoints = endpointsFor(name, tasks);
     fastify.modelEndpoints.set(name, endpoints);
@@ -74,18 +76,21 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       reply.raw.once('close', release);
     };
 
-    /** Checks the tile, has a worker run it and writes the response, timing each stage. */
-    const run = async (reply: FastifyReply, body: TileRequest, manifest: Manifest, task: Task, withEmbedding = false) => {
+    /** Checks the tile, has a worker run it and writes the response (JSON, or the output tensor
+     *  to a client that asks for it), timing each stage. */
+    const run = async (reply: FastifyReply, body: TileBody, manifest: Manifest, task: Task, withEmbedding = false) => {
       const parse = reply.elapsedTime;
+      const tensor = acceptsTensor(reply.request.headers.accept);
+      if (tensor && withEmbedding) throw errors.notAcceptable('prediction_with_embedding answers two tensors (output and embedding): Accept application/json, or ask for each');
       const checkedAt = performance.now();
-      const { errors: invalid, png } = checkTile(body, manifest, task === 'prediction', config.max_tile_pixels);
-      if (invalid.length) throw errors.tileInvalid(invalid);
+      const { errors: invalid, image } = checkTile(body, manifest, task === 'prediction', config.max_tile_pixels);
+      if (invalid.length || !image) throw errors.tileInvalid(invalid);
       const bulk = task === 'prediction' ? (body.bulk_rna ?? null) : null;
       const sent = performance.now();
-      const result = await backend.infer(name, { task, withEmbedding, png: png!, width: body.width, height: body.height, bulk });
+      const result = await backend.infer(name, { task, withEmbedding, image, width: body.width, height: body.height, bulk });
       const received = performance.now();
       const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
-      const json = tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
+      const answer = tensor ? outputTensor(result.output, body.height, body.width) : tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
       const t = result.times;
       fastify.observeTile(name, result.batchSize, {
         parse,
@@ -97,7 +102,11 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
         ipc: received - sent - t.worker,
         serialize: performance.now() - received,
       });
-      return sendJson(reply, json);
+      reply.header('vary', 'accept');
+      // Bytes already (response-writer.ts): fastify's serializer is bypassed.
+      if (Buffer.isBuffer(answer)) return reply.type('application/json').send(answer);
+      if (tissueRatio !== null) reply.header('x-tissue-ratio', String(tissueRatio));
+      return reply.header('x-tensor-dtype', answer.dtype).header('x-tensor-shape', answer.shape.join(',')).type('application/octet-stream').send(answer.bytes);
     };
 
     if (endpoints.includes(`POST /api/predict/${name}`)) {
@@ -106,20 +115,21 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
         {
           schema: {
             summary: `${name} prediction`,
-            description: describeRoute(name, planned, tasks.includes('segmentation') ? 'segmentation' : 'prediction'),
+            description: `${describeRoute(name, planned, tasks.includes('segmentation') ? 'segmentation' : 'prediction')}\n\n${describeBodies(`/api/predict/${name}`, planned)}`,
             tags,
-            body,
-            querystring: PredictQuery,
-            response: { 200: TileResponse, ...errorResponses },
+            body: TileBody,
+            querystring,
+            response: answers,
           },
-          config: { model: { name, endpoint: 'predict' } },
+          config: { model: { name, endpoint: 'predict' }, swaggerTransform: requestDocs(planned, querystring) },
           onRequest: admit,
         },
         async (request, reply) => {
           const { manifest } = ready(name);
           const mode = request.query.mode ?? 'prediction';
           const segmentation = manifest.tasks.includes('segmentation');
-          if (mode === 'prediction_with_embedding' && (segmentation || !manifest.tasks.includes('embedding'))) {
+          // The package may have changed since the routes were made: its own modes decide.
+          if (!predictModes(manifest.tasks).includes(mode)) {
             throw errors.tileInvalid([{ loc: ['query', 'mode'], msg: "Input should be 'prediction'", type: 'literal_error', ctx: { expected: "'prediction'" }, input: mode }]);
           }
           return run(reply, request.body, manifest, segmentation ? 'segmentation' : 'prediction', mode === 'prediction_with_embedding');
@@ -131,8 +141,8 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       app.post(
         `/api/embed/${name}`,
         {
-          schema: { summary: `${name} embedding`, description: describeRoute(name, planned, 'embedding'), tags, body, response: { 200: TileResponse, ...errorResponses } },
-          config: { model: { name, endpoint: 'embed' } },
+          schema: { summary: `${name} embedding`, description: `${describeRoute(name, planned, 'embedding')}\n\n${describeBodies(`/api/embed/${name}`, planned)}`, tags, body: TileBody, response: answers },
+          config: { model: { name, endpoint: 'embed' }, swaggerTransform: requestDocs(planned, null) },
           onRequest: admit,
         },
         async (request, reply) => run(reply, request.body, ready(name).manifest, 'embedding'),

@@ -5,6 +5,7 @@ import fp from 'fastify-plugin';
 import { Type } from 'typebox';
 import type { ModelBackend } from '../backend.js';
 import { endpointsOf } from '../route-config.js';
+import { TILE_BODY_TYPES } from '../../contract/endpoints.js';
 
 const ModelSummary = Type.Object({
   name: Type.String(),
@@ -15,6 +16,7 @@ const ModelSummary = Type.Object({
   tasks: Type.Union([Type.Array(Type.String()), Type.Null()], { description: 'null until an instance has loaded' }),
   tile: Type.Union([Type.Object({ width: Type.Integer(), height: Type.Integer(), mpp: Type.Number() }), Type.Null()]),
   endpoints: Type.Array(Type.String()),
+  content_types: Type.Array(Type.String(), { description: 'The request bodies its POST endpoints take: application/json (the contract), image/png and application/octet-stream (raw RGB), the last two with the fields in the query' }),
   trained: Type.Union([Type.Boolean(), Type.Null()]),
 });
 
@@ -31,6 +33,7 @@ async function models(app: FastifyInstance, { backend }: { backend: ModelBackend
         tasks: manifest?.tasks ?? null,
         tile: manifest ? { width: manifest.tile.width, height: manifest.tile.height, mpp: manifest.tile.mpp } : null,
         endpoints: endpointsOf(app, m.name),
+        content_types: endpointsOf(app, m.name).some((e) => e.startsWith('POST ')) ? [...TILE_BODY_TYPES] : [],
         trained: manifest?.provenance.trained ?? null,
       };
     }),
