@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, configFile, loadConfig, type ServiceConfig } from '../src/config/config.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { checkListenAddress } from './preflight.js';
+import { describeProviders } from './provider-check.js';
 import { PackageError, readPackage } from '../src/model-package/model-package.js';
 import { endpointsFor } from '../src/contract/endpoints.js';
 
@@ -14,8 +15,9 @@ Serves the tile inference API with one worker process per model instance.
 
 Options:
   --check-config  Check the configuration and every enabled model package (manifest and
-                  model.onnx, without loading ONNX sessions), print what would be served, and
-                  exit: 0 when all is well, 2 otherwise.
+                  model.onnx, without loading ONNX sessions) and the execution providers (CUDA
+                  provider libraries of the bundled ONNX Runtime version, Vulkan devices), print
+                  what would be served, and exit: 0 when all is well, 2 otherwise.
   --help, -h      Print this help and exit.
 
 Environment:
@@ -77,7 +79,10 @@ export async function prepareStart(argv = process.argv.slice(2), env = process.e
     throw err;
   }
   if (options['check-config']) {
-    const { lines, problems } = describeService(config);
+    const service = describeService(config);
+    const providers = describeProviders(config);
+    const lines = [...service.lines, ...providers.lines];
+    const problems = [...service.problems, ...providers.problems];
     process.stdout.write(`${configFile(env)}: ${problems.length ? 'problems found' : 'ok'}\n${lines.join('\n')}\n`);
     for (const problem of problems) process.stderr.write(`configuration error: ${problem}\n`);
     process.exit(problems.length ? ExitCode.CONFIG : ExitCode.OK);

@@ -38,6 +38,8 @@ t.test('settings: where, the value, what was expected', async (t) => {
   t.match(refusal(() => load({ models: [{ name: 'tissue-seg', gpu: [] }] })), /models\[0\]\.gpu is not a setting \(did you mean gpus\?\)$/);
   t.match(refusal(() => load({ models: [] })), /config-\d+\.json: models is \[\], so no model would be served, expected at least one entry such as \{"name": "tissue-seg"\}$/);
   t.match(refusal(() => load({ models: [{ name: 'tissue-seg', gpus: 'atuo' }] })), /models\[0\]\.gpus is "atuo", expected "auto" or a list \(each a string\) \(did you mean "auto"\?\)$/);
+  t.match(refusal(() => load({ models: [{ name: 'tissue-seg', provider: ['gpu'] }] })), /models\[0\]\.provider is \["gpu"\], expected "auto" or a list of at least 1 \(each "cuda" or "webgpu" or "cpu"\)$/);
+  t.match(refusal(() => load({ models: [{ name: 'tissue-seg', batch_shapes: [0] }] })), /models\[0\]\.batch_shapes is \[0\], expected "auto" or "any" or a list of at least 1 \(each an integer >= 1\)$/);
   t.match(refusal(() => load({ models: [{ nme: 'x' }] })), /models\[0\]\.nme is not a setting \(did you mean name\?\); .*models\[0\]\.name is missing \(required\)$/);
   t.equal(refusal(() => load(good, { LOG_LEVEL: 'inf' })), 'LOG_LEVEL is "inf", expected "fatal" or "error" or "warn" or "info" or "debug" or "trace" or "silent" (did you mean "info"?)');
   t.match(refusal(() => load({ ...good, log_level: 'info', pressure: 3, models: [{ name: 'tissue-seg', instances: 0 }] })), /pressure is 3, expected an object; .*models\[0\]\.instances is 0, expected an integer >= 1$/, 'every problem, on one line');

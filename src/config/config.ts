@@ -7,6 +7,8 @@ import { Type, type Static } from 'typebox';
 import { Value } from 'typebox/value';
 import { describeErrors, fieldName, suggest } from './config-errors.js';
 
+const Provider = Type.Union([Type.Literal('cuda'), Type.Literal('webgpu'), Type.Literal('cpu')]);
+
 const ModelEntry = Type.Object({
   name: Type.String({ pattern: '^[a-z0-9][a-z0-9-]*$' }),
   /** Package folder; default <model_repository>/<name>. */
@@ -14,6 +16,12 @@ const ModelEntry = Type.Object({
   instances: Type.Integer({ minimum: 1, default: 1 }),
   /** GPU ids to pin instances to (round-robin), or "auto" to use those nvidia-smi lists. */
   gpus: Type.Union([Type.Literal('auto'), Type.Array(Type.String())], { default: 'auto' }),
+  /** Execution providers: "auto" (cuda when its libraries load, else webgpu on a GPU that is not
+   *  a software rasterizer, else cpu), or the ones to try, in order. */
+  provider: Type.Union([Type.Literal('auto'), Type.Array(Provider, { minItems: 1, uniqueItems: true })], { default: 'auto' }),
+  /** Batch sizes a worker runs: each batch is padded up to one of them, so a tile's outputs do not
+   *  depend on what else is in its batch. "auto": checked at warm-up; "any": no padding. */
+  batch_shapes: Type.Union([Type.Literal('auto'), Type.Literal('any'), Type.Array(Type.Integer({ minimum: 1 }), { minItems: 1, uniqueItems: true })], { default: 'auto' }),
   /** ONNX Runtime intra-op threads per worker; default: every core (idle threads sleep). */
   intra_op_threads: Type.Optional(Type.Integer({ minimum: 1 })),
   /** Threads decoding this model's PNG tiles in each worker (its libuv pool); default: every core. */
@@ -109,6 +117,7 @@ export const ServiceConfig = Type.Object({
 }, { additionalProperties: false });
 export type ServiceConfig = Static<typeof ServiceConfig>;
 export type ModelEntry = Static<typeof ModelEntry>;
+export type ProviderName = Static<typeof Provider>;
 
 /** Exit status of a start refused for its configuration or environment (as EX_USAGE-like tools
  *  do: 2 for "fix how you call me"), before any worker forks. */

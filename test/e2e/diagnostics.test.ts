@@ -68,7 +68,7 @@ t.test('log tails from the supervisor and the workers; empty without a log file'
   t.ok(body.logs.service.some((l: string) => l.includes('Server listening')), 'service log tail');
   const tail = body.logs.workers['tile-embed#0'];
   t.ok(tail.some((l: string) => l.includes(' stderr ')), 'worker stderr tail');
-  t.ok(tail.some((l: string) => l.includes('CUDA execution provider is unavailable')), 'worker log messages');
+  t.ok(tail.some((l: string) => l.includes('provider cuda passed over')), 'worker log messages');
 
   const quiet = await startServer({ models: [{ name: 'tile-embed', gpus: [] }], env: { LOG_FILE: '' } });
   t.teardown(() => quiet.stop());
