@@ -9,8 +9,13 @@ export interface GpuWorker {
   pid: number | null;
 }
 
-/** MiB per pid; null without nvidia-smi or when it fails (the probe must not fail for it). */
-export const gpuMemory = (timeoutMs?: number): Promise<Map<number, number> | null> => queryGpuMemory(timeoutMs).catch(() => null);
+/** MiB per pid; null without nvidia-smi, when it fails, or after `timeoutMs` (a hung nvidia-smi
+ *  killed at its timeout may still hold its output pipe open through a child). */
+export function gpuMemory(timeoutMs = 2000): Promise<Map<number, number> | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), timeoutMs)));
+  return Promise.race([queryGpuMemory(timeoutMs).catch(() => null), late]).finally(() => clearTimeout(timer));
+}
 
 /** A registry with worker_gpu_memory_bytes{model,instance}, read at each scrape; the supervisor
  *  adds it to the fronts' aggregated metrics. */

@@ -23,6 +23,6 @@ t.test('npm run bench -- --smoke', async (t) => {
   for (const r of report.ceiling) t.ok(r.tilesPerSec > 0 && r.errors === 0, `ceiling ${r.system} ${r.size}px: tiles served, no errors`);
   t.ok(report.slide.tiles > 0 && report.slide.ratio > 0 && report.slide.clientCpuMsPerTile > 0, 'the whole-slide row: tiles, ratio and client CPU');
   const md = readFileSync(join(out, 'smoke.md'), 'utf8');
-  t.match(md, /\| endpoint \| conc\. \| tiles\/s/);
+  t.match(md, /\| endpoint \| provider \| conc\. \| tiles\/s/);
   t.match(md, /\| system \| tile \| conc\. \| tiles\/s \| of irreducible/);
 });
