@@ -1,5 +1,6 @@
 // The floor: the same model package run by onnxruntime-node in this one process on ready
-// (pre-decoded, preprocessed) batches. Everything the service adds is overhead above it.
+// (pre-decoded, preprocessed) batches, on the execution provider the service uses. Everything the
+// service adds is overhead above it.
 import { availableParallelism } from 'node:os';
 import ort from 'onnxruntime-node';
 import type { ModelPackage } from '../src/model-package/model-package.js';
@@ -13,10 +14,11 @@ export interface Floor {
   msPerBatch: number;
 }
 
-export async function measureFloor(pkg: ModelPackage, pngs: Buffer[], batch: number, seconds: number): Promise<Floor> {
+/** `provider`: the one the service's workers use (a floor on another would compare nothing). */
+export async function measureFloor(pkg: ModelPackage, pngs: Buffer[], batch: number, seconds: number, provider = 'cpu'): Promise<Floor> {
   const { manifest } = pkg;
   const threads = availableParallelism();
-  const session = await ort.InferenceSession.create(pkg.modelPath, { intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all', executionMode: 'sequential' });
+  const session = await ort.InferenceSession.create(pkg.modelPath, { intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all', executionMode: 'sequential', executionProviders: [provider] });
   const tiles = await Promise.all(Array.from({ length: batch }, (_, i) => decodePng(pngs[i % pngs.length])));
   const feeds: Record<string, ort.Tensor> = { [manifest.tensors.image]: makePreprocessor(manifest).tensor(tiles) };
   if (manifest.tensors.bulk && manifest.genes) {

@@ -4,7 +4,8 @@
 // (the same package in one process on ready tensors), with the per-stage cost of a tile, the mask
 // serializer, and the supervisor's memory over a soak run.
 // `npm run bench -- --smoke` runs it for seconds (CI: no thresholds, it only has to work);
-// `--sections=ceiling,models`, `--baseline=DIR` (another built checkout, measured in the same run),
+// `--sections=ceiling,models`, `--baseline=DIR` (another built checkout, measured in the same run:
+// in the ceiling, and in the models section the two services take turns per endpoint and concurrency),
 // `--fronts=1,2`, `--root=DIR` (the models section on another checkout). Writes bench/results/<date>.json and .md.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
@@ -105,28 +106,45 @@ async function main(): Promise<void> {
     ceiling = await measureCeiling({ span, concurrencies: smoke ? [16] : [16, 64], fronts, baselineRoot, smoke });
   }
 
-  // The service with its shipped configuration.
+  // The service with its shipped configuration, and with --baseline the other checkout's beside it.
   const server = await spawnService(shippedConfig(configFile), { root: serviceRoot });
-  await waitFor(async () => (await fetch(`${server.url}/health/ready`)).status === 200, 120000);
+  const baseline = baselineRoot && sections.includes('models') ? await spawnService(shippedConfig(configFile), { root: baselineRoot }) : null;
+  for (const s of [server, baseline]) if (s) await waitFor(async () => (await fetch(`${s.url}/health/ready`)).status === 200, 120000);
   // Each run's floor is measured right after it, with the service idle (its processes wait
   // for requests and take no CPU): on a shared host the machine's share drifts within minutes,
   // and a floor measured at the end of the section compared runs up to ten minutes apart.
   // The floor is one per model and batch size the server actually formed (rounded), plus batch 1
   // for the latency comparison.
+  // The provider each model's workers really use, and the batch they run (padded to a shape).
+  const { models: served } = (await (await fetch(`${server.url}/api/models`)).json()) as { models: { name: string; workers: { provider: string | null; warmup: { batch_shapes: number[] } | null }[] }[] };
+  const workerOf = (model: string) => served.find((m) => m.name === model)?.workers[0];
   const floorFor = async (model: string, batch: number) => {
     const pkg = readPackage(join(MODELS, model));
-    const b = Math.max(1, Math.min(pkg.manifest.batch.max, Math.round(batch)));
-    return measureFloor(pkg, pngs[pkg.manifest.tile.width as 224 | 512], b, smoke ? 1 : 5);
+    const shapes = workerOf(model)?.warmup?.batch_shapes;
+    const formed = Math.max(1, Math.min(pkg.manifest.batch.max, Math.round(batch)));
+    const b = shapes?.find((s) => s >= formed) ?? formed;
+    return measureFloor(pkg, pngs[pkg.manifest.tile.width as 224 | 512], b, smoke ? 1 : 5, workerOf(model)?.provider ?? 'cpu');
   };
   const rows = [];
   for (const target of TARGETS.filter((t) => sections.includes('models') && (!only || only.some((word) => t.path.includes(word))))) {
     // The tensor answer at the highest concurrency only: what it changes is per tile.
     for (const c of target.tensor ? concurrencies.slice(-1) : concurrencies) {
-      const r = await drive(server.url, target.model, target.path, bodies[target.size], c, span, target.tensor ? { accept: 'application/octet-stream' } : {});
+      // With a baseline the two take turns, twice, seconds apart: their ratio is this run's.
+      const turns: { before: number[]; after: number[] } = { before: [], after: [] };
+      const accept: Record<string, string> = target.tensor ? { accept: 'application/octet-stream' } : {};
+      let r = await drive(server.url, target.model, target.path, bodies[target.size], c, span, accept);
+      for (let turn = 0; baseline && turn < (smoke ? 1 : 2); turn++) {
+        turns.before.push((await drive(baseline.url, target.model, target.path, bodies[target.size], c, span, accept)).tilesPerSec);
+        if (turn > 0) r = await drive(server.url, target.model, target.path, bodies[target.size], c, span, accept);
+        turns.after.push(r.tilesPerSec);
+      }
+      const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+      const vsBaseline = baseline ? { baselineTilesPerSec: mean(turns.before), vsBaseline: mean(turns.after) / mean(turns.before), turns } : {};
       const floor = await floorFor(target.model, r.meanBatch);
       const single = floor.batch === 1 ? floor : await floorFor(target.model, 1);
-      rows.push({ ...target, ...r, floor: floor.tilesPerSec, floorBatch: floor.batch, ratio: r.tilesPerSec / floor.tilesPerSec, p50OverModel: r.p50 - single.msPerBatch });
-      console.log(`${label(target)} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}; floor ${floor.tilesPerSec.toFixed(1)} (batch ${floor.batch}): ${(r.tilesPerSec / floor.tilesPerSec).toFixed(2)}`);
+      rows.push({ ...target, ...r, provider: workerOf(target.model)?.provider ?? 'cpu', floor: floor.tilesPerSec, floorBatch: floor.batch, ratio: r.tilesPerSec / floor.tilesPerSec, p50OverModel: r.p50 - single.msPerBatch, ...vsBaseline });
+      const versus = baseline ? `; baseline ${turns.before.map((x) => x.toFixed(1)).join('/')} vs ${turns.after.map((x) => x.toFixed(1)).join('/')}: ${(mean(turns.after) / mean(turns.before)).toFixed(2)}` : '';
+      console.log(`${label(target)} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}; floor ${floor.tilesPerSec.toFixed(1)} (batch ${floor.batch}): ${(r.tilesPerSec / floor.tilesPerSec).toFixed(2)}${versus}`);
     }
   }
 
@@ -139,8 +157,11 @@ async function main(): Promise<void> {
     soak = { seconds: soakSeconds, concurrency: 32, rssMb: rss, tilesPerSec: r.tilesPerSec, errors: r.errors };
     console.log(`soak ${soakSeconds}s c=32: supervisor RSS MB ${rss.join(' ')}`);
   }
-  server.proc.kill('SIGTERM');
-  await server.exited;
+  for (const s of [server, baseline]) {
+    if (!s) continue;
+    s.proc.kill('SIGTERM');
+    await s.exited;
+  }
 
   // Whole slides and a cohort through tile-infer's pipeline on a null model, against the service
   // alone on the same bodies (bench/slide.ts: its own service, started once this one stopped).
@@ -171,9 +192,9 @@ function markdown(report: { date: string; smoke: boolean; machine: string; secon
   const lines = [
     `Benchmark ${report.date} on ${report.machine}; ${report.smoke ? '3 requests per connection' : `${report.seconds} s`} per run after a warm-up, autocannon over keep-alive connections, distinct synthetic tiles.`,
     '',
-    '| endpoint | conc. | tiles/s | p50 ms | p99 ms | errors | mean batch | floor tiles/s (batch) | server/floor | p50 - model ms |',
-    '|---|---|---|---|---|---|---|---|---|---|',
-    ...report.runs.map((r) => `| ${label(r)} | ${r.concurrency} | ${f(r.tilesPerSec)} | ${r.p50} | ${r.p99} | ${r.errors} | ${f(r.meanBatch, 2)} | ${f(r.floor)} (${r.floorBatch}) | ${f(r.ratio, 2)} | ${f(r.p50OverModel)} |`),
+    '| endpoint | provider | conc. | tiles/s | p50 ms | p99 ms | errors | mean batch | floor tiles/s (batch) | server/floor | p50 - model ms |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
+    ...report.runs.map((r) => `| ${label(r)} | ${r.provider} | ${r.concurrency} | ${f(r.tilesPerSec)} | ${r.p50} | ${r.p99} | ${r.errors} | ${f(r.meanBatch, 2)} | ${f(r.floor)} (${r.floorBatch}) | ${f(r.ratio, 2)} | ${f(r.p50OverModel)} |`),
     '',
     'Per-tile cost of each server stage, ms (inference is the tile\'s share of its batch\'s session.run; queue is time waiting for a batch):',
     '',
@@ -185,6 +206,11 @@ function markdown(report: { date: string; smoke: boolean; machine: string; secon
     `The same answer as the output tensor (Accept: application/octet-stream): ${report.serialization.responseBytes.tensor} bytes instead of ${report.serialization.responseBytes.json}, ${f(report.serialization.tensorMs, 3)} ms to write; a Node client reads it in ${f(report.serialization.clientParseMs.tensor, 3)} ms where JSON.parse of the JSON answer takes ${f(report.serialization.clientParseMs.json, 2)} ms.`,
   ];
   if (report.ceiling.length) lines.unshift(ceilingMarkdown(report.ceiling), '');
+  const compared = report.runs.filter((r) => r.vsBaseline !== undefined);
+  if (compared.length) {
+    lines.push('', 'Against the baseline checkout (--baseline), the two services taking turns twice per row, tiles/s:', '', '| endpoint | conc. | baseline | this | this/baseline |', '|---|---|---|---|---|');
+    lines.push(...compared.map((r) => `| ${r.path} | ${r.concurrency} | ${r.turns.before.map((x: number) => f(x)).join(' / ')} | ${r.turns.after.map((x: number) => f(x)).join(' / ')} | ${f(r.vsBaseline, 2)} |`));
+  }
   const sl = report.slide;
   if (sl) lines.push('', slideMarkdown(sl));
   if (report.soak) lines.push('', `Soak: ${report.soak.seconds} s at concurrency 32 on /api/predict/gene-expr, ${f(report.soak.tilesPerSec)} tiles/s, ${report.soak.errors} errors; supervisor RSS every 10 s (MB): ${report.soak.rssMb.join(', ')}.`);

@@ -6,6 +6,7 @@ import { ConfigError, configFile, loadConfig, type ServiceConfig } from '../src/
 import { CodedError } from '../src/lib/errors.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { checkListenAddress } from './preflight.js';
+import { describeProviders } from './provider-check.js';
 import { PackageError, readPackage } from '../src/model-package/model-package.js';
 import { checkGraph } from '../src/model-package/graph-check.js';
 import { endpointsFor } from '../src/contract/endpoints.js';
@@ -15,10 +16,11 @@ const USAGE = `Usage: node dist/supervisor/main.js [--check-config | --help]   (
 Serves the tile inference API with one worker process per model instance.
 
 Options:
-  --check-config  Check the configuration and every enabled model package (its manifest, and
-                  its model.onnx loaded by ONNX Runtime on the CPU and checked against the
-                  manifest), print what would be served, and exit: 0 when all is well, 2
-                  otherwise.
+  --check-config  Check the configuration, every enabled model package (its manifest, and its
+                  model.onnx loaded by ONNX Runtime on the CPU and checked against the
+                  manifest) and the execution providers (CUDA provider libraries of the bundled
+                  ONNX Runtime version, Vulkan devices), print what would be served, and exit:
+                  0 when all is well, 2 otherwise.
   --help, -h      Print this help and exit.
 
 Environment:
@@ -86,7 +88,10 @@ export async function prepareStart(argv = process.argv.slice(2), env = process.e
     throw err;
   }
   if (options['check-config']) {
-    const { lines, problems } = await describeService(config);
+    const service = await describeService(config);
+    const providers = describeProviders(config);
+    const lines = [...service.lines, ...providers.lines];
+    const problems = [...service.problems, ...providers.problems];
     process.stdout.write(`${configFile(env)}: ${problems.length ? 'problems found' : 'ok'}\n${lines.join('\n')}\n`);
     for (const problem of problems) process.stderr.write(refusal(problem));
     process.exit(problems.length ? ExitCode.CONFIG : ExitCode.OK);

@@ -1,15 +1,16 @@
 // GPU discovery for "auto" placement, and the assignment of worker instances to GPUs.
 import type { Logger } from 'pino';
-import { queryGpus } from '../src/gpu/nvidia-smi.js';
+import { queryGpus, type GpuInfo } from '../src/gpu/nvidia-smi.js';
 import type { ModelEntry, ServiceConfig } from '../src/config/config.js';
 
-/** GPU ids for "auto" placement; none (CPU) when nvidia-smi is missing or fails. */
-export async function discoverGpus(config: ServiceConfig, logger: Logger): Promise<string[]> {
-  if (!config.models.some((m) => m.gpus === 'auto')) return [];
+/** The host's GPUs, for "auto" placement and for pinning listed GPUs; none (CPU) when
+ *  nvidia-smi is missing or fails, or when no model is given a GPU. */
+export async function discoverGpus(config: ServiceConfig, logger: Logger): Promise<GpuInfo[]> {
+  if (!config.models.some((m) => m.gpus === 'auto' || m.gpus.length > 0)) return [];
   try {
     const gpus = (await queryGpus()) ?? [];
-    logger.info({ gpus: gpus.map((g) => `${g.index}: ${g.name}`) }, gpus.length ? 'GPUs found' : 'no GPU found; models run on CPU');
-    return gpus.map((g) => g.index);
+    logger.info({ gpus: gpus.map((g) => `${g.index}: ${g.name} (${g.pci_bus_id})`) }, gpus.length ? 'GPUs found' : 'no GPU found; models run on CPU');
+    return gpus;
   } catch (err) {
     logger.warn({ err }, 'GPU discovery failed; models run on CPU');
     return [];

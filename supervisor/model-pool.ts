@@ -4,11 +4,14 @@ import { availableParallelism } from 'node:os';
 import type { Logger } from 'pino';
 import type { ModelState, ModelView, WorkerInfo } from '../src/ipc/protocol.js';
 import type { ModelEntry, ServiceConfig } from '../src/config/config.js';
+import type { GpuInfo } from '../src/gpu/nvidia-smi.js';
 import { WorkerLifeCycle, type WorkerExit } from './worker-life-cycle.js';
 
 export interface PoolOptions {
   entry: ModelEntry;
   gpus: (string | null)[];
+  /** The host's GPUs as nvidia-smi lists them (their PCI addresses pin webgpu too). */
+  hostGpus: GpuInfo[];
   intraOpThreads: number;
   config: ServiceConfig;
   logger: Logger;
@@ -107,6 +110,9 @@ export class ModelPool {
       dir: entry.path!,
       instance,
       gpu,
+      gpuInfo: this.options.hostGpus.find((g) => g.index === gpu),
+      provider: entry.provider,
+      batchShapes: entry.batch_shapes,
       intraOpThreads: entry.intra_op_threads ?? this.options.intraOpThreads,
       decodeThreads: entry.decode_threads ?? availableParallelism(),
       maxBatch: entry.max_batch ?? 0,

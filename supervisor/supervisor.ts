@@ -10,10 +10,12 @@ import type { Logger } from 'pino';
 import { AggregatorRegistry } from 'prom-client';
 import type { FromFront, ModelView, ToFront, UsageReport } from '../src/ipc/protocol.js';
 import { diagnostics, type DiagnosticsSource } from './diagnostics/payload.js';
+import { gpuMemoryRegistry } from './diagnostics/gpu-memory.js';
 import { UsageLog } from './usage-log.js';
 import { defaultIntraOpThreads, frontCount, type ServiceConfig } from '../src/config/config.js';
 import { Fronts } from './fronts.js';
 import { assignGpus } from './gpus.js';
+import type { GpuInfo } from '../src/gpu/nvidia-smi.js';
 import { ModelPool } from './model-pool.js';
 import type { WorkerExit } from './worker-life-cycle.js';
 import { sdNotify } from './systemd-notify.js';
@@ -28,6 +30,7 @@ export class Supervisor implements DiagnosticsSource {
   readonly fronts: Fronts;
   private readonly socketDir = mkdtempSync(join(tmpdir(), 'tile-infer-'));
   private readonly aggregator = new AggregatorRegistry();
+  private readonly gpuMetrics = gpuMemoryRegistry(() => this.workers());
   private readonly diagnose: (categories: string[]) => Promise<unknown>;
   private broadcastPending = false;
   private reloading: Promise<void> | null = null;
@@ -36,19 +39,20 @@ export class Supervisor implements DiagnosticsSource {
   private readonly listening = new Set<Worker>();
   private announced = false;
 
-  /** `gpus`: the GPU ids found on the host, for models configured with "gpus": "auto". */
+  /** `gpus`: the host's GPUs, for models configured with "gpus": "auto" and for pinning. */
   constructor(
     readonly config: ServiceConfig,
     private readonly logger: Logger,
-    gpus: string[],
+    gpus: GpuInfo[],
   ) {
-    const plan = assignGpus(config.models, gpus);
+    const plan = assignGpus(config.models, gpus.map((g) => g.index));
     for (const entry of config.models) {
       this.pools.set(
         entry.name,
         new ModelPool({
           entry,
           gpus: plan.get(entry.name)!,
+          hostGpus: gpus,
           intraOpThreads: defaultIntraOpThreads(entry.instances),
           config,
           logger,
@@ -140,7 +144,7 @@ export class Supervisor implements DiagnosticsSource {
   }
 
   private onWorkerExit(exit: WorkerExit): void {
-    if (exit.pid !== null) this.fronts.send({ type: 'worker-exit', pid: exit.pid, external: exit.external });
+    if (exit.pid !== null) this.fronts.send({ type: 'worker-exit', pid: exit.pid, external: exit.external || exit.device_fault });
   }
 
   private onFrontMessage(front: Worker, message: FromFront): void {
@@ -157,7 +161,10 @@ export class Supervisor implements DiagnosticsSource {
         return message.entries.forEach((entry) => this.recordUsage(entry));
       case 'query':
         if (message.query === 'metrics') {
-          void this.aggregator.clusterMetrics().then(reply, (err: Error) => reply(`# metrics unavailable: ${err.message}\n`));
+          void Promise.all([this.aggregator.clusterMetrics(), this.gpuMetrics.metrics()]).then(
+            (texts) => reply(texts.join('')),
+            (err: Error) => reply(`# metrics unavailable: ${err.message}\n`),
+          );
         } else {
           void this.diagnose(message.categories).then(reply, (err: Error) => reply({ error: err.message }));
         }

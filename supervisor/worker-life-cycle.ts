@@ -11,13 +11,18 @@ import type { Logger } from 'pino';
 import type { InstanceState, InstanceView, WorkerControl, WorkerInfo, WorkerReport } from '../src/ipc/protocol.js';
 import { workerEnv, type WorkerConfig } from '../src/ipc/fork-config.js';
 import { RequestReply } from '../src/ipc/request-reply.js';
-import type { ServiceConfig } from '../src/config/config.js';
+import type { ModelEntry, ServiceConfig } from '../src/config/config.js';
 import type { ErrorCode } from '../src/lib/errors.js';
+import type { GpuInfo } from '../src/gpu/nvidia-smi.js';
+import { pciAddress, pinningEnv } from '../src/gpu/pinning.js';
 import { RestartPolicy } from './restart-policy.js';
 import { TILE_PROCESS_EXEC_ARGV } from './v8-flags.js';
 
 const WORKER_ENTRY = new URL('../src/worker/main.js', import.meta.url);
 const TAIL_LINES = 100;
+const DEVICE_FAULT = 'device fault';
+/** How long a worker that reported a device fault has to answer what it holds and exit. */
+const FAULT_EXIT_MS = 5000;
 /** Signals the service never sends itself: a worker ended by one was killed from outside (an
  *  operator, the OOM killer), so its requests in flight were innocent. */
 const EXTERNAL_SIGNALS = new Set(['SIGKILL', 'SIGTERM', 'SIGINT', 'SIGQUIT', 'SIGHUP']);
@@ -27,6 +32,10 @@ export interface WorkerLifeCycleOptions {
   dir: string;
   instance: number;
   gpu: string | null;
+  /** The GPU as nvidia-smi lists it, for pinning webgpu too. */
+  gpuInfo: GpuInfo | undefined;
+  provider: ModelEntry['provider'];
+  batchShapes: ModelEntry['batch_shapes'];
   intraOpThreads: number;
   decodeThreads: number;
   maxBatch: number;
@@ -46,6 +55,8 @@ export interface WorkerExit {
   at: string;
   /** Killed from outside rather than crashed, hung or failed. */
   external: boolean;
+  /** Stopped after a device fault: its requests in flight were innocent too. */
+  device_fault: boolean;
   /** The worker's last stderr lines before it exited. */
   stderr_tail: string[];
 }
@@ -72,6 +83,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
   private loadErrorCode: ErrorCode | null = null;
   private watchdog: NodeJS.Timeout | null = null;
   private restartTimer: NodeJS.Timeout | null = null;
+  private faultKill: NodeJS.Timeout | undefined;
   private readonly log: Logger;
 
   constructor(private readonly options: WorkerLifeCycleOptions) {
@@ -90,6 +102,12 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
   }
   get gpu(): string | null {
     return this.options.gpu;
+  }
+  get model(): string {
+    return this.options.model;
+  }
+  get instance(): number {
+    return this.options.instance;
   }
   get pid(): number | null {
     return this.child?.pid ?? null;
@@ -111,14 +129,17 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       maxDelayMs: this.options.maxDelayMs,
       heartbeatMs: this.options.config.heartbeat_interval_ms,
       gpu: this.options.gpu,
+      gpuPci: this.options.gpuInfo ? pciAddress(this.options.gpuInfo.pci_bus_id) : null,
+      gpuUuid: this.options.gpuInfo?.uuid ?? null,
+      provider: this.options.provider,
+      batchShapes: this.options.batchShapes,
       socket,
     };
     const child = fork(WORKER_ENTRY, [], {
       serialization: 'advanced',
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       execArgv: TILE_PROCESS_EXEC_ARGV,
-      // CUDA_VISIBLE_DEVICES pins the worker to its GPU; empty hides every GPU from a CPU worker.
-      env: { ...process.env, CUDA_VISIBLE_DEVICES: this.options.gpu ?? '', ...workerEnv(config), UV_THREADPOOL_SIZE: String(config.decodeThreads) },
+      env: { ...process.env, ...pinningEnv(this.options.gpu, this.options.gpuInfo), ...workerEnv(config), UV_THREADPOOL_SIZE: String(config.decodeThreads) },
     });
     this.child = child;
     this.packageFault = false;
@@ -185,12 +206,34 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       case 'heartbeat':
         this.lastBeat = Date.now();
         return;
-      case 'ready':
-        this.info = message.info;
+      case 'ready': {
+        const { info } = message;
+        this.info = info;
         this.lastBeat = Date.now();
-        this.log.info({ workerPid: message.info.pid, provider: message.info.provider, loadMs: Math.round(message.info.loadMs) }, 'worker ready');
+        this.log.info(
+          {
+            workerPid: info.pid,
+            provider: info.provider,
+            providerSkipped: info.providerSkipped,
+            adapter: info.adapter?.name,
+            loadMs: Math.round(info.loadMs),
+            sessionMs: Math.round(info.sessionMs),
+            warmupMs: Object.fromEntries(info.warmup.checks.map((c) => [c.batch, c.ms])),
+            batchShapes: info.warmup.shapes,
+          },
+          'worker ready',
+        );
         this.setState('ready');
-        this.emit('ready', message.info);
+        this.emit('ready', info);
+        return;
+      }
+      case 'device-fault':
+        // Not ready at once: fronts stop routing here. The worker answers what it holds and exits;
+        // if it cannot (a run that never returns), it is killed.
+        this.exitReason = `${DEVICE_FAULT}: ${message.reason}`;
+        this.log.error({ workerPid: this.pid, errorCode: 'TILE_ERR_MODEL_DEVICE_FAULT', reason: message.reason }, 'worker device fault; restarting it');
+        this.setState('restarting');
+        this.faultKill = setTimeout(() => this.child?.kill('SIGKILL'), FAULT_EXIT_MS);
         return;
       case 'load-failed':
         this.exitReason = `load failed: ${message.reason}`;
@@ -207,12 +250,14 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
 
   private onExit(child: ChildProcess, code: number | null, signal: string | null): void {
     if (child !== this.child) return;
+    clearTimeout(this.faultKill);
     const uptime = Date.now() - this.startedAt;
     const ours = this.exitReason !== null || this.state === 'stopping';
     this.child = null;
     this.info = null;
     const stderr = this.tail.filter((line) => line.includes(' stderr ')).slice(-5);
-    this.lastExit = { pid: child.pid ?? null, code, signal, at: new Date().toISOString(), external: !ours && signal !== null && EXTERNAL_SIGNALS.has(signal), stderr_tail: stderr };
+    const external = !ours && signal !== null && EXTERNAL_SIGNALS.has(signal);
+    this.lastExit = { pid: child.pid ?? null, code, signal, at: new Date().toISOString(), external, device_fault: this.exitReason?.startsWith(DEVICE_FAULT) ?? false, stderr_tail: stderr };
     if (this.state !== 'stopping') this.lastError = this.exitReason ?? `exited with ${signal ? `signal ${signal}` : `code ${code}`}`;
     this.exitReason = null;
     this.probes.rejectAll(() => new Error('worker exited'));
@@ -283,7 +328,21 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
 
   /** What fronts need to route to this instance. */
   view(): InstanceView {
-    return { id: this.id, pid: this.pid, state: this.state, socket: this.state === 'ready' ? (this.info?.socket ?? null) : null, restarts: this.restarts };
+    const info = this.info;
+    return {
+      id: this.id,
+      pid: this.pid,
+      state: this.state,
+      socket: this.state === 'ready' ? (info?.socket ?? null) : null,
+      restarts: this.restarts,
+      gpu: this.options.gpu,
+      provider: info?.provider ?? null,
+      providerSkipped: info?.providerSkipped ?? [],
+      adapter: info?.adapter ?? null,
+      loadMs: info ? Math.round(info.loadMs) : null,
+      warmup: info?.warmup ?? null,
+      lastError: this.lastError,
+    };
   }
 
   /** State for /diagnostics. */
@@ -297,7 +356,10 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       gpu: this.options.gpu,
       cuda_visible_devices: this.info?.cudaVisibleDevices ?? null,
       provider: this.info?.provider ?? null,
-      provider_warning: this.info?.providerWarning ?? null,
+      provider_skipped: this.info?.providerSkipped ?? [],
+      adapter: this.info?.adapter ?? null,
+      load_ms: this.info ? Math.round(this.info.loadMs) : null,
+      warmup: this.info?.warmup ?? null,
       intra_op_threads: this.options.intraOpThreads,
       restarts: this.restarts,
       uptime_s: Math.round(this.uptimeMs / 100) / 10,

@@ -1,5 +1,5 @@
 // The error registry (src/lib/errors.ts) is the one list of codes: README's "Error codes" table is
-// that list, and every code is one the code can throw.
+// that list, and every code is one the code (the service, tile-infer, the npm run tools) can throw.
 import t from 'tap';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -21,7 +21,7 @@ t.test("README's table lists every code, its status and meaning, in the registry
 t.test('every code is thrown somewhere (a PNG code by its rule)', async (t) => {
   // The registry's keys are bare names: a quoted code is a use (the HTTP API's in the errors
   // constructors beside the registry).
-  const code = [...sources('src'), ...sources('supervisor')].join('\n');
+  const code = [...sources('src'), ...sources('supervisor'), ...sources('tools')].join('\n');
   for (const { code: c } of errorCodes()) {
     const rule = /^TILE_ERR_PNG_(.*)$/.exec(c)?.[1].toLowerCase();
     t.ok(code.includes(rule ? `fail('${rule}'` : `'${c}'`), c);

@@ -58,7 +58,7 @@ t.test('an export becomes a manifest skeleton; the user-known fields are TODO un
   writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ ...manifest, description: 'd', license: 'CC0-1.0', provenance: { trained: false, method: 'seeded' } }));
   const lint = await lintPackage(dir);
   t.same(lint.problems, []);
-  t.match(lint.notes, [/warm-up: a batch of 8 zero tiles/]);
+  t.match(lint.notes, [/warm-up: a batch of 8 synthetic tiles/]);
 });
 
 t.test('a graph with its batch fixed at 1 gets batch.max 1', async (t) => {

@@ -44,7 +44,7 @@ const holder = createServer();
 await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
 const busy = (holder.address() as AddressInfo).port;
 // All at once: each is a Node start, seconds on a busy machine.
-const [badPort, unknownKey, portInUse, help, check, badOption, checkTruncated] = await Promise.all([
+const [badPort, unknownKey, portInUse, help, check, badOption, checkTruncated, cudaOnly] = await Promise.all([
   start(good, { PORT: 'abc' }),
   start({ ...good, supervisor: { heartbeat_timout_ms: 5000 } }),
   start({ ...good, port: busy }),
@@ -52,6 +52,7 @@ const [badPort, unknownKey, portInUse, help, check, badOption, checkTruncated] =
   start(good, {}, ['--check-config']),
   start(good, {}, ['--chek-config']),
   start({ models: [{ name: 'tissue-seg' }, { name: 'gene-expr', path: truncated }] }, {}, ['--check-config']),
+  start({ models: [{ name: 'tissue-seg', gpus: [], provider: ['cuda'] }] }, {}, ['--check-config']),
 ]);
 holder.close();
 
@@ -73,11 +74,13 @@ t.test('--help and --check-config', async (t) => {
   t.equal(help.code, 0);
   t.match(help.stdout, /--check-config[\s\S]*LOG_LEVEL[\s\S]*SIGUSR2/);
   t.equal(check.code, 0, check.stderr);
-  t.match(check.stdout, /config-4\.json: ok\nlistening on http:\/\/127\.0\.0\.1:0, 2 model\(s\):\n  tissue-seg 1\.0\.0: segmentation; .*\n  gene-expr 1\.0\.0: prediction, embedding; 224x224 at 0\.5 MPP; 2 instance\(s\), gpus "auto"; .*POST \/api\/predict\/gene-expr, POST \/api\/embed\/gene-expr\n$/);
+  t.equal(cudaOnly.code, ExitCode.CONFIG, 'a model that can only run on cuda, without the CUDA provider');
+  t.match(cudaOnly.stderr, /^configuration error \[TILE_ERR_PROVIDER_CUDA_LIBRARIES\]: model tissue-seg: provider \["cuda"\], but the CUDA provider libraries are not installed \(npm run cuda:install\)\n$/);
+  t.match(check.stdout, /config-4\.json: ok\nlistening on http:\/\/127\.0\.0\.1:0, 2 model\(s\):\n  tissue-seg 1\.0\.0: segmentation; .*\n  gene-expr 1\.0\.0: prediction, embedding; 224x224 at 0\.5 MPP; 2 instance\(s\), gpus "auto"; .*POST \/api\/predict\/gene-expr, POST \/api\/embed\/gene-expr\nexecution providers:\n  cuda: provider libraries not installed beside libonnxruntime \d+\.\d+\.\d+ \(.*npm run cuda:install\)\n  webgpu: (Vulkan devices: .*|no Vulkan loader .*|no Vulkan device)\n  cpu: always\n$/);
 });
 
 t.test('--check-config loads each graph: a truncated model.onnx is a problem', async (t) => {
   t.equal(checkTruncated.code, ExitCode.CONFIG, 'exit status 2');
-  t.match(checkTruncated.stdout, /config-6\.json: problems found\n.*\n  tissue-seg 1\.0\.0: segmentation; .*\n$/);
+  t.match(checkTruncated.stdout, /config-6\.json: problems found\n.*\n  tissue-seg 1\.0\.0: segmentation; .*\nexecution providers:\n/);
   t.match(checkTruncated.stderr, /^configuration error \[TILE_ERR_MODEL_LOAD\]: model gene-expr: \S+\/gene-expr\/model\.onnx: ONNX Runtime cannot load the graph: .*\n$/);
 });

@@ -8,6 +8,8 @@ import { Value } from 'typebox/value';
 import { CodedError } from '../lib/errors.js';
 import { describeErrors, fieldName, suggest, type ConfigCode, type ConfigProblem } from './config-errors.js';
 
+const Provider = Type.Union([Type.Literal('cuda'), Type.Literal('webgpu'), Type.Literal('cpu')]);
+
 const ModelEntry = Type.Object({
   name: Type.String({ pattern: '^[a-z0-9][a-z0-9-]*$' }),
   /** Package folder; default <model_repository>/<name>. */
@@ -15,6 +17,12 @@ const ModelEntry = Type.Object({
   instances: Type.Integer({ minimum: 1, default: 1 }),
   /** GPU ids to pin instances to (round-robin), or "auto" to use those nvidia-smi lists. */
   gpus: Type.Union([Type.Literal('auto'), Type.Array(Type.String())], { default: 'auto' }),
+  /** Execution providers: "auto" (cuda when its libraries load, else webgpu on a GPU that is not
+   *  a software rasterizer, else cpu), or the ones to try, in order. */
+  provider: Type.Union([Type.Literal('auto'), Type.Array(Provider, { minItems: 1, uniqueItems: true })], { default: 'auto' }),
+  /** Batch sizes a worker runs: each batch is padded up to one of them, so a tile's outputs do not
+   *  depend on what else is in its batch. "auto": checked at warm-up; "any": no padding. */
+  batch_shapes: Type.Union([Type.Literal('auto'), Type.Literal('any'), Type.Array(Type.Integer({ minimum: 1 }), { minItems: 1, uniqueItems: true })], { default: 'auto' }),
   /** ONNX Runtime intra-op threads per worker; default: every core (idle threads sleep). */
   intra_op_threads: Type.Optional(Type.Integer({ minimum: 1 })),
   /** Threads decoding this model's PNG tiles in each worker (its libuv pool); default: every core. */
@@ -110,6 +118,7 @@ export const ServiceConfig = Type.Object({
 }, { additionalProperties: false });
 export type ServiceConfig = Static<typeof ServiceConfig>;
 export type ModelEntry = Static<typeof ModelEntry>;
+export type ProviderName = Static<typeof Provider>;
 
 /** A configuration a person must fix; its message is one line naming where, the value and what
  *  was expected, for every problem found; its code is the first problem's. */

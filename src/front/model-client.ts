@@ -215,7 +215,8 @@ export class ModelClient implements ModelBackend {
   }
 
   private retryable(err: unknown): boolean {
-    return err instanceof NotSent || (err instanceof WorkerLost && err.external);
+    // WORKER_GONE from a worker: it did not run the tile (its device failed), so another may.
+    return err instanceof NotSent || (err instanceof WorkerLost && err.external) || (err instanceof ServiceError && err.code === 'TILE_ERR_WORKER_GONE');
   }
 
   private answer(model: string, err: unknown): ServiceError {

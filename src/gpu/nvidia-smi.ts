@@ -1,4 +1,5 @@
-// nvidia-smi: the GPUs of the host, for placement (supervisor) and /diagnostics.
+// nvidia-smi: the GPUs of the host, for placement (supervisor) and /diagnostics, and the GPU
+// memory each process holds.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
@@ -7,27 +8,69 @@ const run = promisify(execFile);
 export interface GpuInfo {
   index: string;
   name: string;
+  /** "GPU-…", the same identity CUDA and Vulkan (deviceUUID) report. */
+  uuid: string;
+  /** "00000000:3B:00.0" (domain:bus:device.function). */
+  pci_bus_id: string;
   memory_total_mib: number;
   memory_used_mib: number;
   utilization_pct: number;
   driver: string;
 }
 
-/** GPUs as nvidia-smi lists them; null when nvidia-smi is not installed. Throws when it fails. */
-export async function queryGpus(timeoutMs = 2000): Promise<GpuInfo[] | null> {
-  let stdout: string;
+const GPU_FIELDS = 'index,name,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu,driver_version';
+
+/** stdout of `nvidia-smi args`; null when nvidia-smi is not installed. Throws when it fails. */
+async function nvidiaSmi(args: string[], timeoutMs: number): Promise<string | null> {
   try {
-    ({ stdout } = await run('nvidia-smi', ['--query-gpu=index,name,memory.total,memory.used,utilization.gpu,driver_version', '--format=csv,noheader,nounits'], { timeout: timeoutMs }));
+    return (await run('nvidia-smi', [...args, '--format=csv,noheader,nounits'], { timeout: timeoutMs })).stdout;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw new Error(`nvidia-smi failed: ${(err as Error).message.split('\n')[0]}`);
   }
-  return stdout
+}
+
+const rows = (csv: string) =>
+  csv
     .trim()
     .split('\n')
     .filter(Boolean)
-    .map((line) => {
-      const [index, name, total, used, util, driver] = line.split(',').map((s) => s.trim());
-      return { index, name, memory_total_mib: Number(total), memory_used_mib: Number(used), utilization_pct: Number(util), driver };
-    });
+    .map((line) => line.split(',').map((s) => s.trim()));
+
+/** `--query-gpu=${GPU_FIELDS}` output as GpuInfo. */
+export function parseGpus(csv: string): GpuInfo[] {
+  return rows(csv).map(([index, name, uuid, pci, total, used, util, driver]) => ({
+    index,
+    name,
+    uuid,
+    pci_bus_id: pci,
+    memory_total_mib: Number(total),
+    memory_used_mib: Number(used),
+    utilization_pct: Number(util),
+    driver,
+  }));
+}
+
+/** `--query-compute-apps=pid,used_memory` output: MiB per pid, summed over GPUs ("[N/A]" counts
+ *  as unknown and is left out). */
+export function parseComputeApps(csv: string): Map<number, number> {
+  const byPid = new Map<number, number>();
+  for (const [pid, used] of rows(csv)) {
+    const mib = Number(used);
+    if (!/^\d+$/.test(pid) || !Number.isFinite(mib)) continue;
+    byPid.set(Number(pid), (byPid.get(Number(pid)) ?? 0) + mib);
+  }
+  return byPid;
+}
+
+/** GPUs as nvidia-smi lists them; null when nvidia-smi is not installed. Throws when it fails. */
+export async function queryGpus(timeoutMs = 2000): Promise<GpuInfo[] | null> {
+  const csv = await nvidiaSmi([`--query-gpu=${GPU_FIELDS}`], timeoutMs);
+  return csv === null ? null : parseGpus(csv);
+}
+
+/** GPU memory (MiB) held by each process with a compute context; null without nvidia-smi. */
+export async function queryGpuMemory(timeoutMs = 2000): Promise<Map<number, number> | null> {
+  const csv = await nvidiaSmi(['--query-compute-apps=pid,used_memory'], timeoutMs);
+  return csv === null ? null : parseComputeApps(csv);
 }

@@ -1,6 +1,6 @@
 // What the supervisor tells a process it forks, through one environment variable each: an HTTP
 // front (TILE_FRONT) and a model worker (TILE_WORKER). Both sides read and write it here.
-import type { ServiceConfig } from '../config/config.js';
+import type { ModelEntry, ServiceConfig } from '../config/config.js';
 
 export interface FrontConfig {
   service: ServiceConfig;
@@ -20,8 +20,14 @@ export interface WorkerConfig {
   maxBatch: number;
   maxDelayMs: number;
   heartbeatMs: number;
-  /** GPU id this worker is pinned to, or null for CPU. */
+  /** GPU id this worker is pinned to, or null for CPU; its PCI address ("0000:3b:00.0") and
+   *  UUID when nvidia-smi listed it, for checking which Vulkan device webgpu would use. */
   gpu: string | null;
+  gpuPci: string | null;
+  gpuUuid: string | null;
+  /** The model's provider setting and batch shapes setting. */
+  provider: ModelEntry['provider'];
+  batchShapes: ModelEntry['batch_shapes'];
   /** Where to listen for fronts. */
   socket: string;
 }

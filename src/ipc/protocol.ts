@@ -10,6 +10,8 @@
 // Buffers cross as bytes.
 import type { Manifest, Task } from '../model-package/manifest.js';
 import type { ErrorCode, FieldError, WireError } from '../lib/errors.js';
+import type { ProviderName } from '../config/config.js';
+import type { VulkanDevice } from '../gpu/vulkan.js';
 
 export type { FieldError, WireError };
 
@@ -57,18 +59,51 @@ export interface StageTimes {
   worker: number;
 }
 
+/** An execution provider a worker passed over, and why. */
+export interface SkippedProvider {
+  provider: ProviderName;
+  reason: string;
+}
+
+/** One batch shape run at warm-up: its time (the first run: kernel compilation shows here) and
+ *  whether a probe tile's outputs were byte for byte the largest batch's. */
+export interface ShapeCheck {
+  batch: number;
+  ms: number;
+  identical: boolean;
+  /** How they differed, when they did. */
+  difference?: string;
+}
+
+/** What warm-up found: the shapes batches are padded to, and each shape checked. */
+export interface WarmupReport {
+  shapes: number[];
+  checks: ShapeCheck[];
+  /** The largest batch gave the same bytes twice (checked on GPU providers; cpu's kernels do). */
+  deterministic: boolean;
+  /** A tile's outputs do not depend on what else is in its batch. */
+  batchIndependent: boolean;
+  /** Why not, or why batches are of one tile, when the checks say so. */
+  note: string | null;
+}
+
 export interface WorkerInfo {
   pid: number;
   model: string;
   sha256: string;
   manifest: Manifest;
-  provider: 'cuda' | 'cpu';
-  /** Why CUDA was not used although a GPU was assigned. */
-  providerWarning: string | null;
+  provider: ProviderName;
+  /** Providers tried before it, and why each was passed over. */
+  providerSkipped: SkippedProvider[];
+  /** The Vulkan device webgpu runs on, when the probe could tell. */
+  adapter: VulkanDevice | null;
   cudaVisibleDevices: string | null;
   onnxruntime: string;
   intraOpThreads: number;
+  /** From fork to ready; of it, creating the session and the warm-up. */
   loadMs: number;
+  sessionMs: number;
+  warmup: WarmupReport;
   /** The Unix socket fronts connect to for tiles. */
   socket: string;
 }
@@ -84,6 +119,8 @@ export type WorkerReport =
    *  error's (TILE_ERR_PACKAGE_*, TILE_ERR_MODEL_LOAD), null for an error without one. */
   | { type: 'load-failed'; reason: string; packageFault: boolean; code: ErrorCode | null }
   | { type: 'heartbeat' }
+  /** A run failed with a device error: the worker stops serving and exits to be restarted. */
+  | { type: 'device-fault'; reason: string }
   | { type: 'probe'; id: number; data: Record<string, unknown> }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; msg: string };
 
@@ -122,6 +159,14 @@ export interface InstanceView {
   /** Where a ready instance takes tiles. */
   socket: string | null;
   restarts: number;
+  gpu: string | null;
+  /** From the instance's last load (null before its first). */
+  provider: ProviderName | null;
+  providerSkipped: SkippedProvider[];
+  adapter: VulkanDevice | null;
+  loadMs: number | null;
+  warmup: WarmupReport | null;
+  lastError: string | null;
 }
 
 /** A model as every front sees it: enough to route, answer states and write metadata. */
@@ -141,7 +186,8 @@ export type UsageReport = UsageEntry & { slide: string | null };
 export type ToFront =
   | { type: 'models'; models: ModelView[] }
   /** A worker exited. `external`: killed by a signal the service did not send (an operator, the
-   *  OOM killer): its requests in flight were innocent and may be retried on another instance. */
+   *  OOM killer), or stopped after a device fault: its requests in flight were innocent and may
+   *  be retried on another instance. */
   | { type: 'worker-exit'; pid: number; external: boolean }
   /** Report not ready, keep serving: the balancer takes the host out before it stops. */
   | { type: 'drain' }

@@ -75,6 +75,12 @@ const REGISTRY = {
   TILE_ERR_PACKAGE_GRAPH: { meaning: 'The manifest does not fit the ONNX graph (a tensor name, type, shape, batch dimension or mask channel); the line names the field and the graph.' },
   TILE_ERR_PACKAGE_OUTPUT_SHAPE: { meaning: "At warm-up, an output's runtime shape does not fit its role (the graph's symbolic dimensions hid it at load)." },
   TILE_ERR_MODEL_LOAD: { meaning: 'ONNX Runtime cannot load model.onnx (a corrupt graph, an unsupported operator, out of memory).' },
+  TILE_ERR_MODEL_NO_PROVIDER: { meaning: "No execution provider of the model's `provider` setting can run it here (/api/models and the log say why each was passed over): the model is failed." },
+  TILE_ERR_MODEL_DEVICE_FAULT: { meaning: 'A run failed with a device error (a CUDA failure, out of memory, a lost device): the worker stops serving and is restarted; its queued tiles go to another instance.' },
+
+  // GPU execution providers: --check-config's problems and `npm run cuda:install` (exit status 2).
+  TILE_ERR_PROVIDER_CUDA_LIBRARIES: { meaning: "The CUDA provider libraries beside libonnxruntime are incomplete or from another ONNX Runtime version, or missing while a model's provider list is only cuda." },
+  TILE_ERR_PROVIDER_CUDA_PACKAGE: { meaning: 'cuda:install was given a file that is not a CUDA provider package of the bundled ONNX Runtime version (missing, not a .nupkg, .whl or .tgz, without the libraries, another version): nothing installed.' },
 
   // PNG rules (PngError, src/tile/png-rules.ts; the code is the rule's name in capitals). Over
   // HTTP a refused PNG is a 422 whose msg names what is wrong.

@@ -10,4 +10,6 @@ export const ExitCode = {
   LOAD_FAILED: 3,
   /** A model worker's session thread died. */
   SESSION_THREAD: 4,
+  /** A model worker's device failed (out of memory, lost, a sticky CUDA error): restart it. */
+  DEVICE_FAULT: 5,
 } as const;

@@ -15,6 +15,11 @@ export class Batcher<T> {
 
   constructor(private readonly options: BatcherOptions<T>) {}
 
+  /** Largest batch; the worker lowers it when warm-up keeps only smaller shapes. */
+  set maxBatch(value: number) {
+    this.options.maxBatch = value;
+  }
+
   get pending(): number {
     return this.queue.length;
   }

@@ -4,7 +4,7 @@
 import { createServer } from 'node:net';
 import { rmSync } from 'node:fs';
 import ort from './ort.js';
-import type { ChannelReply, ChannelRequest, WorkerControl, WorkerReport } from '../ipc/protocol.js';
+import type { ChannelReply, ChannelRequest, WarmupReport, WorkerControl, WorkerReport } from '../ipc/protocol.js';
 import { readWorkerConfig } from '../ipc/fork-config.js';
 import { Channel } from '../ipc/channel.js';
 import { CodedError } from '../lib/errors.js';
@@ -12,6 +12,7 @@ import { ExitCode } from '../lib/exit-codes.js';
 import { PackageError, readPackage, type ModelPackage } from '../model-package/model-package.js';
 import { ModelSession } from './model-session.js';
 import { ModelWorker, type Reply } from './model-worker.js';
+import { NoProviderError } from './providers.js';
 
 const config = readWorkerConfig();
 const send = (message: WorkerReport, done?: () => void) => process.send!(message, undefined, undefined, done);
@@ -19,19 +20,36 @@ const send = (message: WorkerReport, done?: () => void) => process.send!(message
 /** Load errors that retrying with the same files may cure (memory, the GPU); any other load
  *  error is the package's own. */
 const TRANSIENT = /out of memory|cuda|cudnn|bad_alloc|ENOMEM|EMFILE/i;
+/** After a device fault, how long the worker lingers once it has answered what it held. */
+const FAULT_EXIT_DELAY_MS = 200;
 
 async function main(): Promise<void> {
   const started = performance.now();
   let worker: ModelWorker | null = null;
   let pkg: ModelPackage;
   let session: ModelSession;
+  let warmup: WarmupReport;
   let stopping = false;
+  /** OK for a stop; DEVICE_FAULT once the device failed, however the worker then exits. */
+  let exitCode: number = ExitCode.OK;
   const channels = new Set<Channel<ChannelRequest, ChannelReply>>();
   // A stopping worker serves on until every front has hung up: a front hangs up once it knows
   // this instance is no longer ready and its requests here are answered. Refusing a request
   // sent before the front knew would leave a model with one instance nowhere to route it.
   const exitWhenAlone = () => {
-    if (stopping && channels.size === 0) void worker!.idle().then(() => process.exit(ExitCode.OK));
+    if (stopping && channels.size === 0) void worker!.idle().then(() => process.exit(exitCode));
+  };
+
+  /** A device error: refuse new tiles (the fronts retry them elsewhere), tell the supervisor,
+   *  answer what is queued, and exit to be restarted with a fresh device context. */
+  const onDeviceFault = (reason: string) => {
+    if (stopping) return;
+    stopping = true;
+    exitCode = ExitCode.DEVICE_FAULT;
+    console.error(`device fault, restarting: ${reason}`);
+    send({ type: 'device-fault', reason });
+    // Answers written, and the fronts told by the supervisor to route elsewhere, before the exit.
+    void worker!.idle().then(() => setTimeout(() => process.exit(exitCode), FAULT_EXIT_DELAY_MS));
   };
 
   /** One channel per front; each request is answered on the channel it came from. The server
@@ -78,16 +96,19 @@ async function main(): Promise<void> {
   try {
     pkg = readPackage(config.dir);
     session = await ModelSession.open(pkg, config);
-    if (session.providerWarning) send({ type: 'log', level: 'warn', msg: session.providerWarning });
+    const { provider, skipped } = session.choice;
+    for (const s of skipped) send({ type: 'log', level: config.gpu !== null && provider === 'cpu' ? 'warn' : 'info', msg: `provider ${s.provider} passed over: ${s.reason}` });
     for (const msg of session.plan.warnings) send({ type: 'log', level: 'warn', msg });
-    const candidate = new ModelWorker(pkg, session, { maxBatch: config.maxBatch, maxDelayMs: config.maxDelayMs });
-    await candidate.warmup(pkg.manifest.warmup?.iterations ?? 1);
+    const candidate = new ModelWorker(pkg, session, { maxBatch: config.maxBatch, maxDelayMs: config.maxDelayMs, batchShapes: config.batchShapes, onDeviceFault });
+    warmup = await candidate.warmup(pkg.manifest.warmup?.iterations ?? 1);
+    for (const c of warmup.checks) if (!c.identical) send({ type: 'log', level: 'info', msg: `batches of ${c.batch} are padded: a tile's outputs there differ from the first row of a batch of ${warmup.checks.at(-1)!.batch} (${c.difference})` });
+    if (warmup.note) send({ type: 'log', level: 'warn', msg: warmup.note });
     worker = candidate;
     rmSync(config.socket, { force: true });
     await new Promise<void>((resolve, reject) => server.once('error', reject).listen(config.socket, resolve));
   } catch (err) {
     const reason = (err as Error).message;
-    const packageFault = err instanceof PackageError || !TRANSIENT.test(reason);
+    const packageFault = err instanceof PackageError || err instanceof NoProviderError || !TRANSIENT.test(reason);
     const code = err instanceof CodedError ? err.code : null;
     console.error(`model ${config.model} failed to load${code ? ` [${code}]` : ''}: ${reason}`);
     send({ type: 'load-failed', reason, packageFault, code }, () => process.exit(ExitCode.LOAD_FAILED));
@@ -100,12 +121,15 @@ async function main(): Promise<void> {
       model: config.model,
       sha256: pkg.sha256,
       manifest: pkg.manifest,
-      provider: session.provider,
-      providerWarning: session.providerWarning,
+      provider: session.choice.provider,
+      providerSkipped: session.choice.skipped,
+      adapter: session.choice.adapter,
       cudaVisibleDevices: process.env.CUDA_VISIBLE_DEVICES ?? null,
       onnxruntime: ort.env.versions.node ?? 'unknown',
       intraOpThreads: config.intraOpThreads,
       loadMs: performance.now() - started,
+      sessionMs: session.sessionMs,
+      warmup,
       socket: config.socket,
     },
   });

@@ -9,6 +9,7 @@ import type { SessionThreadData, ThreadReply, ThreadRequest, WireTensor } from '
 import { RequestReply } from '../ipc/request-reply.js';
 import { CodedError } from '../lib/errors.js';
 import { ExitCode } from '../lib/exit-codes.js';
+import { NoProviderError, type ProviderChoice } from './providers.js';
 
 const THREAD_ENTRY = new URL('./session-thread.js', import.meta.url);
 
@@ -33,8 +34,10 @@ export class ModelSession {
     readonly signature: SessionSignature,
     /** How the manifest maps onto this graph (checkSignature). */
     readonly plan: ServingPlan,
-    readonly provider: 'cuda' | 'cpu',
-    readonly providerWarning: string | null,
+    /** The provider it runs on, those passed over and why, the Vulkan device for webgpu. */
+    readonly choice: ProviderChoice,
+    /** Milliseconds to create the session (provider checks included). */
+    readonly sessionMs: number,
   ) {
     thread.on('message', (message: ThreadReply) => {
       if (message.type === 'result') this.runs.settle(message.id, message.outputs);
@@ -48,8 +51,9 @@ export class ModelSession {
   }
 
   /** Loads the package's graph on a session thread and checks it against the manifest. */
-  static async open(pkg: ModelPackage, config: Pick<WorkerConfig, 'intraOpThreads' | 'gpu'>): Promise<ModelSession> {
-    const data: SessionThreadData = { modelPath: pkg.modelPath, intraOpThreads: config.intraOpThreads, gpu: config.gpu };
+  static async open(pkg: ModelPackage, config: Pick<WorkerConfig, 'intraOpThreads' | 'provider' | 'gpu' | 'gpuPci' | 'gpuUuid'>): Promise<ModelSession> {
+    const { intraOpThreads, provider, gpu, gpuPci, gpuUuid } = config;
+    const data: SessionThreadData = { modelPath: pkg.modelPath, intraOpThreads, provider, gpu, gpuPci, gpuUuid };
     const thread = new Worker(THREAD_ENTRY, { workerData: data });
     const ready = await new Promise<ThreadReply>((resolve, reject) => {
       thread.once('message', resolve);
@@ -57,7 +61,7 @@ export class ModelSession {
     });
     if (ready.type === 'load-failed') {
       await thread.terminate();
-      throw new CodedError('TILE_ERR_MODEL_LOAD', ready.reason);
+      throw ready.noProvider ? new NoProviderError(ready.reason) : new CodedError('TILE_ERR_MODEL_LOAD', ready.reason);
     }
     if (ready.type !== 'ready') throw new Error(`session thread sent ${ready.type} before ready`);
     let plan: ServingPlan;
@@ -67,7 +71,7 @@ export class ModelSession {
       await thread.terminate();
       throw err;
     }
-    return new ModelSession(thread, ready, plan, ready.provider, ready.providerWarning);
+    return new ModelSession(thread, ready, plan, { provider: ready.provider, skipped: ready.skipped, adapter: ready.adapter }, ready.sessionMs);
   }
 
   /** Ends the session thread (the packaging lint; a worker process just exits). */

@@ -6,6 +6,7 @@ import pidusage from 'pidusage';
 import type { ModelView } from '../../src/ipc/protocol.js';
 import type { UsageLog } from '../usage-log.js';
 import { Anonymizer } from './anonymize.js';
+import { gpuMemory } from './gpu-memory.js';
 import * as probes from './probes.js';
 
 /** A worker instance as diagnostics sees it. */
@@ -58,8 +59,10 @@ export function diagnostics(source: DiagnosticsSource, options: DiagnosticsOptio
     );
 
   /** Each worker: the supervisor's view, pidusage's CPU and memory, and its own IPC probe. */
-  const workers = () =>
-    Promise.all(
+  const workers = async () => {
+    // In parallel with the workers' own probes, within the probe timeout (a hung nvidia-smi).
+    const gpuQuery = gpuMemory(timeout);
+    return Promise.all(
       source.workers().map(async (w) => {
         const usage = w.pid
           ? await pidusage(w.pid).then(
@@ -67,9 +70,14 @@ export function diagnostics(source: DiagnosticsSource, options: DiagnosticsOptio
               (err: Error) => ({ error: err.message }),
             )
           : null;
-        return { ...w.snapshot(), usage, probe: await w.probe(timeout) };
+        const probe = await w.probe(timeout);
+        const gpuUsed = await gpuQuery;
+        // Present only with nvidia-smi: a worker without a CUDA context holds 0.
+        const gpu = gpuUsed && w.pid !== null ? { gpu_memory_mib: gpuUsed.get(w.pid) ?? 0 } : {};
+        return { ...w.snapshot(), usage, ...gpu, probe };
       }),
     );
+  };
 
   async function full() {
     const [versions, host, gpus, disk, modelStates, workerStates, serviceLog] = await Promise.all([

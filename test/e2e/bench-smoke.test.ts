@@ -26,6 +26,6 @@ t.test('npm run bench -- --smoke', async (t) => {
   for (const system of systems) t.same([...new Set(report.ceiling.filter((r: { system: string }) => r.system === system).map((r: { body: string }) => r.body))], ['json', 'png', 'raw'], `${system}: every body type`);
   t.ok(report.slide.tiles > 0 && report.slide.ratio > 0 && report.slide.clientCpuMsPerTile > 0, 'the whole-slide row: tiles, ratio and client CPU');
   const md = readFileSync(join(out, 'smoke.md'), 'utf8');
-  t.match(md, /\| endpoint \| conc\. \| tiles\/s/);
+  t.match(md, /\| endpoint \| provider \| conc\. \| tiles\/s/);
   t.match(md, /\| system \| body \| tile \| conc\. \| tiles\/s \| of JSON \| of irreducible/);
 });

@@ -1,6 +1,6 @@
 // /diagnostics, the usage log and /metrics end to end.
 import t from 'tap';
-import { appendFileSync, mkdtempSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { hostname, homedir, tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { startServer, ROOT, type TestServer } from '../helpers/server.js';
@@ -62,13 +62,16 @@ t.test('a failing probe and an unresponsive worker degrade to error sections', a
 });
 
 t.test('log tails from the supervisor and the workers; empty without a log file', async (t) => {
-  const server = await startServer({ models: [{ name: 'tile-embed', gpus: ['3'] }] });
+  // The device-fault test hook fails the first worker's warm-up: an error on its stderr, then a restart.
+  const fault = join(mkdtempSync(join(tmpdir(), 'fault-')), 'device-fault');
+  writeFileSync(fault, '');
+  const server = await startServer({ models: [{ name: 'tile-embed', gpus: ['3'] }], env: { TILE_TEST_DEVICE_FAULT: fault } });
   t.teardown(() => server.stop());
   const { body } = await get(server, '/diagnostics');
   t.ok(body.logs.service.some((l: string) => l.includes('Server listening')), 'service log tail');
   const tail = body.logs.workers['tile-embed#0'];
-  t.ok(tail.some((l: string) => l.includes(' stderr ')), 'worker stderr tail');
-  t.ok(tail.some((l: string) => l.includes('CUDA execution provider is unavailable')), 'worker log messages');
+  t.ok(tail.some((l: string) => l.includes(' stderr ') && l.includes('failed to load: CUDA failure 700')), 'worker stderr tail');
+  t.ok(tail.some((l: string) => l.includes('provider cuda passed over')), 'worker log messages');
 
   const quiet = await startServer({ models: [{ name: 'tile-embed', gpus: [] }], env: { LOG_FILE: '' } });
   t.teardown(() => quiet.stop());

@@ -31,8 +31,11 @@ export class FakeBackend implements ModelBackend {
         name: entry.name,
         state: 'ready',
         reason: null,
-        info: { pid: 1, model: entry.name, sha256: 'f'.repeat(64), manifest, provider: 'cpu', providerWarning: null, cudaVisibleDevices: null, onnxruntime: 'fake', intraOpThreads: 1, loadMs: 0, socket: '' },
-        instances: [{ id: `${entry.name}#0`, pid: 1, state: 'ready', socket: '', restarts: 0 }],
+        info: {
+          pid: 1, model: entry.name, sha256: 'f'.repeat(64), manifest, provider: 'cpu', providerSkipped: [], adapter: null, cudaVisibleDevices: null, onnxruntime: 'fake',
+          intraOpThreads: 1, loadMs: 0, sessionMs: 0, warmup: { shapes: [1], checks: [{ batch: 1, ms: 0, identical: true }], deterministic: true, batchIndependent: true, note: null }, socket: '',
+        },
+        instances: [{ id: `${entry.name}#0`, pid: 1, state: 'ready', socket: '', restarts: 0, gpu: null, provider: 'cpu', providerSkipped: [], adapter: null, loadMs: 0, warmup: null, lastError: null }],
       });
     }
   }

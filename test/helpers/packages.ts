@@ -22,11 +22,14 @@ export function corruptPackage(model: string): string {
   return dir;
 }
 
-/** A folder on PATH with a fake nvidia-smi that prints `lines` (or hangs when lines is null). */
-export function fakeNvidiaSmi(lines: string[] | null): string {
+/** A folder on PATH with a fake nvidia-smi that prints `lines` for --query-gpu (or hangs when
+ *  lines is null), and for --query-compute-apps `appMib` MiB for every model worker process
+ *  running on the machine (none when appMib is null). */
+export function fakeNvidiaSmi(lines: string[] | null, appMib: number | null = null): string {
   const dir = mkdtempSync(join(tmpdir(), 'bin-'));
-  const body = lines === null ? 'sleep 30' : lines.map((l) => `echo "${l}"`).join('\n');
-  writeFileSync(join(dir, 'nvidia-smi'), `#!/bin/sh\n${body}\n`, { mode: 0o755 });
+  const gpus = lines === null ? 'sleep 30' : lines.map((l) => `echo "${l}"`).join('\n');
+  const apps = appMib === null ? ':' : `grep -l -s worker/main.js /proc/[0-9]*/cmdline | sed 's#/proc/\\([0-9]*\\)/cmdline#\\1, ${appMib}#'; exit 0`;
+  writeFileSync(join(dir, 'nvidia-smi'), `#!/bin/sh\ncase "$1" in\n--query-compute-apps=*)\n${apps}\n;;\n*)\n${gpus}\n;;\nesac\n`, { mode: 0o755 });
   return dir;
 }
 
