@@ -1,8 +1,9 @@
 // The layer rules as code: npm run lint:layers explains each violation, and test/layers.test.ts
 // checks them in npm test. Process roles (supervisor/, src/front, src/worker, src/client) never
-// import each other; shared modules sit in levels and import only lower levels: lib at the bottom; config, tile, gpu and model-package on
-// it; contract above model-package; ipc above those. Build-time code (tools/, bench/) and test/
-// may import anything, and nothing at run time imports them.
+// import each other; shared modules sit in levels and import only lower levels: lib at the
+// bottom; config, tile, gpu and model-package on it; contract above model-package; ipc above
+// those. Build-time code (tools/, bench/) and test/ may import anything, and nothing at run time
+// imports them.
 const SHARED = ['lib', 'config', 'tile', 'gpu', 'model-package', 'contract', 'ipc'];
 /** What each shared module may import besides itself (and node and npm packages). */
 const BELOW = {
