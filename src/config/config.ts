@@ -23,7 +23,7 @@ const ModelEntry = Type.Object({
   /** Batch sizes a worker runs: each batch is padded up to one of them, so a tile's outputs do not
    *  depend on what else is in its batch. "auto": checked at warm-up; "any": no padding. */
   batch_shapes: Type.Union([Type.Literal('auto'), Type.Literal('any'), Type.Array(Type.Integer({ minimum: 1 }), { minItems: 1, uniqueItems: true })], { default: 'auto' }),
-  /** ONNX Runtime intra-op threads per worker; default: every core (idle threads sleep). */
+  /** ONNX Runtime intra-op threads per worker; default: the cores shared among the model's instances (idle threads sleep). */
   intra_op_threads: Type.Optional(Type.Integer({ minimum: 1 })),
   /** Threads decoding this model's PNG tiles in each worker (its libuv pool); default: every core. */
   decode_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: 1024 })),
@@ -202,7 +202,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
  *  for the slower one (tile-embed ran ~1.7x slower per tile than alone). */
 export const defaultIntraOpThreads = (instances: number): number => Math.max(1, Math.floor(availableParallelism() / instances));
 
-/** HTTP fronts when `fronts` is 0: one per core, at most 4. Measured (README "Throughput"): a
+/** HTTP fronts when `fronts` is 0: one per core, at most 4. Measured (docs/throughput.md): a
  *  front spends 0.7-1.1 CPU ms on a 224 px tile and ~2 on a 512 px one, so 4 fronts feed about
  *  4,000 small tiles/s, more than a host's GPUs take; more fronts would only add memory. */
 export const frontCount = (config: ServiceConfig): number => config.fronts || Math.min(4, availableParallelism());

@@ -4,7 +4,7 @@
 // blocks, so the decoder's own inflate is a copy and what it adds is unfiltering: @napi-rs/image
 // on the libuv pool for 8-bit RGB and RGBA (what tile pipelines write; interlaced or not), pngjs
 // for the rare other layouts (greyscale, palette, 16-bit). The comparison that chose this is in
-// the README ("Throughput").
+// docs/throughput.md ("PNG decoders compared").
 import { Transformer } from '@napi-rs/image';
 import { PNG } from 'pngjs';
 import { crc32 } from 'node:zlib';
