@@ -120,7 +120,10 @@ t.test('strict base64 from bytes decodes as from text, across slice boundaries',
 t.test('generated bodies: the 422s of the schema are those of the contract schema, as sent', async (t) => {
   // The reference: the contract's TileRequest validated by fastify's ajv, with the front's options,
   // on the body as sent (image_data a string), reported in the pydantic shape.
-  const reference = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false } } });
+  // A "__proto__" or "constructor" key inside a field's value (fast-check's JSON values hold
+  // them) stays an own property, as JSON.parse and the front leave it (the front drops those keys
+  // at the top level only): fastify's default parser would answer 400 instead.
+  const reference = Fastify({ onProtoPoisoning: 'ignore', onConstructorPoisoning: 'ignore', ajv: { customOptions: { allErrors: true, coerceTypes: false } } });
   reference.post('/', { schema: { body: TileRequest } }, async () => ({ valid: true }));
   reference.setErrorHandler(async (error: FastifyError, request) => ({ detail: toValidationItems(error.validation!, 'body', request.body) }));
   const { app } = await fakeService();
@@ -147,7 +150,7 @@ t.test('generated bodies: the 422s of the schema are those of the contract schem
       schemaFailures++;
       if (res.statusCode !== 422 || !isDeepStrictEqual(res.json(), expected)) throw new Error(`${text}: ${res.body} vs ${JSON.stringify(expected)}`);
     }),
-    { numRuns: 300 },
+    { numRuns: 300, examples: [[JSON.stringify({ ...tile, slide_name: JSON.parse('{"__proto__": null}') })]] },
   );
   t.ok(schemaFailures > 100, `${schemaFailures} of 300 bodies failed the schema, each with the same items in the same order`);
 });
