@@ -219,6 +219,21 @@ t.test('inferTile: a 5xx from GET /api/models is asked again, not taken for a se
   t.equal(asked, 2);
 });
 
+t.test('bodyTypes: the bodies every server takes for the model (what tile-infer makes ahead)', async (t) => {
+  const all = ['application/json', 'image/png', 'application/octet-stream'];
+  const types = async (servers: string[], path = '/api/predict/m?mode=prediction') => {
+    const client = new TileClient({ servers, concurrency: 1 });
+    t.teardown(() => client.close());
+    return [...(await client.bodyTypes(path))];
+  };
+  const [a, b, older, pngOnly] = await Promise.all([tilePeer(t, listing(all)), tilePeer(t, listing(all)), tilePeer(t, listing()), tilePeer(t, listing(['application/json', 'image/png']))]);
+  t.same(await types([a.url, b.url]), all, 'two current servers: raw pixels');
+  t.same(await types([a.url, pngOnly.url]), ['application/json', 'image/png'], 'what both take');
+  t.same(await types([a.url, older.url]), ['application/json'], 'a server without content_types: JSON for all');
+  t.same(await types([a.url, await closedPort()]), ['application/json'], 'a server that cannot be asked: JSON for all');
+  t.same(await types([a.url], '/api/predict/other'), ['application/json'], 'a model the server does not list');
+});
+
 t.test('inferTile against the service app: raw pixels reach the model as pixels; an older server gets JSON', async (t) => {
   const { app, backend } = await fakeService();
   await app.listen({ port: 0, host: '127.0.0.1' });
