@@ -56,6 +56,23 @@ for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
   });
 }
 
+t.test('raw bodies of small tiles (under 4 KiB, where Node pools buffers) reach the main thread', async (t) => {
+  const path = join(dir, 'small-tiles.tiff');
+  const raster = await writeSlide(path, spec('tiff', 0.5));
+  const slide = await TiffSlide.open(path);
+  t.teardown(() => slide.close());
+  // 16x16 tiles, 768 bytes each, none given back: some start a fresh slab of the reader thread's
+  // pool, which Node 22 and 24 refuse to transfer (DataCloneError; Node 20 copies it).
+  const tiles = Array.from({ length: 400 }, (_, idx) => ({ idx, x: (idx % 40) * 16, y: Math.floor(idx / 40) * 16 }));
+  let same = 0;
+  for await (const { tile, body } of tileBodies(pool, 'application/octet-stream', slide, tiles, 16, 16, (t) => ({ slide_name: 's', x: t.x, y: t.y, width: 16, height: 16, patch_idx: t.idx }))) {
+    let diff = 0;
+    for (let r = 0; r < 16; r++) for (let c = 0; c < 48; c++) diff += Math.abs(body.bytes[r * 48 + c] - raster.rgb[((tile.y + r) * raster.width + tile.x) * 3 + c]);
+    if (body.bytes.length === 768 && diff / 768 < 4) same++;
+  }
+  t.equal(same, tiles.length, `every tile, its pixels (Node ${process.version})`);
+});
+
 t.test('lossless tiled TIFFs (deflate, LZW with a predictor): regions are the pixels, exactly', async (t) => {
   const [width, height] = [600, 420];
   const rgb = Buffer.from(Array.from({ length: width * height * 3 }, (_, i) => (i * 7919 + (i >> 9)) % 251));

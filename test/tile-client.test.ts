@@ -188,6 +188,52 @@ t.test('inferTile: raw pixels where the server takes them, else the PNG file, el
   await t.rejects(new TileClient({ servers: ['http://127.0.0.1:1'], concurrency: 1 }).inferTile('/api/predict/m', { fields, rgb: rgb.subarray(1) }), /not 17/);
 });
 
+t.test('inferTile: fields too long for a query (a long bulk_rna) go in the JSON body', async (t) => {
+  const rgb = new Uint8Array(2 * 2 * 3);
+  // 3,000 genes of counts: over 16 KiB of query, which Node's HTTP server refuses (431).
+  const bulk_rna = Array.from({ length: 3000 }, (_, i) => 1000 + i / 7);
+  const fields = { slide_name: 's', x: 0, y: 0, width: 2, height: 2, patch_idx: 0, bulk_rna };
+  const peer = await tilePeer(t, listing(['application/json', 'image/png', 'application/octet-stream']));
+  const client = new TileClient({ servers: [peer.url], concurrency: 1 });
+  t.teardown(() => client.close());
+  await client.inferTile('/api/predict/m', { fields, rgb });
+  await client.inferTile('/api/predict/m', { fields: { ...fields, bulk_rna: [1, 2] }, rgb });
+  t.same(
+    peer.posted.map((p) => p.type),
+    ['application/json', 'application/octet-stream'],
+    'the long fields as JSON; short ones still in the query',
+  );
+  t.same(JSON.parse(peer.posted[0].body.toString()).bulk_rna, bulk_rna);
+});
+
+t.test('inferTile: a 5xx from GET /api/models is asked again, not taken for a server without binary bodies', async (t) => {
+  let asked = 0;
+  const types = ['application/json', 'image/png', 'application/octet-stream'];
+  const peer = await tilePeer(t, (res) => (asked++ === 0 ? res.writeHead(503, { 'retry-after': '1' }).end('{"detail":"Service under pressure"}') : listing(types)(res)));
+  const client = new TileClient({ servers: [peer.url], concurrency: 1 });
+  t.teardown(() => client.close());
+  const fields = { slide_name: 's', x: 0, y: 0, width: 2, height: 2, patch_idx: 0 };
+  await client.inferTile('/api/predict/m', { fields, rgb: new Uint8Array(12) });
+  await client.inferTile('/api/predict/m', { fields, rgb: new Uint8Array(12) });
+  t.same(peer.posted.map((p) => p.type), ['application/json', 'application/octet-stream'], 'JSON while the list is unknown, raw pixels once it is read');
+  t.equal(asked, 2);
+});
+
+t.test('bodyTypes: the bodies every server takes for the model (what tile-infer makes ahead)', async (t) => {
+  const all = ['application/json', 'image/png', 'application/octet-stream'];
+  const types = async (servers: string[], path = '/api/predict/m?mode=prediction') => {
+    const client = new TileClient({ servers, concurrency: 1 });
+    t.teardown(() => client.close());
+    return [...(await client.bodyTypes(path))];
+  };
+  const [a, b, older, pngOnly] = await Promise.all([tilePeer(t, listing(all)), tilePeer(t, listing(all)), tilePeer(t, listing()), tilePeer(t, listing(['application/json', 'image/png']))]);
+  t.same(await types([a.url, b.url]), all, 'two current servers: raw pixels');
+  t.same(await types([a.url, pngOnly.url]), ['application/json', 'image/png'], 'what both take');
+  t.same(await types([a.url, older.url]), ['application/json'], 'a server without content_types: JSON for all');
+  t.same(await types([a.url, await closedPort()]), ['application/json'], 'a server that cannot be asked: JSON for all');
+  t.same(await types([a.url], '/api/predict/other'), ['application/json'], 'a model the server does not list');
+});
+
 t.test('inferTile against the service app: raw pixels reach the model as pixels; an older server gets JSON', async (t) => {
   const { app, backend } = await fakeService();
   await app.listen({ port: 0, host: '127.0.0.1' });

@@ -51,4 +51,6 @@ export function tileBody(type: 'application/json' | 'application/octet-stream', 
   return body;
 }
 
-const bufferOf = (length: number, into?: ArrayBuffer): Buffer => (into && into.byteLength >= length ? Buffer.from(into, 0, length) : Buffer.allocUnsafe(length));
+/** A body buffer at the start of an ArrayBuffer of its own, which a reader thread may transfer:
+ *  never a slice of Node's pool (bodies under 4 KiB), which from Node 22 cannot be transferred. */
+const bufferOf = (length: number, into?: ArrayBuffer): Buffer => (into && into.byteLength >= length ? Buffer.from(into, 0, length) : Buffer.allocUnsafeSlow(length));

@@ -81,6 +81,11 @@ function modelOf(path: string): string | undefined {
   return name && decodeURIComponent(name);
 }
 
+/** The longest query a binary body's fields may make; longer ones (a bulk_rna of thousands of
+ *  genes) go in the JSON body. Node's HTTP server refuses over 16 KiB of headers (431), nginx
+ *  a request line over 8 KiB. */
+const MAX_QUERY = 4096;
+
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Retry-After in seconds (the service sends integers); HTTP dates are honoured too. */
@@ -239,8 +244,9 @@ export class TileClient {
   }
 
   /** Posts one tile given as pixels or PNG bytes, in the body the server an attempt goes to takes
-   *  best for the path's model: raw RGB pixels, the PNG file, or the contract's JSON. A PNG is
-   *  made from pixels only for a server that needs one, once. */
+   *  best for the path's model: raw RGB pixels, the PNG file, or the contract's JSON (always,
+   *  for fields too long for a query). A PNG is made from pixels only for a server that needs
+   *  one, once. */
   async inferTile(path: string, tile: TileInput): Promise<TileResponseBody> {
     const { width, height } = tile.fields;
     if (tile.rgb && tile.rgb.length !== width * height * 3) throw new UsageError('TILE_ERR_CLIENT_USAGE', `raw pixels of a ${width}x${height} tile are ${width * height * 3} bytes (uint8 RGB), not ${tile.rgb.length}`);
@@ -248,10 +254,11 @@ export class TileClient {
     let png = tile.png;
     const pngOf = () => (png ??= encodeRgbPng(tile.rgb!, width, height));
     const bytes = (b: Uint8Array) => Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+    const queryFits = tileQuery(tile.fields).length <= MAX_QUERY;
     const release = await this.slots.acquire();
     try {
       return await this.call<TileResponseBody>('POST', path, async (server) => {
-        const takes = model ? (await this.bodyTypesOf(server)).get(model) : undefined;
+        const takes = model && queryFits ? (await this.bodyTypesOf(server)).get(model) : undefined;
         if (tile.rgb && takes?.has('application/octet-stream')) return outgoing(path, { type: 'application/octet-stream', bytes: bytes(tile.rgb), fields: tile.fields });
         if (takes?.has('image/png')) return outgoing(path, { type: 'image/png', bytes: bytes(pngOf()), fields: tile.fields });
         return outgoing(path, { type: 'application/json', bytes: tileRequestBody(pngOf(), tile.fields), fields: tile.fields });
@@ -277,6 +284,8 @@ export class TileClient {
     server.bodyTypes ??= (async () => {
       const res = await server.pool.request({ method: 'GET', path: '/api/models', headersTimeout: 10_000, bodyTimeout: 10_000 });
       const text = await res.body.text();
+      // A 5xx (under pressure, a balancer with no backend up) says nothing of the bodies: ask again.
+      if (res.statusCode >= 500) throw new Error(`GET /api/models: ${res.statusCode}`);
       const takes = new Map<string, Set<string>>();
       let models: { name: string; content_types?: string[] }[] = [];
       try {

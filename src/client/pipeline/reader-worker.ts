@@ -28,8 +28,8 @@ export interface BodiesTask {
   spare: ArrayBuffer[];
 }
 
-/** The bodies of a task, each in an ArrayBuffer of its own (a spare one, or a Buffer of over 4 KiB,
- *  which owns its ArrayBuffer whole) that moves to the main thread uncopied, and their lengths. */
+/** The bodies of a task, each at the start of an ArrayBuffer of its own (a spare one, or a new
+ *  one: tile-body.ts) that moves to the main thread uncopied, and their lengths. */
 export interface Bodies {
   buffers: ArrayBuffer[];
   lengths: number[];
@@ -65,7 +65,7 @@ export async function bodies(task: BodiesTask): Promise<unknown> {
       rows = (y0, n, into, at) => cutRows(r, y0, n, bands, into, at);
     }
     const body = tileBody(task.type, task.size, await resampledRows(rows, r.w, task.size), fields, task.spare.pop());
-    out.buffers.push(body.byteOffset === 0 ? (body.buffer as ArrayBuffer) : Uint8Array.prototype.slice.call(body).buffer);
+    out.buffers.push(body.buffer as ArrayBuffer);
     out.lengths.push(body.length);
   }
   return move({ [transferableSymbol]: out.buffers, [valueSymbol]: out } as never);
