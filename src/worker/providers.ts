@@ -77,7 +77,8 @@ function webgpuPrecheck(target: ProviderTarget, auto: boolean): { adapter: Vulka
 
 /**
  * Opens the model on the first provider of `setting` that works. Throws NoProviderError naming
- * every provider and why it was passed over when none does.
+ * every provider and why it was passed over when none does, and the cpu provider's own error
+ * when the graph cannot load there.
  */
 export async function openSession(
   modelPath: string,
@@ -108,6 +109,9 @@ export async function openSession(
       const session = await ort.InferenceSession.create(modelPath, { ...options, executionProviders: [provider] });
       return { session, choice: { provider, skipped, adapter } };
     } catch (err) {
+      // The cpu provider is always there: what it cannot open is the graph itself (corrupt, an
+      // unsupported operator), a load failure of the package, not of a provider.
+      if (provider === 'cpu') throw err;
       skipped.push({ provider, reason: firstLine(err) });
     }
   }
