@@ -49,6 +49,8 @@ function toServiceError(request: FastifyRequest, error: FastifyError): ServiceEr
 }
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'];
+/** How long a socket whose request Node's parser refused is drained before it is closed. */
+const LINGER_MS = 1000;
 
 /** What Node's HTTP parser refuses before fastify sees a request (fastify's clientErrorHandler,
  *  app.ts), in the service's shape, on the socket, which then closes. */
@@ -57,10 +59,13 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
   const error =
     err.code === 'HPE_HEADER_OVERFLOW' ? make.headersTooLarge(maxHeaderSize) : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? make.requestTimeout() : make.badRequest(err.message);
   const body = JSON.stringify(error.body());
-  if (socket.writable) {
-    socket.write(`HTTP/1.1 ${error.statusCode} ${STATUS_CODES[error.statusCode]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nX-Error-Code: ${error.code}\r\nConnection: close\r\n\r\n${body}`);
-  }
-  socket.destroy(err);
+  if (!socket.writable) return void socket.destroy(err);
+  // The answer, then a FIN; what the client is still sending (the rest of a 70 kB URL) is read and
+  // dropped until it closes, or for a second: closing with it unread makes the kernel send a
+  // reset, which can reach the client before it has read the answer (seen on Node 24).
+  socket.end(`HTTP/1.1 ${error.statusCode} ${STATUS_CODES[error.statusCode]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nX-Error-Code: ${error.code}\r\nConnection: close\r\n\r\n${body}`);
+  socket.resume();
+  setTimeout(() => socket.destroy(), LINGER_MS).unref();
 }
 
 async function errors(app: FastifyInstance, { retryAfterS, models }: ErrorsOptions): Promise<void> {
