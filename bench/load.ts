@@ -1,6 +1,7 @@
 // Drives one endpoint over keep-alive HTTP with autocannon, rotating through distinct tiles, and
 // reads the server's own stage and batch metrics around the run.
 import autocannon from 'autocannon';
+import { withQuery } from '../src/client/tile-body.js';
 
 export interface LoadResult {
   concurrency: number;
@@ -48,7 +49,7 @@ export type BenchBody = string | { type: string; body: Buffer; query: string };
 
 function request(path: string, body: BenchBody): { path: string; headers: Record<string, string>; body: string | Buffer } {
   if (typeof body === 'string') return { path, headers: { 'content-type': 'application/json' }, body };
-  return { path: `${path}${path.includes('?') ? '&' : '?'}${body.query}`, headers: { 'content-type': body.type }, body: body.body };
+  return { path: withQuery(path, body.query), headers: { 'content-type': body.type }, body: body.body };
 }
 
 export function fire(url: string, path: string, bodies: BenchBody[], concurrency: number, span: Span, headers: Record<string, string> = {}): Promise<autocannon.Result> {

@@ -41,6 +41,9 @@ export function tileQuery(fields: TileFields): string {
   return query.toString();
 }
 
+/** An endpoint path with a binary body's query added (after the path's own, such as `?mode=`). */
+export const withQuery = (path: string, query: string): string => `${path}${path.includes('?') ? '&' : '?'}${query}`;
+
 /** The body of a size x size tile whose RGB rows `rows` writes: raw pixels, or the JSON body with
  *  the rows written straight into the PNG's scanlines (either way the pixels are copied once,
  *  from the decoded slide). */

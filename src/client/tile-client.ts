@@ -12,7 +12,7 @@ import { TILE_BODY_TYPES, type TileBodyType } from '../contract/endpoints.js';
 import { CodedError } from '../lib/errors.js';
 import { encodeRgbPng } from '../tile/png-write.js';
 import { Semaphore } from './semaphore.js';
-import { tileQuery, tileRequestBody, type MadeBody, type TileFields } from './tile-body.js';
+import { tileQuery, tileRequestBody, withQuery, type MadeBody, type TileFields } from './tile-body.js';
 import { UsageError } from './usage-error.js';
 
 export type TileResponseBody = Static<typeof TileResponse>;
@@ -72,7 +72,7 @@ interface Outgoing {
 /** A made body's request to an endpoint path: a binary body's fields go in the query. */
 function outgoing(path: string, made: MadeBody): Outgoing {
   if (made.type === 'application/json') return { path, body: made.bytes, contentType: made.type };
-  return { path: `${path}${path.includes('?') ? '&' : '?'}${tileQuery(made.fields)}`, body: made.bytes, contentType: made.type };
+  return { path: withQuery(path, tileQuery(made.fields)), body: made.bytes, contentType: made.type };
 }
 
 /** The model of a model endpoint's path (`/api/embed/tile-embed?...`). */
@@ -277,7 +277,7 @@ export class TileClient {
   }
 
   /** The bodies each of a server's models takes, from its GET /api/models (read once); none for a
-   *  server that does not say (an older one: JSON only) or with --bodies json. A server that
+   *  server that does not say (an older one: JSON only), or with `bodies: 'json'`. A server that
    *  cannot be asked now is asked again on the next tile. */
   private bodyTypesOf(server: Server): Promise<Map<string, Set<string>>> {
     if (this.options.bodies === 'json') return Promise.resolve(new Map());

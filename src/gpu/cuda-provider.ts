@@ -8,6 +8,7 @@
 import { closeSync, existsSync, openSync, readSync, readFileSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { readHead } from '../lib/read-head.js';
 
 export const CUDA_LIBRARY = 'libonnxruntime_providers_cuda.so';
 export const SHARED_LIBRARY = 'libonnxruntime_providers_shared.so';
@@ -67,28 +68,15 @@ export function versionStrings(file: string): Set<string> {
 
 /** The bundled libonnxruntime's version, from its ELF symbol version ("VERS_1.30.0"). */
 export function bundledVersion(dir = runtimeDir()): string {
-  const fd = openSync(join(dir, 'libonnxruntime.so.1'), 'r');
-  try {
-    const head = Buffer.alloc(1024 * 1024);
-    const read = readSync(fd, head, 0, head.length, 0);
-    const match = /VERS_(\d+\.\d+\.\d+)\0/.exec(head.toString('latin1', 0, read));
-    if (!match) throw new Error('libonnxruntime.so.1 carries no VERS_x.y.z symbol version');
-    return match[1];
-  } finally {
-    closeSync(fd);
-  }
+  const match = /VERS_(\d+\.\d+\.\d+)\0/.exec(readHead(join(dir, 'libonnxruntime.so.1'), 1024 * 1024).toString('latin1'));
+  if (!match) throw new Error('libonnxruntime.so.1 carries no VERS_x.y.z symbol version');
+  return match[1];
 }
 
 /** Why a file is not a shared library this process can load, or null. */
 function elfProblem(file: string): string | null {
-  const head = Buffer.alloc(20);
-  const fd = openSync(file, 'r');
-  try {
-    readSync(fd, head, 0, 20, 0);
-  } finally {
-    closeSync(fd);
-  }
-  if (head.readUInt32BE(0) !== 0x7f454c46) return 'is not an ELF shared library';
+  const head = readHead(file, 20);
+  if (head.length < 20 || head.readUInt32BE(0) !== 0x7f454c46) return 'is not an ELF shared library';
   const machine = head.readUInt16LE(18);
   const expected = { x64: 0x3e, arm64: 0xb7 }[process.arch as 'x64' | 'arm64'];
   if (head[4] !== 2 || machine !== expected) return `is an ELF file for another machine (class ${head[4]}, e_machine 0x${machine.toString(16)}), expected ${process.arch}`;

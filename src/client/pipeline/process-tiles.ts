@@ -6,6 +6,7 @@ import type { ModelMetadataBody, TileClient } from '../tile-client.js';
 import { tileRequestBody, type MadeBody } from '../tile-body.js';
 import { readPngHeader } from '../../tile/png-rules.js';
 import { CodedError, errorLine, type CodesOf } from '../../lib/errors.js';
+import { readHead } from '../../lib/read-head.js';
 import { runTiles, writeModelOutputs, type InferTile, type ModelPlan, type OnTileError, type Progress } from './inference.js';
 import { Journal } from './journal.js';
 
@@ -73,9 +74,10 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
   const { model: meta, plan } = job;
   const failed = new Map<number, FailedTile>();
   const tiles: InferTile[] = entries.map((e, idx) => ({ idx, x: e.x, y: e.y }));
+  // Each file's IHDR (its first 33 bytes) now; the whole file when its tile is posted.
   const headers = entries.map((e, idx) => {
     try {
-      return readPngHeader(readFileSync(join(job.dir, e.file)));
+      return readPngHeader(readHead(join(job.dir, e.file), 33));
     } catch (err) {
       failed.set(idx, { file: join(job.dir, e.file), reason: errorLine(new TilePlanError('TILE_ERR_PLAN_NOT_PNG', `not a PNG tile: ${errorLine(err as Error)}`)) });
       return null;
