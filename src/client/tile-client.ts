@@ -143,9 +143,10 @@ export class TileClient {
       const remaining = deadline - Date.now();
       if (remaining <= 0) throw new TileClientError('TILE_ERR_CLIENT_DEADLINE', `${method} ${path}: no answer within the ${this.deadlineMs} ms deadline${reason && ` (last: ${reason})`}`);
       let wait: number;
+      // Made before the try: a body that cannot be made is the caller's error, not the server's.
+      const out = typeof request === 'function' ? await request(server) : request;
       server.inFlight++;
       try {
-        const out = typeof request === 'function' ? await request(server) : request;
         const res = await server.pool.request({
           method,
           path: out.path,
