@@ -3,7 +3,7 @@
 // the body the contract gives them (fastify's lib/errors.js is the model). Each error class of the
 // service carries one of these codes: ServiceError here, ConfigError (src/config), PackageError
 // (src/model-package), PngError (src/tile; its code is its rule's), and the whole-slide client's
-// SlideError, TilePlanError, TileClientError and UsageError (src/client). README's "Error codes"
+// SlideError, TilePlanError, TileClientError and UsageError (src/client). docs/error-codes.md's
 // table is this registry (test/error-codes.test.ts holds them equal).
 //
 // ServiceErrors are thrown anywhere (front, worker, supervisor), cross process boundaries as
