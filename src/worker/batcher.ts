@@ -1,19 +1,38 @@
 // Dynamic batching, as Triton's dynamic batcher: requests gather until the model's max batch or a
 // max queue delay, then one session.run serves them all. One run is in flight at a time; while it
-// runs, newly decoded tiles gather for the next.
+// runs, newly decoded tiles gather for the next. Each item has a deadline: when a batch forms,
+// every queued item that could not finish by its deadline (now plus the recent time of a batch of
+// this size) is dropped, never run; so is one whose client has gone (remove).
+export type Clock = () => number;
+
 export interface BatcherOptions<T> {
   maxBatch: number;
   maxDelayMs: number;
   run: (batch: T[]) => Promise<void>;
+  /** When the item's answer is no longer wanted, on `clock` (Infinity: never). */
+  deadline: (item: T) => number;
+  /** An item dropped because it could not finish in time. */
+  expire: (item: T) => void;
+  /** Date.now by default; tests inject theirs. */
+  clock?: Clock;
 }
+
+/** Weight of the newest batch in the recent per-tile time. */
+const EWMA = 0.2;
 
 export class Batcher<T> {
   private readonly queue: T[] = [];
   private timer: NodeJS.Timeout | null = null;
   private running = false;
   private idleWaiters: (() => void)[] = [];
+  private readonly clock: Clock;
+  /** Recent milliseconds of a batch's run per tile, and of a batch; null before the first. */
+  tileMs: number | null = null;
+  batchMs: number | null = null;
 
-  constructor(private readonly options: BatcherOptions<T>) {}
+  constructor(private readonly options: BatcherOptions<T>) {
+    this.clock = options.clock ?? Date.now;
+  }
 
   /** Largest batch; the worker lowers it when warm-up keeps only smaller shapes. */
   set maxBatch(value: number) {
@@ -31,10 +50,23 @@ export class Batcher<T> {
     else this.timer ??= setTimeout(() => void this.drain(), this.options.maxDelayMs);
   }
 
+  /** Takes a queued item out (its client left); false when it is not queued (running or done). */
+  remove(item: T): boolean {
+    const at = this.queue.indexOf(item);
+    if (at < 0) return false;
+    this.queue.splice(at, 1);
+    return true;
+  }
+
   /** Resolves once every queued item has run. */
   idle(): Promise<void> {
     if (!this.running && this.queue.length === 0) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /** Milliseconds a batch of `size` is expected to run (0 before any has run). */
+  expectedMs(size: number): number {
+    return (this.tileMs ?? 0) * size;
   }
 
   private async drain(): Promise<void> {
@@ -43,8 +75,26 @@ export class Batcher<T> {
     if (this.running) return;
     this.running = true;
     // Items that arrived during a run have already waited: run them at once.
-    while (this.queue.length > 0) await this.options.run(this.queue.splice(0, this.options.maxBatch));
+    for (let batch = this.next(); batch.length > 0; batch = this.next()) {
+      const started = this.clock();
+      await this.options.run(batch);
+      const ms = this.clock() - started;
+      this.tileMs = this.tileMs === null ? ms / batch.length : EWMA * (ms / batch.length) + (1 - EWMA) * this.tileMs;
+      this.batchMs = this.batchMs === null ? ms : EWMA * ms + (1 - EWMA) * this.batchMs;
+    }
     this.running = false;
     for (const resolve of this.idleWaiters.splice(0)) resolve();
+  }
+
+  /** The next batch, after dropping every item that could no longer finish in time. */
+  private next(): T[] {
+    const finish = this.clock() + this.expectedMs(Math.min(this.queue.length, this.options.maxBatch));
+    let kept = 0;
+    for (const item of this.queue) {
+      if (this.options.deadline(item) < finish) this.options.expire(item);
+      else this.queue[kept++] = item;
+    }
+    this.queue.length = kept;
+    return this.queue.splice(0, this.options.maxBatch);
   }
 }

@@ -1,0 +1,83 @@
+// Admission by expected wait, decided before a request's body is read: a request that could not
+// finish before its deadline is refused at once (503 TILE_ERR_QUEUE_FULL, Retry-After from the
+// estimate) rather than queued for a 504 later. Pure logic over what a front knows of each
+// instance: the tiles it has in flight there and the worker's last report of its queue and pace;
+// the clock is injected so the fast tier can drive it.
+import type { WorkerLoad } from '../ipc/protocol.js';
+
+export type Clock = () => number;
+
+/** One instance's backlog as a front sees it: the worker's last report (every answer carries
+ *  one), drained since at the worker's own recent pace. */
+export class Backlog {
+  private report: WorkerLoad = { queued: 0, tileMs: null, batchMs: null };
+  private at = 0;
+
+  constructor(private readonly clock: Clock) {}
+
+  update(load: WorkerLoad): void {
+    this.report = load;
+    this.at = this.clock();
+  }
+
+  /** Recent worker milliseconds per tile and per batch (null until the worker has run one). */
+  get tileMs(): number | null {
+    return this.report.tileMs;
+  }
+  get batchMs(): number | null {
+    return this.report.batchMs;
+  }
+
+  /** Tiles the worker holds now from every front, by its last report less what it ran since. */
+  queued(): number {
+    const { queued, tileMs } = this.report;
+    if (!tileMs) return queued;
+    return Math.max(0, queued - (this.clock() - this.at) / tileMs);
+  }
+}
+
+export interface InstanceLoad {
+  backlog: Backlog;
+  /** This front's tiles sent there and not yet finished or dropped. */
+  inflight: number;
+}
+
+export interface AdmissionInput {
+  /** Requests this front holds for the model: admitted and not yet finished or dropped. */
+  held: number;
+  /** This front's share of the model's max_queue. */
+  share: number;
+  timeoutMs: number;
+  /** The model's ready instances. */
+  instances: InstanceLoad[];
+}
+
+export type Decision = { admit: true } | { admit: false; reason: 'share' | 'wait'; waitMs: number; retryAfterS: number };
+
+/** Milliseconds until a tile sent to this instance now would have its answer: the tiles ahead of
+ *  it (the worker's report, or this front's own count when higher, plus its share of requests
+ *  admitted and not yet sent) at the worker's pace, then its own batch. Null without a pace. */
+export function expectedMs(instance: InstanceLoad, unsentShare: number): number | null {
+  const { backlog, inflight } = instance;
+  if (backlog.tileMs === null) return null;
+  const ahead = Math.max(backlog.queued(), inflight) + unsentShare;
+  return ahead * backlog.tileMs + (backlog.batchMs ?? backlog.tileMs);
+}
+
+/** Whether a request may enter: within the front's share of max_queue, and able to finish on
+ *  the least loaded instance before its deadline. An instance that has not run a batch yet has
+ *  no estimate and admits (the share still bounds it). */
+export function decide({ held, share, timeoutMs, instances }: AdmissionInput): Decision {
+  const inflight = instances.reduce((sum, i) => sum + i.inflight, 0);
+  const unsentShare = Math.max(0, held - inflight) / Math.max(1, instances.length);
+  let best = Infinity;
+  for (const instance of instances) best = Math.min(best, expectedMs(instance, unsentShare) ?? 0);
+  if (held >= share) return { admit: false, reason: 'share', waitMs: best, retryAfterS: retryAfter(best, timeoutMs) };
+  if (best > timeoutMs) return { admit: false, reason: 'wait', waitMs: best, retryAfterS: retryAfter(best, timeoutMs) };
+  return { admit: true };
+}
+
+/** Whole seconds (at least 1) until the backlog has drained enough to take a request. */
+function retryAfter(waitMs: number, timeoutMs: number): number {
+  return Number.isFinite(waitMs) ? Math.max(1, Math.ceil((waitMs - timeoutMs) / 1000)) : 1;
+}
