@@ -7,7 +7,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { ServiceConfig } from '../../config/config.js';
 import type { Manifest, Task } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
-import type { WorkerInfo } from '../../ipc/protocol.js';
+import type { StageTimes, WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
 import { Transform, type Readable } from 'node:stream';
 import { unavailable, type ModelBackend, type Ticket } from '../backend.js';
@@ -48,8 +48,9 @@ function plannedManifest(dir: string): Manifest | null {
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** A model request's place in the queue, and the signal of its client leaving. */
-    tile: { ticket: Ticket; signal: AbortSignal } | null;
+    /** A model request's place in the queue, the signal of its client leaving, and once served
+     *  its tile's worker times (for the usage log). */
+    tile: { ticket: Ticket; signal: AbortSignal; times?: StageTimes } | null;
   }
 }
 
@@ -124,6 +125,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       const sent = performance.now();
       const result = await backend.infer(name, { task, withEmbedding, image, width: body.width, height: body.height, bulk }, { ticket, signal });
       const received = performance.now();
+      reply.request.tile!.times = result.times;
       const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
       const answer = tensor ? outputTensor(result.output, body.height, body.width) : tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
       const t = result.times;
@@ -136,7 +138,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
         inference: t.inference / result.batchSize,
         ipc: received - sent - t.worker,
         serialize: performance.now() - received,
-      });
+      }, t);
       reply.header('vary', 'accept');
       // Bytes already (response-writer.ts): fastify's serializer is bypassed.
       if (Buffer.isBuffer(answer)) return reply.type('application/json').send(answer);
