@@ -8,9 +8,9 @@ import type { WorkerLoad } from '../ipc/protocol.js';
 export type Clock = () => number;
 
 /** One instance's backlog as a front sees it: the worker's last report (every answer carries
- *  one), drained since at the worker's own recent pace. */
+ *  one), drained since at the worker's own recent pace (a full batch per batch time). */
 export class Backlog {
-  private report: WorkerLoad = { queued: 0, tileMs: null, batchMs: null };
+  private report: WorkerLoad = { queued: 0, batchMs: null, maxBatch: 1 };
   private at = 0;
 
   constructor(private readonly clock: Clock) {}
@@ -20,19 +20,19 @@ export class Backlog {
     this.at = this.clock();
   }
 
-  /** Recent worker milliseconds per tile and per batch (null until the worker has run one). */
-  get tileMs(): number | null {
-    return this.report.tileMs;
-  }
+  /** Recent milliseconds of one batch (null until the worker has run one), and its largest. */
   get batchMs(): number | null {
     return this.report.batchMs;
+  }
+  get maxBatch(): number {
+    return this.report.maxBatch;
   }
 
   /** Tiles the worker holds now from every front, by its last report less what it ran since. */
   queued(): number {
-    const { queued, tileMs } = this.report;
-    if (!tileMs) return queued;
-    return Math.max(0, queued - (this.clock() - this.at) / tileMs);
+    const { queued, batchMs, maxBatch } = this.report;
+    if (!batchMs) return queued;
+    return Math.max(0, queued - ((this.clock() - this.at) / batchMs) * maxBatch);
   }
 }
 
@@ -54,14 +54,16 @@ export interface AdmissionInput {
 
 export type Decision = { admit: true } | { admit: false; reason: 'share' | 'wait'; waitMs: number; retryAfterS: number };
 
-/** Milliseconds until a tile sent to this instance now would have its answer: the tiles ahead of
- *  it (the worker's report, or this front's own count when higher, plus its share of requests
- *  admitted and not yet sent) at the worker's pace, then its own batch. Null without a pace. */
+/** Milliseconds until a tile sent to this instance now would have its answer: the batches of
+ *  the tiles ahead of it (the worker's report, or this front's own count when higher, plus its
+ *  share of requests admitted and not yet sent), then its own. 0 for an idle instance (it always
+ *  takes a tile: its worker judges it), null without a recent batch time. */
 export function expectedMs(instance: InstanceLoad, unsentShare: number): number | null {
   const { backlog, inflight } = instance;
-  if (backlog.tileMs === null) return null;
+  if (backlog.batchMs === null) return null;
   const ahead = Math.max(backlog.queued(), inflight) + unsentShare;
-  return ahead * backlog.tileMs + (backlog.batchMs ?? backlog.tileMs);
+  if (ahead < 1) return 0;
+  return (Math.floor(ahead / backlog.maxBatch) + 1) * backlog.batchMs;
 }
 
 /** Whether a request may enter: within the front's share of max_queue, and able to finish on
@@ -70,7 +72,7 @@ export function expectedMs(instance: InstanceLoad, unsentShare: number): number 
 export function decide({ held, share, timeoutMs, instances }: AdmissionInput): Decision {
   const inflight = instances.reduce((sum, i) => sum + i.inflight, 0);
   const unsentShare = Math.max(0, held - inflight) / Math.max(1, instances.length);
-  let best = Infinity;
+  let best = instances.length ? Infinity : 0;
   for (const instance of instances) best = Math.min(best, expectedMs(instance, unsentShare) ?? 0);
   if (held >= share) return { admit: false, reason: 'share', waitMs: best, retryAfterS: retryAfter(best, timeoutMs) };
   if (best > timeoutMs) return { admit: false, reason: 'wait', waitMs: best, retryAfterS: retryAfter(best, timeoutMs) };
@@ -79,5 +81,5 @@ export function decide({ held, share, timeoutMs, instances }: AdmissionInput): D
 
 /** Whole seconds (at least 1) until the backlog has drained enough to take a request. */
 function retryAfter(waitMs: number, timeoutMs: number): number {
-  return Number.isFinite(waitMs) ? Math.max(1, Math.ceil((waitMs - timeoutMs) / 1000)) : 1;
+  return Math.max(1, Math.ceil((waitMs - timeoutMs) / 1000));
 }

@@ -149,11 +149,10 @@ export type DropReason = 'expired' | 'cancelled';
 export interface WorkerLoad {
   /** Tiles it holds (decoding or queued), from every front. */
   queued: number;
-  /** Recent milliseconds of worker time per tile (decode, preprocess, its share of a batch's
-   *  run), or null before its first batch. */
-  tileMs: number | null;
-  /** Recent milliseconds of one batch's run, or null before the first. */
+  /** Recent milliseconds of one batch (preprocess and session.run), or null before the first. */
   batchMs: number | null;
+  /** The largest batch it runs. */
+  maxBatch: number;
 }
 
 /** A prediction or embedding as numbers, whatever the model's output dtype. */

@@ -2,7 +2,7 @@
 // max queue delay, then one session.run serves them all. One run is in flight at a time; while it
 // runs, newly decoded tiles gather for the next. Each item has a deadline: when a batch forms,
 // every queued item that could not finish by its deadline (now plus the recent time of a batch of
-// this size) is dropped, never run; so is one whose client has gone (remove).
+// a batch) is dropped, never run; so is one whose client has gone (remove).
 export type Clock = () => number;
 
 export interface BatcherOptions<T> {
@@ -17,8 +17,13 @@ export interface BatcherOptions<T> {
   clock?: Clock;
 }
 
-/** Weight of the newest batch in the recent per-tile time. */
-const EWMA = 0.2;
+/** A batch's recent time is the median of the last RECENT batches of the last RECENT_MS: one
+ *  slow batch (the first after warm-up, a busy host) does not count alone, and a stale figure
+ *  expires, so a worker that dropped everything for a while measures itself again. */
+const RECENT = 8;
+const RECENT_MS = 5000;
+/** Batches needed before their time predicts anything. */
+const MIN_SAMPLES = 3;
 
 export class Batcher<T> {
   private readonly queue: T[] = [];
@@ -26,9 +31,8 @@ export class Batcher<T> {
   private running = false;
   private idleWaiters: (() => void)[] = [];
   private readonly clock: Clock;
-  /** Recent milliseconds of a batch's run per tile, and of a batch; null before the first. */
-  tileMs: number | null = null;
-  batchMs: number | null = null;
+  /** When each recent batch started and how long it ran. */
+  private recent: { at: number; ms: number }[] = [];
 
   constructor(private readonly options: BatcherOptions<T>) {
     this.clock = options.clock ?? Date.now;
@@ -37,6 +41,9 @@ export class Batcher<T> {
   /** Largest batch; the worker lowers it when warm-up keeps only smaller shapes. */
   set maxBatch(value: number) {
     this.options.maxBatch = value;
+  }
+  get maxBatch(): number {
+    return this.options.maxBatch;
   }
 
   get pending(): number {
@@ -58,15 +65,19 @@ export class Batcher<T> {
     return true;
   }
 
+  /** Recent milliseconds of a batch (the median of recent batches), or null while too few
+   *  batches ran recently to tell. */
+  get batchMs(): number | null {
+    const since = this.clock() - RECENT_MS;
+    const times = this.recent.filter((b) => b.at >= since).map((b) => b.ms);
+    if (times.length < MIN_SAMPLES) return null;
+    return times.sort((a, b) => a - b)[Math.floor(times.length / 2)];
+  }
+
   /** Resolves once every queued item has run. */
   idle(): Promise<void> {
     if (!this.running && this.queue.length === 0) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
-  }
-
-  /** Milliseconds a batch of `size` is expected to run (0 before any has run). */
-  expectedMs(size: number): number {
-    return (this.tileMs ?? 0) * size;
   }
 
   private async drain(): Promise<void> {
@@ -78,9 +89,8 @@ export class Batcher<T> {
     for (let batch = this.next(); batch.length > 0; batch = this.next()) {
       const started = this.clock();
       await this.options.run(batch);
-      const ms = this.clock() - started;
-      this.tileMs = this.tileMs === null ? ms / batch.length : EWMA * (ms / batch.length) + (1 - EWMA) * this.tileMs;
-      this.batchMs = this.batchMs === null ? ms : EWMA * ms + (1 - EWMA) * this.batchMs;
+      this.recent.push({ at: started, ms: this.clock() - started });
+      if (this.recent.length > RECENT) this.recent.shift();
     }
     this.running = false;
     for (const resolve of this.idleWaiters.splice(0)) resolve();
@@ -88,7 +98,7 @@ export class Batcher<T> {
 
   /** The next batch, after dropping every item that could no longer finish in time. */
   private next(): T[] {
-    const finish = this.clock() + this.expectedMs(Math.min(this.queue.length, this.options.maxBatch));
+    const finish = this.clock() + (this.batchMs ?? 0);
     let kept = 0;
     for (const item of this.queue) {
       if (this.options.deadline(item) < finish) this.options.expire(item);

@@ -143,7 +143,7 @@ export class ModelWorker {
 
   /** What every answer tells the fronts of this worker's queue and pace, for their admission. */
   load(): WorkerLoad {
-    return { queued: this.decoding + this.batcher.pending, tileMs: this.batcher.tileMs, batchMs: this.batcher.batchMs };
+    return { queued: this.decoding + this.batcher.pending, batchMs: this.batcher.batchMs, maxBatch: this.batcher.maxBatch };
   }
 
   /** A front's channel: `reply` answers on it. */

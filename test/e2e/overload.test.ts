@@ -1,0 +1,144 @@
+// Overload without collapse (issue 27), against one real gene-expr worker with a 300 ms deadline:
+// a burst of 200 closed-loop clients is served at close to the worker's solo capacity and leaves
+// no backlog behind; no tile runs after its deadline (the worker's own counters); abandoned
+// requests are not run; stalled uploads cost other clients nothing; a worker killed mid-burst
+// leaves nothing hanging. Every figure is a ratio to one measured in this run.
+import t from 'tap';
+import { Agent, request as httpRequest } from 'node:http';
+import { connect, type Socket } from 'node:net';
+import { startServer, type TestServer } from '../helpers/server.js';
+import { workers, type Json } from '../helpers/load.js';
+import { cellularPng, tileRequest } from '../helpers/tiles.js';
+
+const DEADLINE_MS = 300;
+const BURST_S = Number(process.env.OVERLOAD_BURST_S ?? 5);
+const BODIES = Array.from({ length: 16 }, (_, i) => JSON.stringify(tileRequest(cellularPng(100 + i))));
+
+const agent = new Agent({ keepAlive: true, maxSockets: 512 });
+
+/** One POST over keep-alive: status, milliseconds, and the error code of a refusal. */
+function post(server: TestServer, path: string, body: string): Promise<{ status: number; ms: number; code: string | null; retryAfter: string | null }> {
+  const { port } = new URL(server.url);
+  const started = performance.now();
+  return new Promise((resolve) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve({ status: res.statusCode!, ms: performance.now() - started, code: (res.headers['x-error-code'] as string) ?? null, retryAfter: (res.headers['retry-after'] as string) ?? null }));
+    });
+    req.on('error', () => resolve({ status: 0, ms: performance.now() - started, code: null, retryAfter: null }));
+    req.end(body);
+  });
+}
+
+/** `concurrency` closed loops for `seconds`: every answer with the time it came. */
+async function closedLoop(server: TestServer, path: string, concurrency: number, seconds: number) {
+  const results: { status: number; ms: number; code: string | null; retryAfter: string | null; at: number }[] = [];
+  const until = performance.now() + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: concurrency }, async (_, c) => {
+      for (let i = c; performance.now() < until; i += concurrency) results.push({ ...(await post(server, path, BODIES[i % BODIES.length])), at: performance.now() });
+    }),
+  );
+  return results;
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const probeOf = async (server: TestServer, model: string) => (await workers(server)).find((w) => w.model === model)!.probe as Json;
+
+t.test('overload: deadlines, cancellation, a bounded backlog, stalled uploads, a worker killed mid-burst', async (t) => {
+  const server = await startServer({
+    models: [
+      { name: 'gene-expr', instances: 1, request_timeout_ms: DEADLINE_MS, max_queue: 256 },
+      // Abandoned requests and uploads are measured where the deadline is far away.
+      { name: 'tile-embed', instances: 1 },
+    ],
+    config: { fronts: 1 },
+  });
+  t.teardown(() => server.stop());
+  const gene = '/api/predict/gene-expr';
+  const embed = '/api/embed/tile-embed';
+  await closedLoop(server, gene, 4, 1);
+  await closedLoop(server, embed, 4, 1);
+
+  // Solo: the worker's capacity below overload, and a lone tile.
+  const solo = (await closedLoop(server, gene, 8, 3)).filter((r) => r.status === 200).length / 3;
+  const lone = median((await closedLoop(server, gene, 1, 1.5)).map((r) => r.ms));
+  t.ok(solo > 0, `solo capacity ${solo.toFixed(0)} tiles/s, a lone tile ${lone.toFixed(1)} ms`);
+
+  await t.test(`a ${BURST_S} s burst of 200 closed-loop clients`, async (t) => {
+    const burst = await closedLoop(server, gene, 200, BURST_S);
+    const ok = burst.filter((r) => r.status === 200).length;
+    const counts = new Map<string, number>();
+    for (const r of burst) counts.set(`${r.status} ${r.code ?? ''}`.trim(), (counts.get(`${r.status} ${r.code ?? ''}`.trim()) ?? 0) + 1);
+    const statuses = [...counts].map(([k, n]) => `${k}: ${n}`);
+    t.ok(ok / BURST_S >= 0.8 * solo, `${(ok / BURST_S).toFixed(0)} tiles/s answered 200 during the burst, >= 80% of solo ${solo.toFixed(0)} (${statuses.join(', ')})`);
+    const refused = burst.filter((r) => r.code === 'TILE_ERR_QUEUE_FULL');
+    t.ok(refused.every((r) => Number(r.retryAfter) >= 1), 'every refusal carries a Retry-After');
+    t.ok(median(refused.map((r) => r.ms)) < DEADLINE_MS, `refusals come at once (median ${median(refused.map((r) => r.ms))?.toFixed(1)} ms)`);
+    const after = await post(server, gene, BODIES[0]);
+    t.equal(after.status, 200, 'the first request after the burst is served');
+    t.ok(after.ms < 1000, `within 1 s (${after.ms.toFixed(0)} ms)`);
+    const probe = await probeOf(server, 'gene-expr');
+    t.equal(probe.startedLate, 0, `no tile ran after its deadline (worker: ${probe.tiles} run, ${probe.expired} expired, ${probe.finishedLate} finished late)`);
+    t.equal(probe.queued, 0, "the worker's queue is empty");
+    const metrics = await (await server.get('/metrics')).text();
+    t.match(metrics, /tile_requests_shed_total\{model="gene-expr",endpoint="predict",outcome="refused"\} [1-9]/, 'refusals are counted');
+    t.match(metrics, /model_queue_depth\{model="gene-expr"\} 0\b/, 'and the backlog is gone');
+  });
+
+  await t.test('60 abandoned requests are not run', async (t) => {
+    const before = await probeOf(server, 'tile-embed');
+    const { port } = new URL(server.url);
+    const body = BODIES[1];
+    const sockets: Socket[] = Array.from({ length: 60 }, () => {
+      const socket = connect(Number(port), '127.0.0.1');
+      socket.on('error', () => {});
+      socket.write(`POST ${embed} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      return socket;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    for (const s of sockets) s.destroy();
+    const next = await post(server, embed, BODIES[2]);
+    const batchMs = (before.batchMs as number) ?? lone;
+    t.equal(next.status, 200);
+    const loneEmbed = median((await closedLoop(server, embed, 1, 1)).map((r) => r.ms));
+    t.ok(next.ms <= 2 * loneEmbed + batchMs, `the request right after is answered in ${next.ms.toFixed(0)} ms, within 2x a lone tile (${loneEmbed.toFixed(1)} ms) plus a batch (${batchMs.toFixed(1)} ms)`);
+    await server.waitFor(async () => (await probeOf(server, 'tile-embed')).queued === 0, 10000);
+    const after = await probeOf(server, 'tile-embed');
+    const cancelled = after.cancelled - before.cancelled;
+    t.ok(cancelled >= 30, `the worker dropped ${cancelled} of the 60 as cancelled (ran ${after.tiles - before.tiles - 1 - 0} tiles beside the lone ones)`);
+    const usage = (await (await server.get('/diagnostics?categories=usage')).json()) as Json;
+    t.ok(usage.usage.filter((u: Json) => u.shed === 'cancelled').length >= 30, 'the usage log records them as cancelled');
+  });
+
+  await t.test('64 stalled 16 MB uploads', async (t) => {
+    const quiet = await closedLoop(server, embed, 4, 2);
+    const { port } = new URL(server.url);
+    const stalled = Array.from({ length: 64 }, () => {
+      const socket = connect(Number(port), '127.0.0.1');
+      socket.on('error', () => {});
+      socket.write(`POST ${embed} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${16 * 1024 * 1024}\r\n\r\n{"image_data":"`);
+      return socket;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const during = await closedLoop(server, embed, 4, 2);
+    for (const s of stalled) s.destroy();
+    const [p50Quiet, p50During] = [median(quiet.map((r) => r.ms)), median(during.map((r) => r.ms))];
+    t.ok(during.every((r) => r.status === 200), `none refused (${during.length} requests)`);
+    t.ok(p50During <= 1.5 * p50Quiet, `p50 ${p50During.toFixed(1)} ms during against ${p50Quiet.toFixed(1)} ms quiet`);
+  });
+
+  await t.test('a worker killed with SIGKILL during a burst', async (t) => {
+    const pid = (await workers(server)).find((w) => w.model === 'gene-expr')!.pid as number;
+    const burst = closedLoop(server, gene, 50, 3);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    process.kill(pid, 'SIGKILL');
+    const results = await burst;
+    t.ok(results.every((r) => r.status > 0), `every request was answered (${results.length})`);
+    await server.waitFor(async () => (await workers(server)).some((w) => w.model === 'gene-expr' && w.state === 'ready' && w.pid !== pid), 30000);
+    await server.waitFor(async () => (await post(server, gene, BODIES[3])).status === 200, 10000);
+    const metrics = await (await server.get('/metrics')).text();
+    t.match(metrics, /model_queue_depth\{model="gene-expr"\} 0\b/, 'no place in the queue is held by the dead worker');
+    t.equal((await probeOf(server, 'gene-expr')).queued, 0, "the new worker's queue is empty");
+  });
+});
