@@ -37,7 +37,7 @@ const SHED: Partial<Record<string, ShedOutcome>> = { TILE_ERR_DEADLINE: 'expired
 export function onModelRequestDone(app: FastifyInstance, record: (request: FastifyRequest, reply: FastifyReply, route: ModelRouteConfig, status: number, shed: ShedOutcome | undefined) => void): void {
   app.addHook('onRequest', async (request, reply) => {
     const route = modelRoute(request);
-    if (route) reply.raw.once('close', () => reply.raw.writableFinished || record(request, reply, route, errors.cancelled().statusCode, 'cancelled'));
+    if (route) reply.raw.once('close', () => reply.raw.writableEnded || record(request, reply, route, errors.cancelled().statusCode, 'cancelled'));
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = modelRoute(request);

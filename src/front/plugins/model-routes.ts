@@ -14,7 +14,7 @@ import { unavailable, type ModelBackend, type Ticket } from '../backend.js';
 import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, predictQuery, TileResponse } from '../../contract/schemas.js';
 import { TileBody } from '../tile-image.js';
 import { checkTile } from '../tile-checks.js';
-import { acceptsTensor, outputTensor, tileResponseJson } from '../response-writer.js';
+import { negotiate, outputTensor, tileResponseJson } from '../response-writer.js';
 import { describeBodies, describeRoute, requestDocs } from '../route-docs.js';
 import { endpointsFor, predictModes } from '../../contract/endpoints.js';
 
@@ -106,7 +106,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       const left = new AbortController();
       request.tile = { ticket, signal: left.signal };
       reply.raw.once('close', () => {
-        if (!reply.raw.writableFinished) left.abort();
+        if (!reply.raw.writableEnded) left.abort();
         ticket.release();
       });
     };
@@ -116,8 +116,9 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
     const run = async (reply: FastifyReply, body: TileBody, manifest: Manifest, task: Task, withEmbedding = false) => {
       const { ticket, signal } = reply.request.tile!;
       const parse = reply.elapsedTime;
-      const tensor = acceptsTensor(reply.request.headers.accept);
-      if (tensor && withEmbedding) throw errors.notAcceptable('prediction_with_embedding answers two tensors (output and embedding): Accept application/json, or ask for each');
+      const answerAs = negotiate(reply.request.headers.accept, !withEmbedding);
+      if (!answerAs) throw errors.notAcceptable('prediction_with_embedding answers two tensors (output and embedding): Accept application/json, or ask for each');
+      const tensor = answerAs === 'tensor';
       const checkedAt = performance.now();
       const { errors: invalid, image } = checkTile(body, manifest, task === 'prediction', config.max_tile_pixels);
       if (invalid.length || !image) throw errors.tileInvalid(invalid);
