@@ -43,8 +43,10 @@ export interface InstanceLoad {
 }
 
 export interface AdmissionInput {
-  /** Requests this front holds for the model: admitted and not yet finished or dropped. */
+  /** Places this front holds in the model's queue: tiles sent and not yet finished or dropped. */
   held: number;
+  /** Tiles of requests admitted whose bodies are still arriving: no place yet, but ahead. */
+  arriving: number;
   /** This front's share of the model's max_queue. */
   share: number;
   timeoutMs: number;
@@ -56,7 +58,7 @@ export type Decision = { admit: true } | { admit: false; reason: 'share' | 'wait
 
 /** Milliseconds until a tile sent to this instance now would have its answer: the batches of
  *  the tiles ahead of it (the worker's report, or this front's own count when higher, plus its
- *  share of requests admitted and not yet sent), then its own. 0 for an idle instance (it always
+ *  share of the requests admitted whose bodies are arriving), then its own. 0 for an idle instance (it always
  *  takes a tile: its worker judges it), null without a recent batch time. */
 export function expectedMs(instance: InstanceLoad, unsentShare: number): number | null {
   const { backlog, inflight } = instance;
@@ -69,9 +71,8 @@ export function expectedMs(instance: InstanceLoad, unsentShare: number): number 
 /** Whether a request may enter: within the front's share of max_queue, and able to finish on
  *  the least loaded instance before its deadline. An instance that has not run a batch yet has
  *  no estimate and admits (the share still bounds it). */
-export function decide({ held, share, timeoutMs, instances }: AdmissionInput): Decision {
-  const inflight = instances.reduce((sum, i) => sum + i.inflight, 0);
-  const unsentShare = Math.max(0, held - inflight) / Math.max(1, instances.length);
+export function decide({ held, arriving, share, timeoutMs, instances }: AdmissionInput): Decision {
+  const unsentShare = arriving / Math.max(1, instances.length);
   let best = instances.length ? Infinity : 0;
   for (const instance of instances) best = Math.min(best, expectedMs(instance, unsentShare) ?? 0);
   if (held >= share) return { admit: false, reason: 'share', waitMs: best, retryAfterS: retryAfter(best, timeoutMs) };

@@ -14,7 +14,7 @@ export interface ModelBackend {
    *  the ServiceError to answer with (loading, failed, queue full, front busy), or returns its
    *  ticket, its place in the model's queue. */
   admit(model: string, tiles?: number): Ticket;
-  /** Requests for `model` admitted here and not yet let go (answered and done in the worker). */
+  /** Tiles of `model` this front sent to workers and they have not finished or dropped. */
   queued(model: string): number;
   /** Runs a tile on an instance of `model`: the result, or a ServiceError. */
   infer(model: string, job: TileJob, options?: InferOptions): Promise<InferResult>;
@@ -26,14 +26,15 @@ export interface ModelBackend {
   recordUsage(entry: UsageReport): void;
 }
 
-/** A request's place in a model's queue, and the body bytes it holds against the front's budget:
- *  given back once the response is done and no worker holds a tile of it. */
+/** An admitted request: the body bytes it holds against the front's budget, and the places its
+ *  tiles take in the model's queue once they go to a worker. */
 export interface Ticket {
   /** `bytes` more of the body arrived; throws TILE_ERR_FRONT_BUSY past the front's budget. */
   received(bytes: number): void;
-  /** Another holder (a tile sent to a worker); it calls the returned function when done. */
+  /** A tile goes to a worker: it takes a place in the queue (throws TILE_ERR_QUEUE_FULL past the
+   *  front's share) until the returned function is called, when the worker is done with it. */
   hold(): () => void;
-  /** The response is done (sent, or the client left). */
+  /** The response is done (sent, or the client left): its bytes are given back. */
   release(): void;
 }
 

@@ -61,9 +61,16 @@ class WorkerLink {
     return this.inWorker.size;
   }
 
-  /** Sends the tile; `letGo` is called once the worker has finished or dropped it (or died). */
-  infer(job: TileJob, deadline: number, letGo: () => void, signal?: AbortSignal): Promise<InferResult> {
+  /** Sends the tile, once `hold` has given it a place in the queue (or thrown why not); the place
+   *  is let go once the worker has finished or dropped the tile (or died). */
+  infer(job: TileJob, deadline: number, hold: () => () => void, signal?: AbortSignal): Promise<InferResult> {
     if (!this.channel.isOpen) return Promise.reject(new NotSent());
+    let letGo: () => void;
+    try {
+      letGo = hold();
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
     const ms = Math.max(1, deadline - Date.now());
     return this.requests.request(
       (id) => {
@@ -123,8 +130,10 @@ export class ModelClient implements ModelBackend {
   /** Channels closed before the news of their worker's exit. */
   private readonly lostLinks = new Map<number, WorkerLink>();
   private readonly exits = new Map<number, boolean>();
-  /** Per model: requests admitted and not yet let go by their response and their worker. */
+  /** Per model: tiles sent to a worker and not yet finished or dropped there: its queue. */
   private readonly outstanding = new Map<string, number>();
+  /** Per model: tiles of requests admitted whose body is still arriving. */
+  private readonly arriving = new Map<string, number>();
   /** Request bytes received and held by this front. */
   private inflightBytes = 0;
   private readonly queries = new RequestReply<unknown>();
@@ -186,32 +195,20 @@ export class ModelClient implements ModelBackend {
   admit(model: string, tiles = 1): Ticket {
     this.available(model);
     const entry = this.entry(model);
-    // Each front may hold its share of the model's queue: together never more than max_queue.
-    const share = Math.max(1, Math.ceil(entry.max_queue / this.fronts));
+    const share = this.share(model);
     const held = this.queued(model);
-    const decision = decide({ held: held + tiles - 1, share, timeoutMs: entry.request_timeout_ms, instances: this.readyLinks(model).map((link) => ({ backlog: link.backlog, inflight: link.inflight })) });
-    if (!decision.admit) {
-      const why = decision.reason === 'share' ? `${share} requests outstanding on this front, its share of max_queue` : `an expected wait of ${Math.round(decision.waitMs)} ms, past its ${entry.request_timeout_ms} ms deadline`;
-      throw errors.queueFull(model, why, decision.retryAfterS);
-    }
+    const arriving = this.arriving.get(model) ?? 0;
+    const decision = decide({ held, arriving: arriving + tiles - 1, share, timeoutMs: entry.request_timeout_ms, instances: this.readyLinks(model).map((link) => ({ backlog: link.backlog, inflight: link.inflight })) });
+    if (!decision.admit) throw errors.queueFull(model, decision.reason === 'share' ? `${share} requests outstanding on this front, its share of max_queue` : `an expected wait of ${Math.round(decision.waitMs)} ms, past its ${entry.request_timeout_ms} ms deadline`, decision.retryAfterS);
     const limit = this.config.front.max_inflight_bytes;
     if (this.inflightBytes >= limit) throw errors.frontBusy(limit);
-    this.outstanding.set(model, held + tiles);
-    let holders = 1;
+    // Until its tiles go to a worker the request counts only in the estimate: a slow upload holds
+    // no place in the queue.
+    let waiting = tiles;
+    const count = (n: number) => this.arriving.set(model, (this.arriving.get(model) ?? 0) + n);
+    count(tiles);
     let bytes = 0;
-    const letGo = () => {
-      if (--holders > 0) return;
-      this.outstanding.set(model, this.queued(model) - tiles);
-      this.inflightBytes -= bytes;
-      bytes = 0;
-    };
-    const once = (fn: () => void) => {
-      let called = false;
-      return () => {
-        if (!called) fn();
-        called = true;
-      };
-    };
+    let released = false;
     return {
       received: (n) => {
         if (this.inflightBytes + n > limit) throw errors.frontBusy(limit);
@@ -219,18 +216,33 @@ export class ModelClient implements ModelBackend {
         bytes += n;
       },
       hold: () => {
-        holders++;
-        return once(letGo);
+        if (this.queued(model) >= share) throw errors.queueFull(model, `${share} requests outstanding on this front, its share of max_queue`, 1);
+        if (waiting > 0) {
+          waiting--;
+          count(-1);
+        }
+        this.outstanding.set(model, this.queued(model) + 1);
+        let held = true;
+        return () => {
+          if (held) this.outstanding.set(model, this.queued(model) - 1);
+          held = false;
+        };
       },
-      release: once(letGo),
+      release: () => {
+        if (released) return;
+        released = true;
+        count(-waiting);
+        waiting = 0;
+        this.inflightBytes -= bytes;
+      },
     };
   }
 
   /** Runs a tile on the least loaded instance, dropped wherever it is once its deadline passes or
    *  `signal` aborts (the client left); the ticket's place is held until the worker is done. */
   async infer(model: string, job: TileJob, { deadline = Date.now() + this.entry(model).request_timeout_ms, signal, ticket }: InferOptions = {}): Promise<InferResult> {
-    const send = (link: WorkerLink) => link.infer(job, deadline, ticket?.hold() ?? (() => {}), signal);
     const first = this.pick(model);
+    const send = (link: WorkerLink) => link.infer(job, deadline, ticket ? () => ticket.hold() : () => () => {}, signal);
     try {
       return await send(first);
     } catch (err) {
@@ -272,6 +284,11 @@ export class ModelClient implements ModelBackend {
     void this.flushUsage();
     const ms = this.config.supervisor.probe_timeout_ms + 2000;
     return this.queries.request((id) => this.send({ type: 'query', id, ...query }), { ms, error: () => new Error(`the supervisor did not answer within ${ms} ms`) });
+  }
+
+  /** Each front may hold its share of the model's queue: together never more than max_queue. */
+  private share(model: string): number {
+    return Math.max(1, Math.ceil(this.entry(model).max_queue / this.fronts));
   }
 
   private entry(model: string) {

@@ -36,7 +36,7 @@ async function metrics(app: FastifyInstance, { backend, token }: { backend: Mode
   const batches = new Histogram({ name: 'model_batch_size', help: 'Size of the batch each tile ran in', labelNames: ['model'], buckets: [1, 2, 4, 8, 16, 32], registers: [registry] });
   new Gauge({
     name: 'model_queue_depth',
-    help: 'Requests admitted and not yet answered, summed over fronts',
+    help: 'Tiles sent to workers and not yet finished or dropped there (the bounded backlog), summed over fronts',
     labelNames: ['model'],
     registers: [registry],
     collect() {
