@@ -4,46 +4,17 @@
 // requests are not run; stalled uploads cost other clients nothing; a worker killed mid-burst
 // leaves nothing hanging. Every figure is a ratio to one measured in this run.
 import t from 'tap';
-import { Agent, request as httpRequest } from 'node:http';
-import { connect, type Socket } from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
-import { workers, type Json } from '../helpers/load.js';
-import { cellularPng, tileRequest } from '../helpers/tiles.js';
+import { workers } from '../helpers/load.js';
+import { abandon, closedLoop as loop, median, post as postTo, stall, statusCounts, tileBodies, workerProbe } from '../../bench/overload.js';
 
 const DEADLINE_MS = 300;
 const BURST_S = Number(process.env.OVERLOAD_BURST_S ?? 5);
-const BODIES = Array.from({ length: 16 }, (_, i) => JSON.stringify(tileRequest(cellularPng(100 + i))));
+const BODIES = tileBodies(16);
 
-const agent = new Agent({ keepAlive: true, maxSockets: 512 });
-
-/** One POST over keep-alive: status, milliseconds, and the error code of a refusal. */
-function post(server: TestServer, path: string, body: string): Promise<{ status: number; ms: number; code: string | null; retryAfter: string | null }> {
-  const { port } = new URL(server.url);
-  const started = performance.now();
-  return new Promise((resolve) => {
-    const req = httpRequest({ host: '127.0.0.1', port, path, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve({ status: res.statusCode!, ms: performance.now() - started, code: (res.headers['x-error-code'] as string) ?? null, retryAfter: (res.headers['retry-after'] as string) ?? null }));
-    });
-    req.on('error', () => resolve({ status: 0, ms: performance.now() - started, code: null, retryAfter: null }));
-    req.end(body);
-  });
-}
-
-/** `concurrency` closed loops for `seconds`: every answer with the time it came. */
-async function closedLoop(server: TestServer, path: string, concurrency: number, seconds: number) {
-  const results: { status: number; ms: number; code: string | null; retryAfter: string | null; at: number }[] = [];
-  const until = performance.now() + seconds * 1000;
-  await Promise.all(
-    Array.from({ length: concurrency }, async (_, c) => {
-      for (let i = c; performance.now() < until; i += concurrency) results.push({ ...(await post(server, path, BODIES[i % BODIES.length])), at: performance.now() });
-    }),
-  );
-  return results;
-}
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const probeOf = async (server: TestServer, model: string) => (await workers(server)).find((w) => w.model === model)!.probe as Json;
+const post = (server: TestServer, path: string, body: string) => postTo(server.url, path, body);
+const closedLoop = (server: TestServer, path: string, concurrency: number, seconds: number) => loop(server.url, path, BODIES, concurrency, seconds);
+const probeOf = (server: TestServer, model: string) => workerProbe(server.url, model);
 
 t.test('overload: deadlines, cancellation, a bounded backlog, stalled uploads, a worker killed mid-burst', async (t) => {
   const gene = '/api/predict/gene-expr';
@@ -59,16 +30,7 @@ t.test('overload: deadlines, cancellation, a bounded backlog, stalled uploads, a
 
   await t.test('60 abandoned requests are not run', async (t) => {
     const before = await probeOf(calm, 'tile-embed');
-    const { port } = new URL(calm.url);
-    const body = BODIES[1];
-    const sockets: Socket[] = Array.from({ length: 60 }, () => {
-      const socket = connect(Number(port), '127.0.0.1');
-      socket.on('error', () => {});
-      socket.write(`POST ${embed} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
-      return socket;
-    });
-    await new Promise((resolve) => setTimeout(resolve, 150));
-    for (const s of sockets) s.destroy();
+    await abandon(calm.url, embed, BODIES[1], 60, 150);
     const next = await post(calm, embed, BODIES[2]);
     t.equal(next.status, 200);
     const lone = median((await closedLoop(calm, embed, 1, 1)).map((r) => r.ms));
@@ -77,25 +39,19 @@ t.test('overload: deadlines, cancellation, a bounded backlog, stalled uploads, a
     await calm.waitFor(async () => (await probeOf(calm, 'tile-embed')).queued === 0, 10000);
     const after = await probeOf(calm, 'tile-embed');
     t.ok(after.cancelled - before.cancelled >= 30, `the worker dropped ${after.cancelled - before.cancelled} of the 60 as cancelled`);
-    const usage = (await (await calm.get('/diagnostics?categories=usage')).json()) as Json;
-    t.ok(usage.usage.filter((u: Json) => u.shed === 'cancelled').length >= 30, 'the usage log records them as cancelled');
+    const usage = (await (await calm.get('/diagnostics?categories=usage')).json()) as { usage: { shed?: string }[] };
+    t.ok(usage.usage.filter((u: { shed?: string }) => u.shed === 'cancelled').length >= 30, 'the usage log records them as cancelled');
     t.match(await (await calm.get('/metrics')).text(), /tile_requests_shed_total\{model="tile-embed",endpoint="embed",outcome="cancelled"\} [1-9]/, 'and the metrics');
   });
 
   await t.test('64 stalled 16 MB uploads', async (t) => {
     const quiet = await closedLoop(calm, embed, 4, 2);
-    const { port } = new URL(calm.url);
-    const stalled = Array.from({ length: 64 }, () => {
-      const socket = connect(Number(port), '127.0.0.1');
-      socket.on('error', () => {});
-      socket.write(`POST ${embed} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${16 * 1024 * 1024}\r\n\r\n{"image_data":"`);
-      return socket;
-    });
+    const stalled = stall(calm.url, embed, 64, 16 * 1024 * 1024);
     await new Promise((resolve) => setTimeout(resolve, 200));
     const during = await closedLoop(calm, embed, 4, 2);
     for (const s of stalled) s.destroy();
     const [p50Quiet, p50During] = [median(quiet.map((r) => r.ms)), median(during.map((r) => r.ms))];
-    t.ok(during.every((r) => r.status === 200), `none refused (${during.length} requests; ${[...new Set(during.map((r) => `${r.status} ${r.code ?? ''}`))].join(', ')})`);
+    t.ok(during.every((r) => r.status === 200), `none refused (${statusCounts(during)})`);
     t.ok(p50During <= 1.5 * p50Quiet, `p50 ${p50During.toFixed(1)} ms during against ${p50Quiet.toFixed(1)} ms quiet`);
   });
   await calm.stop();
@@ -110,9 +66,7 @@ t.test('overload: deadlines, cancellation, a bounded backlog, stalled uploads, a
   await t.test(`a ${BURST_S} s burst of 200 closed-loop clients`, async (t) => {
     const burst = await closedLoop(server, gene, 200, BURST_S);
     const ok = burst.filter((r) => r.status === 200).length;
-    const counts = new Map<string, number>();
-    for (const r of burst) counts.set(`${r.status} ${r.code ?? ''}`.trim(), (counts.get(`${r.status} ${r.code ?? ''}`.trim()) ?? 0) + 1);
-    t.ok(ok / BURST_S >= 0.8 * solo, `${(ok / BURST_S).toFixed(1)} tiles/s answered 200 during the burst, >= 80% of solo ${solo.toFixed(1)} (${[...counts].map(([k, n]) => `${k}: ${n}`).join(', ')})`);
+    t.ok(ok / BURST_S >= 0.8 * solo, `${(ok / BURST_S).toFixed(1)} tiles/s answered 200 during the burst, >= 80% of solo ${solo.toFixed(1)} (${statusCounts(burst)})`);
     t.ok(burst.filter((r) => r.code === 'TILE_ERR_QUEUE_FULL').every((r) => Number(r.retryAfter) >= 1), 'every refusal carries a Retry-After');
     const after = await post(server, gene, BODIES[0]);
     t.equal(after.status, 200, 'the first request after the burst is served');
