@@ -2,7 +2,7 @@
 // (bench/ceiling.ts), with CPU per process role; (2) the real service with the shipped models
 // driven over HTTP with distinct synthetic H&E tiles at several concurrencies, against the floor
 // (the same package in one process on ready tensors), with the per-stage cost of a tile, the mask
-// serializer, and the supervisor's memory over a soak run.
+// serializer, the supervisor's memory over a soak run, and overload (bench/overload.ts).
 // `npm run bench -- --smoke` runs it for seconds (CI: no thresholds, it only has to work);
 // `--sections=ceiling,models`, `--baseline=DIR` (another built checkout, measured in the same run:
 // in the ceiling, and in the models section the two services take turns per endpoint and concurrency),
@@ -20,6 +20,7 @@ import { measureFloor } from './floor.js';
 import { ceilingMarkdown, measureCeiling, type CeilingRow } from './ceiling.js';
 import { benchSlide, slideMarkdown, type SlideBench } from './slide.js';
 import { drive, type Span } from './load.js';
+import { benchOverload, overloadMarkdown, type OverloadBench } from './overload.js';
 
 const args = process.argv.slice(2);
 const smoke = args.includes('--smoke');
@@ -35,7 +36,7 @@ const concurrencies = list('concurrency')?.map(Number) ?? (smoke ? [1, 8] : [1, 
 const only = list('only');
 /** --config=FILE benchmarks another service configuration (default: config/default.json). */
 const configFile = args.find((a) => a.startsWith('--config='))?.split('=')[1] ?? join(ROOT, 'config/default.json');
-const sections = list('sections') ?? ['ceiling', 'models', 'slide'];
+const sections = list('sections') ?? ['ceiling', 'models', 'slide', 'overload'];
 /** The soak (supervisor memory under load) runs when asked: --sections=...,soak [--soak=SECONDS]. */
 const soakSeconds = sections.includes('soak') ? option('soak', 300) : 0;
 const baselineRoot = args.find((a) => a.startsWith('--baseline='))?.split('=')[1];
@@ -168,9 +169,16 @@ async function main(): Promise<void> {
   let slide: SlideBench | null = null;
   if (sections.includes('slide')) slide = await benchSlide({ smoke, span, concurrency: 16 });
 
+  // Overload (issue 27): its own service, one gene-expr worker with a 300 ms deadline.
+  let overload: OverloadBench | null = null;
+  if (sections.includes('overload')) {
+    overload = await benchOverload({ smoke, modelRepository: MODELS });
+    console.log(overloadMarkdown(overload));
+  }
+
   const date = new Date().toISOString().slice(0, 10);
   const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;
-  const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, slide, soak };
+  const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, slide, soak, overload };
   mkdirSync(outDir, { recursive: true });
   const name = smoke ? 'smoke' : date;
   writeFileSync(join(outDir, `${name}.json`), JSON.stringify(report, null, 2) + '\n');
@@ -186,7 +194,7 @@ interface Serialization {
   clientParseMs: { json: number; tensor: number };
 }
 
-function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: Serialization; ceiling: CeilingRow[]; runs: any[]; slide: SlideBench | null; soak: any }): string {
+function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: Serialization; ceiling: CeilingRow[]; runs: any[]; slide: SlideBench | null; soak: any; overload: OverloadBench | null }): string {
   const f = (n: number, d = 1) => n.toFixed(d);
   const stageNames = ['parse', 'base64', 'decode', 'preprocess', 'ipc', 'queue', 'inference', 'serialize'];
   const lines = [
@@ -213,6 +221,7 @@ function markdown(report: { date: string; smoke: boolean; machine: string; secon
   }
   const sl = report.slide;
   if (sl) lines.push('', slideMarkdown(sl));
+  if (report.overload) lines.push('', overloadMarkdown(report.overload));
   if (report.soak) lines.push('', `Soak: ${report.soak.seconds} s at concurrency 32 on /api/predict/gene-expr, ${f(report.soak.tilesPerSec)} tiles/s, ${report.soak.errors} errors; supervisor RSS every 10 s (MB): ${report.soak.rssMb.join(', ')}.`);
   return lines.join('\n') + '\n';
 }

@@ -4,7 +4,7 @@
 import { createWriteStream, mkdirSync, readFileSync, renameSync, statSync, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import type { UsageEntry } from '../src/ipc/protocol.js';
+import type { ShedOutcome, UsageEntry } from '../src/ipc/protocol.js';
 
 export interface UsageLogOptions {
   dir: string;
@@ -35,7 +35,7 @@ export class UsageLog {
   record(entry: UsageEntry): void {
     this.recentEntries.push(entry);
     if (this.recentEntries.length > this.options.recentEntries) this.recentEntries.shift();
-    const key = `${entry.model} ${entry.endpoint} ${entry.status}`;
+    const key = `${entry.model} ${entry.endpoint} ${entry.status} ${entry.shed ?? ''}`;
     this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
     if (!this.stream) return;
     const line = JSON.stringify(entry) + '\n';
@@ -49,11 +49,12 @@ export class UsageLog {
     return [...this.recentEntries];
   }
 
-  /** Requests since this process started, by model, endpoint and status. */
-  summary(): { model: string; endpoint: string; status: number; count: number }[] {
+  /** Requests since this process started, by model, endpoint, status and how they were shed
+   *  (expired, cancelled, refused). */
+  summary(): { model: string; endpoint: string; status: number; shed?: ShedOutcome; count: number }[] {
     return [...this.counts].map(([key, count]) => {
-      const [model, endpoint, status] = key.split(' ');
-      return { model, endpoint, status: Number(status), count };
+      const [model, endpoint, status, shed] = key.split(' ');
+      return { model, endpoint, status: Number(status), ...(shed && { shed: shed as ShedOutcome }), count };
     });
   }
 

@@ -136,6 +136,31 @@ t.test('Accept: application/octet-stream answers the output tensor, its dtype an
   t.match(both.json(), { detail: /Accept application\/json/ });
   for (const accept of ['*/*', 'application/json, application/octet-stream;q=0.5', 'application/octet-stream;q=0', 'text/html, */*']) {
     t.match((await post('/api/embed/tile-embed', accept, tileRequest(tile224))).headers['content-type'], /^application\/json/, `Accept: ${accept} gets JSON`);
+  }  const upper = await post('/api/embed/tile-embed', 'APPLICATION/OCTET-STREAM', tileRequest(tile224));
+  t.equal(upper.headers['content-type'], 'application/octet-stream', 'media types match whatever their case');
+  const fallback = await post('/api/predict/gene-expr?mode=prediction_with_embedding', 'application/octet-stream, application/json;q=0.5', tileRequest(tile224));
+  t.equal(fallback.statusCode, 200, 'where the tensor is impossible, JSON when Accept admits it');
+  t.match(fallback.headers['content-type'], /^application\/json/);
+});
+
+t.test('numbers beyond 2^53 and broken percent-encoding are 422s naming the field', async (t) => {
+  const { app } = await fakeService();
+  const body = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: JSON.stringify(tileRequest(tile224)).replace('"x":1024', '"x":9007199254740993') });
+  t.equal(body.statusCode, 422, 'x = 2^53 + 1 in a body');
+  t.match(body.json(), { detail: [{ loc: ['body', 'x'] }] });
+  const huge = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: { ...tileRequest(tile224), y: 1e23 } });
+  t.match(huge.json(), { detail: [{ loc: ['body', 'y'] }] }, '1e23 is not echoed as 1e+23');
+  const raw = Buffer.alloc(224 * 224 * 3);
+  const query = (q: string) => app.inject({ method: 'POST', url: `/api/embed/tile-embed?${q}`, headers: { 'content-type': 'application/octet-stream' }, payload: raw });
+  const base = 'slide_name=s&y=0&width=224&height=224&patch_idx=0';
+  t.equal((await query(`${base}&x=0`)).statusCode, 200, 'a binary tile with its fields in the query');
+  const big = await query(`${base}&x=9007199254740993`);
+  t.equal(big.statusCode, 422, 'x = 2^53 + 1 in a query');
+  t.match(big.json(), { detail: [{ loc: ['query', 'x'] }] });
+  for (const bad of ['%zz', '%', '%FF']) {
+    const res = await query(`${base}&x=0&slide_name=a${bad}`);
+    t.equal(res.statusCode, 422, `invalid percent-encoding (${bad})`);
+    t.match(res.json(), { detail: [{ loc: ['query'], type: 'value_error' }] });
   }
 });
 
@@ -161,7 +186,7 @@ t.test('503s: loading, failed with its reason, queue full; each with Retry-After
   await waitFor(() => backend.jobs.length === 1);
   const full = await app.inject({ method: 'POST', url: '/api/predict/gene-expr', payload: tileRequest(tile224) });
   t.equal(full.statusCode, 503);
-  t.match(full.json(), { detail: /gene-expr has 1 requests outstanding/ });
+  t.match(full.json(), { detail: /gene-expr cannot take the request: 1 requests outstanding/ });
   t.equal(full.headers['x-error-code'], 'TILE_ERR_QUEUE_FULL');
   open();
   t.equal((await first).statusCode, 200);

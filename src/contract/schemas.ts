@@ -6,15 +6,19 @@ import type { PredictMode } from './endpoints.js';
 const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T, description: string) =>
   Type.Optional(Type.Union([schema, Type.Null()], { description }));
 
+/** Integers a JSON number holds exactly: beyond 2^53 one would be echoed as another (...992 for
+ *  ...993, 1e+23), so it is refused instead. */
+const SAFE = { minimum: Number.MIN_SAFE_INTEGER, maximum: Number.MAX_SAFE_INTEGER };
+
 export const TileRequest = Type.Object(
   {
     image_data: Type.String({ description: 'Base64-encoded PNG tile' }),
     slide_name: Type.String({ description: 'Stem of the source slide filename' }),
-    x: Type.Integer({ description: 'Tile x-coordinate in the slide' }),
-    y: Type.Integer({ description: 'Tile y-coordinate in the slide' }),
-    width: Type.Integer({ minimum: 1, description: 'Tile width in pixels' }),
-    height: Type.Integer({ minimum: 1, description: 'Tile height in pixels' }),
-    patch_idx: Type.Integer({ description: 'Index of this tile in the extraction plan' }),
+    x: Type.Integer({ ...SAFE, description: 'Tile x-coordinate in the slide' }),
+    y: Type.Integer({ ...SAFE, description: 'Tile y-coordinate in the slide' }),
+    width: Type.Integer({ minimum: 1, maximum: SAFE.maximum, description: 'Tile width in pixels' }),
+    height: Type.Integer({ minimum: 1, maximum: SAFE.maximum, description: 'Tile height in pixels' }),
+    patch_idx: Type.Integer({ ...SAFE, description: 'Index of this tile in the extraction plan' }),
     bulk_rna: Nullable(Type.Array(Type.Number()), "Bulk RNA counts, one per input gene of the model (see /api/metadata/{model}); prediction only"),
     tissue_ratio: Nullable(Type.Number({ minimum: 0, maximum: 1 }), 'Fraction of tissue in the tile, from 0 to 1'),
     resolution: Nullable(Type.Number(), 'Extraction resolution in microns per pixel'),

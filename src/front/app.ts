@@ -7,6 +7,7 @@ import type { ServiceConfig } from '../config/config.js';
 import type { ModelBackend } from './backend.js';
 import errors, { clientErrorHandler } from './plugins/errors.js';
 import contentEncoding from './plugins/content-encoding.js';
+import queryEncoding from './plugins/query-encoding.js';
 import connections from './plugins/connections.js';
 import jsonBody from './plugins/json-body.js';
 import binaryBody from './plugins/binary-body.js';
@@ -49,6 +50,7 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
   await app.register(errors, { retryAfterS: config.pressure.retry_after_s, models: () => backend.models().map((m) => m.name) });
   await app.register(connections, { maxConnections: front.max_connections });
   await app.register(contentEncoding);
+  await app.register(queryEncoding);
   await app.register(jsonBody);
   await app.register(binaryBody);
   await app.register(nonJsonBody);

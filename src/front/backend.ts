@@ -10,20 +10,42 @@ export interface ModelBackend {
   /** Every enabled model, as last reported by the supervisor. */
   models(): ModelView[];
   model(name: string): ModelView | undefined;
-  /** Admits a request for `model` whose body has `bytes` bytes, before the body is read: throws
-   *  the ServiceError to answer with (loading, failed, queue full, front busy), or returns the
-   *  function that gives the place back once the response is done. */
-  admit(model: string, bytes: number): () => void;
-  /** Requests for `model` admitted here and not yet answered. */
+  /** Admits a request of `tiles` tiles (default 1) for `model`, before its body is read: throws
+   *  the ServiceError to answer with (loading, failed, queue full, front busy), or returns its
+   *  ticket, its place in the model's queue. */
+  admit(model: string, tiles?: number): Ticket;
+  /** Tiles of `model` this front sent to workers and they have not finished or dropped. */
   queued(model: string): number;
   /** Runs a tile on an instance of `model`: the result, or a ServiceError. */
-  infer(model: string, job: TileJob): Promise<InferResult>;
+  infer(model: string, job: TileJob, options?: InferOptions): Promise<InferResult>;
   /** Not ready while draining for a stop (a balancer takes the host out), still serving. */
   readonly draining: boolean;
   diagnostics(categories: string[]): Promise<unknown>;
   /** Prometheus text for the whole service; `local` holds this front's own metrics. */
   metrics(local: Registry): Promise<string>;
   recordUsage(entry: UsageReport): void;
+}
+
+/** An admitted request: the body bytes it holds against the front's budget, and the places its
+ *  tiles take in the model's queue once they go to a worker. */
+export interface Ticket {
+  /** `bytes` more of the body arrived; throws TILE_ERR_FRONT_BUSY past the front's budget. */
+  received(bytes: number): void;
+  /** A tile goes to a worker: it takes a place in the queue (throws TILE_ERR_QUEUE_FULL past the
+   *  front's share) until the returned function is called, when the worker is done with it. */
+  hold(): () => void;
+  /** The response is done (sent, or the client left): its bytes are given back. */
+  release(): void;
+}
+
+export interface InferOptions {
+  /** Date.now() after which the answer is not wanted: the tile is dropped wherever it is, never
+   *  run late. Default: now plus the model's request_timeout_ms. */
+  deadline?: number;
+  /** Aborted when the client leaves: the tile is cancelled wherever it is. */
+  signal?: AbortSignal;
+  /** The request's place, held until the worker is done with the tile. */
+  ticket?: Ticket;
 }
 
 /** Why a model cannot take a request now (failed to load, or still loading), or null when ready. */

@@ -1,6 +1,7 @@
 // An HTTP front's way to the models: the states the supervisor sends, one socket channel per
-// ready worker instance, least-outstanding routing, this front's share of each model's queue, a
-// bound on the request bytes it holds, deadlines, and the one retry on another instance.
+// ready worker instance, least-outstanding routing, admission (this front's share of each model's
+// queue and the expected wait: admission.ts), a bound on the request bytes it holds, deadlines
+// that travel with each tile, cancellation, and the one retry on another instance.
 import { connect } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { ServiceConfig } from '../config/config.js';
@@ -8,7 +9,8 @@ import { Channel } from '../ipc/channel.js';
 import type { ChannelReply, ChannelRequest, FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { errors, ServiceError } from '../lib/errors.js';
-import { unavailable, type ModelBackend } from './backend.js';
+import { unavailable, type InferOptions, type ModelBackend, type Ticket } from './backend.js';
+import { Backlog, decide } from './admission.js';
 
 /** How long requests of a closed channel wait for the supervisor to say why their worker died. */
 const EXIT_NEWS_MS = 1000;
@@ -27,37 +29,100 @@ class WorkerLost extends Error {
   }
 }
 
+/** How long cancellations wait to share one message to a worker. */
+const CANCEL_BATCH_MS = 5;
+
 /** One front's channel to one worker process. */
 class WorkerLink {
+  /** Answers awaited, each with its deadline's timer. */
   readonly requests = new RequestReply<InferResult>();
+  /** Tiles sent and not yet finished or dropped by the worker (answered or not), each with what
+   *  lets go of its place in the queue. */
+  private readonly inWorker = new Map<number, () => void>();
+  readonly backlog = new Backlog(Date.now);
   connected = false;
   private retired = false;
+  private cancels: number[] = [];
 
   constructor(
     readonly pid: number,
     readonly channel: Channel<ChannelReply, ChannelRequest>,
   ) {
     channel.socket.once('connect', () => (this.connected = true));
-    channel.on('message', (m) => this.requests.settle(m.id, m.type === 'result' ? m : ServiceError.fromWire(m.error)));
+    channel.on('message', (m) => {
+      this.backlog.update(m.load);
+      this.requests.settle(m.id, m.type === 'result' ? m : m.type === 'error' ? ServiceError.fromWire(m.error) : m.reason === 'expired' ? new Expired() : errors.cancelled());
+      this.done(m.id);
+    });
   }
 
-  infer(model: string, job: TileJob, timeoutMs: number): Promise<InferResult> {
+  /** Tiles of this front the worker holds. */
+  get inflight(): number {
+    return this.inWorker.size;
+  }
+
+  /** Sends the tile, once `hold` has given it a place in the queue (or thrown why not); the place
+   *  is let go once the worker has finished or dropped the tile (or died). */
+  infer(job: TileJob, deadline: number, hold: () => () => void, signal?: AbortSignal): Promise<InferResult> {
     if (!this.channel.isOpen) return Promise.reject(new NotSent());
-    return this.requests.request((id) => this.channel.send({ type: 'infer', id, job }), { ms: timeoutMs, error: () => errors.deadline(model, timeoutMs) }).finally(() => this.hangUpWhenDone());
+    let letGo: () => void;
+    try {
+      letGo = hold();
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+    const ms = Math.max(1, deadline - Date.now());
+    return this.requests.request(
+      (id) => {
+        this.channel.send({ type: 'infer', id, job, deadline });
+        this.inWorker.set(id, letGo);
+        signal?.addEventListener('abort', () => this.cancel(id), { once: true });
+      },
+      { ms, error: () => new Expired() },
+    );
+  }
+
+  /** Every tile still held is let go: the channel closed, so the worker holds none of them. */
+  releaseAll(): void {
+    for (const id of [...this.inWorker.keys()]) this.done(id);
   }
 
   /** The instance is no longer ready (a reload replaced it, or it stops): no new request goes to
-   *  it, and once this front's requests there are answered the channel closes, which is what a
+   *  it, and once the worker is done with this front's tiles the channel closes, which is what a
    *  stopping worker waits for before it exits. */
   retire(): void {
     this.retired = true;
     this.hangUpWhenDone();
   }
 
+  /** The client left: the worker drops the tile if it has not run (one message for the
+   *  cancellations of a few milliseconds). */
+  private cancel(id: number): void {
+    if (!this.inWorker.has(id)) return;
+    if (this.cancels.push(id) > 1) return;
+    setTimeout(() => {
+      const ids = this.cancels.filter((i) => this.inWorker.has(i));
+      this.cancels = [];
+      if (ids.length && this.channel.isOpen) this.channel.send({ type: 'cancel', ids });
+    }, CANCEL_BATCH_MS);
+  }
+
+  private done(id: number): void {
+    const letGo = this.inWorker.get(id);
+    if (!letGo) return;
+    this.inWorker.delete(id);
+    letGo();
+    this.hangUpWhenDone();
+  }
+
   private hangUpWhenDone(): void {
-    if (this.retired && this.requests.size === 0) this.channel.close();
+    if (this.retired && this.inWorker.size === 0 && this.requests.size === 0) this.channel.close();
   }
 }
+
+/** No answer by the deadline: the front's timer, or the worker dropped the tile (its deadline
+ *  passed, or its batch could not finish by it). */
+class Expired extends Error {}
 
 export class ModelClient implements ModelBackend {
   private views = new Map<string, ModelView>();
@@ -65,7 +130,11 @@ export class ModelClient implements ModelBackend {
   /** Channels closed before the news of their worker's exit. */
   private readonly lostLinks = new Map<number, WorkerLink>();
   private readonly exits = new Map<number, boolean>();
+  /** Per model: tiles sent to a worker and not yet finished or dropped there: its queue. */
   private readonly outstanding = new Map<string, number>();
+  /** Per model: tiles of requests admitted whose body is still arriving. */
+  private readonly arriving = new Map<string, number>();
+  /** Request bytes received and held by this front. */
   private inflightBytes = 0;
   private readonly queries = new RequestReply<unknown>();
   private usageBatch: UsageReport[] = [];
@@ -123,37 +192,64 @@ export class ModelClient implements ModelBackend {
     return this.outstanding.get(model) ?? 0;
   }
 
-  admit(model: string, bytes: number): () => void {
+  admit(model: string, tiles = 1): Ticket {
     this.available(model);
-    // Each front may hold its share of the model's queue: together never more than max_queue.
-    const share = Math.max(1, Math.ceil(this.entry(model).max_queue / this.fronts));
+    const entry = this.entry(model);
+    const share = this.share(model);
     const held = this.queued(model);
-    if (held >= share) throw errors.queueFull(model, share);
+    const arriving = this.arriving.get(model) ?? 0;
+    const decision = decide({ held, arriving: arriving + tiles - 1, share, timeoutMs: entry.request_timeout_ms, instances: this.readyLinks(model).map((link) => ({ backlog: link.backlog, inflight: link.inflight })) });
+    if (!decision.admit) throw errors.queueFull(model, decision.reason === 'share' ? `${share} requests outstanding on this front, its share of max_queue` : `an expected wait of ${Math.round(decision.waitMs)} ms, past its ${entry.request_timeout_ms} ms deadline`, decision.retryAfterS);
     const limit = this.config.front.max_inflight_bytes;
-    if (this.inflightBytes + bytes > limit && this.inflightBytes > 0) throw errors.frontBusy(limit);
-    this.outstanding.set(model, held + 1);
-    this.inflightBytes += bytes;
+    if (this.inflightBytes >= limit) throw errors.frontBusy(limit);
+    // Until its tiles go to a worker the request counts only in the estimate: a slow upload holds
+    // no place in the queue.
+    let waiting = tiles;
+    const count = (n: number) => this.arriving.set(model, (this.arriving.get(model) ?? 0) + n);
+    count(tiles);
+    let bytes = 0;
     let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      this.outstanding.set(model, this.queued(model) - 1);
-      this.inflightBytes -= bytes;
+    return {
+      received: (n) => {
+        if (this.inflightBytes + n > limit) throw errors.frontBusy(limit);
+        this.inflightBytes += n;
+        bytes += n;
+      },
+      hold: () => {
+        if (this.queued(model) >= share) throw errors.queueFull(model, `${share} requests outstanding on this front, its share of max_queue`, 1);
+        if (waiting > 0) {
+          waiting--;
+          count(-1);
+        }
+        this.outstanding.set(model, this.queued(model) + 1);
+        let held = true;
+        return () => {
+          if (held) this.outstanding.set(model, this.queued(model) - 1);
+          held = false;
+        };
+      },
+      release: () => {
+        if (released) return;
+        released = true;
+        count(-waiting);
+        waiting = 0;
+        this.inflightBytes -= bytes;
+      },
     };
   }
 
-  async infer(model: string, job: TileJob): Promise<InferResult> {
-    const timeoutMs = this.entry(model).request_timeout_ms;
-    const deadline = Date.now() + timeoutMs;
+  /** Runs a tile on the least loaded instance, dropped wherever it is once its deadline passes or
+   *  `signal` aborts (the client left); the ticket's place is held until the worker is done. */
+  async infer(model: string, job: TileJob, { deadline = Date.now() + this.entry(model).request_timeout_ms, signal, ticket }: InferOptions = {}): Promise<InferResult> {
     const first = this.pick(model);
+    const send = (link: WorkerLink) => link.infer(job, deadline, ticket ? () => ticket.hold() : () => () => {}, signal);
     try {
-      return await first.infer(model, job, timeoutMs);
+      return await send(first);
     } catch (err) {
-      if (!this.retryable(err)) throw this.answer(model, err);
+      if (!this.retryable(err) || Date.now() >= deadline) throw this.answer(model, err);
       // Once more on another instance: the request never reached the first one, or the first was
       // killed from outside. A worker that died of the request itself is not given another.
-      const second = this.pick(model, first);
-      return await second.infer(model, job, Math.max(1, deadline - Date.now())).catch((again) => {
+      return await send(this.pick(model, first)).catch((again) => {
         throw this.answer(model, again);
       });
     }
@@ -190,6 +286,11 @@ export class ModelClient implements ModelBackend {
     return this.queries.request((id) => this.send({ type: 'query', id, ...query }), { ms, error: () => new Error(`the supervisor did not answer within ${ms} ms`) });
   }
 
+  /** Each front may hold its share of the model's queue: together never more than max_queue. */
+  private share(model: string): number {
+    return Math.max(1, Math.ceil(this.entry(model).max_queue / this.fronts));
+  }
+
   private entry(model: string) {
     return this.config.models.find((m) => m.name === model)!;
   }
@@ -200,15 +301,21 @@ export class ModelClient implements ModelBackend {
     if (error) throw error;
   }
 
-  /** The ready instance with the fewest requests from this front. */
-  private pick(model: string, exclude?: WorkerLink): WorkerLink {
-    let best: WorkerLink | null = null;
+  /** The open channels to the model's ready instances. */
+  private readyLinks(model: string, exclude?: WorkerLink): WorkerLink[] {
+    const links: WorkerLink[] = [];
     for (const instance of this.views.get(model)?.instances ?? []) {
       if (instance.state !== 'ready' || !instance.pid) continue;
       const link = this.links.get(instance.pid);
-      if (!link || link === exclude || !link.channel.isOpen) continue;
-      if (!best || link.requests.size < best.requests.size) best = link;
+      if (link && link !== exclude && link.channel.isOpen) links.push(link);
     }
+    return links;
+  }
+
+  /** The ready instance whose worker holds the fewest of this front's tiles. */
+  private pick(model: string, exclude?: WorkerLink): WorkerLink {
+    let best: WorkerLink | null = null;
+    for (const link of this.readyLinks(model, exclude)) if (!best || link.inflight < best.inflight) best = link;
     if (best) return best;
     this.available(model);
     throw errors.modelLoading(model);
@@ -221,6 +328,7 @@ export class ModelClient implements ModelBackend {
 
   private answer(model: string, err: unknown): ServiceError {
     if (err instanceof NotSent || err instanceof WorkerLost) return errors.workerGone(`${model}: ${err.message} with the request in flight`);
+    if (err instanceof Expired) return errors.deadline(model, this.entry(model).request_timeout_ms);
     return ServiceError.from(err);
   }
 
@@ -229,6 +337,8 @@ export class ModelClient implements ModelBackend {
     this.links.set(pid, link);
     link.channel.on('close', () => {
       if (this.links.get(pid) === link) this.links.delete(pid);
+      // The worker holds nothing of this front's any more (answers still awaited learn why below).
+      link.releaseAll();
       // Never connected: nothing reached the worker.
       if (!link.connected) return link.requests.rejectAll(() => new NotSent());
       if (this.exits.has(pid)) return this.lost(pid, link);

@@ -60,19 +60,25 @@ export function tileResponseJson(request: TileFields, outcome: TileOutcome): Buf
   ]);
 }
 
-/** Whether the client asks for the output tensor: application/octet-stream named in Accept with a
- *  quality at least JSON's (absent, JSON's is 0; with * / * or application/*, theirs). */
-export function acceptsTensor(accept: string | undefined): boolean {
-  if (!accept?.includes('application/octet-stream')) return false;
-  let tensor = 0;
+/** The answer an Accept header chooses: the output tensor, JSON, or neither (406). Media types
+ *  are matched case-insensitively with their q-values; the tensor wins a tie with JSON only when
+ *  named (absent, its quality is 0; * / * and application/* give JSON theirs). Where the tensor
+ *  is impossible (`tensor` false: two tensors), JSON when the header admits it at all. */
+export function negotiate(accept: string | undefined, tensor = true): 'tensor' | 'json' | null {
+  if (!accept?.trim()) return 'json';
+  let octet = 0;
   let json = 0;
   for (const part of accept.split(',')) {
     const [type, ...params] = part.split(';').map((p) => p.trim().toLowerCase());
     const q = Number(params.find((p) => p.startsWith('q='))?.slice(2) ?? 1);
-    if (type === 'application/octet-stream') tensor = Math.max(tensor, q);
-    else if (type === 'application/json' || type === 'application/*' || type === '*/*') json = Math.max(json, q);
+    const quality = Number.isFinite(q) ? Math.min(Math.max(q, 0), 1) : 0;
+    if (type === 'application/octet-stream') octet = Math.max(octet, quality);
+    else if (type === 'application/json' || type === 'application/*' || type === '*/*') json = Math.max(json, quality);
   }
-  return tensor > 0 && tensor >= json;
+  if (tensor && octet > 0 && octet >= json) return 'tensor';
+  if (json > 0) return 'json';
+  // Asked for the tensor only, and it cannot be: 406. A header naming neither gets JSON.
+  return octet > 0 ? null : 'json';
 }
 
 /** The output tensor of a binary response: a mask as uint8 [height, width], other outputs as

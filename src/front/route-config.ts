@@ -1,6 +1,9 @@
 // The route config that marks a model endpoint, so the usage and metrics hooks know what they
-// observe, and the endpoints each model's routes defined (for GET /api/models).
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+// observe and how each request ended, and the endpoints each model's routes defined (for
+// GET /api/models).
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { ShedOutcome } from '../ipc/protocol.js';
+import { errors } from '../lib/errors.js';
 
 export interface ModelRouteConfig {
   name: string;
@@ -23,4 +26,21 @@ export function modelRoute(request: FastifyRequest): ModelRouteConfig | undefine
 
 export function endpointsOf(app: FastifyInstance, model: string): string[] {
   return app.modelEndpoints.get(model) ?? [];
+}
+
+/** How a model request was shed, from the error code it was answered with. */
+const SHED: Partial<Record<string, ShedOutcome>> = { TILE_ERR_DEADLINE: 'expired', TILE_ERR_QUEUE_FULL: 'refused', TILE_ERR_FRONT_BUSY: 'refused' };
+
+/** Calls `record` once per model request: when its response is done, with how it was shed if it
+ *  was (expired, refused), or when its client left before the answer (cancelled, status 499),
+ *  which fastify's onResponse never sees. */
+export function onModelRequestDone(app: FastifyInstance, record: (request: FastifyRequest, reply: FastifyReply, route: ModelRouteConfig, status: number, shed: ShedOutcome | undefined) => void): void {
+  app.addHook('onRequest', async (request, reply) => {
+    const route = modelRoute(request);
+    if (route) reply.raw.once('close', () => reply.raw.writableEnded || record(request, reply, route, errors.cancelled().statusCode, 'cancelled'));
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    const route = modelRoute(request);
+    if (route) record(request, reply, route, reply.statusCode, SHED[String(reply.getHeader('x-error-code'))]);
+  });
 }

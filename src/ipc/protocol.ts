@@ -24,7 +24,15 @@ export interface UsageEntry {
   status: number;
   duration_ms: number;
   tile: string;
+  /** How the request ended when it was shed: its deadline passed (504), its client left before
+   *  the answer, or it was refused at admission (503 queue full); absent otherwise. */
+  shed?: ShedOutcome;
+  /** Worker milliseconds of a served tile: waiting (queue), and its batch's run (compute). */
+  queue_ms?: number;
+  compute_ms?: number;
 }
+
+export type ShedOutcome = 'expired' | 'cancelled' | 'refused';
 
 export interface TileJob {
   task: Task;
@@ -51,9 +59,9 @@ export interface StageTimes {
   decode: number;
   /** This tile's share of writing the batch tensor. */
   preprocess: number;
-  /** Wait in the batch queue before its batch started. */
+  /** Wait in the worker, from receiving the job to its batch's start (Triton's queue_duration). */
   queue: number;
-  /** session.run wall time of the whole batch. */
+  /** session.run wall time of the whole batch (Triton's compute_infer_duration). */
   inference: number;
   /** Everything in the worker, from receiving the job to answering it. */
   worker: number;
@@ -126,7 +134,26 @@ export type WorkerReport =
 
 // ── HTTP front ⇄ model worker (Unix socket channel) ──
 
-export type ChannelRequest = { type: 'infer'; id: number; job: TileJob };
+export type ChannelRequest =
+  /** `deadline`: when the answer is no longer wanted, in ms since the epoch (Date.now(); fronts
+   *  and workers share the host's clock). A tile not started by then is dropped, never run. */
+  | { type: 'infer'; id: number; job: TileJob; deadline: number }
+  /** The clients of these requests left: drop their tiles if they have not run. One message
+   *  carries every cancellation of a short while. */
+  | { type: 'cancel'; ids: number[] };
+
+/** Why a worker dropped a tile without running it. */
+export type DropReason = 'expired' | 'cancelled';
+
+/** What a worker says of its queue with each answer, for the fronts' admission. */
+export interface WorkerLoad {
+  /** Tiles it holds (decoding or queued), from every front. */
+  queued: number;
+  /** Recent milliseconds of one batch (preprocess and session.run), or null before the first. */
+  batchMs: number | null;
+  /** The largest batch it runs. */
+  maxBatch: number;
+}
 
 /** A prediction or embedding as numbers, whatever the model's output dtype. */
 export type Numbers = Float32Array | Float64Array;
@@ -143,9 +170,14 @@ export type InferResult = {
   tissueFraction: number | null;
   batchSize: number;
   times: StageTimes;
+  load: WorkerLoad;
 };
 
-export type ChannelReply = InferResult | { type: 'error'; id: number; error: WireError };
+export type ChannelReply =
+  | InferResult
+  | { type: 'error'; id: number; error: WireError; load: WorkerLoad }
+  /** The tile was dropped before it ran: its deadline passed, or its client left. */
+  | { type: 'dropped'; id: number; reason: DropReason; load: WorkerLoad };
 
 // ── primary ⇄ HTTP front (cluster IPC) ──
 

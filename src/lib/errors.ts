@@ -46,11 +46,12 @@ const REGISTRY = {
   TILE_ERR_MODEL_LOADING: { status: 503, body: 'loading', meaning: 'No instance of the model is ready (starting, loading, restarting): retry after Retry-After.' },
   TILE_ERR_WORKER_GONE: { status: 503, body: 'loading', meaning: 'The worker process died with the request in flight; it restarts: retry.' },
   TILE_ERR_MODEL_FAILED: { status: 503, body: 'detail', meaning: "The model's package cannot load (the log has its TILE_ERR_PACKAGE_* or TILE_ERR_MODEL_LOAD code); retried when its files change, on SIGHUP, and slowly." },
-  TILE_ERR_QUEUE_FULL: { status: 503, body: 'detail', meaning: "The model's requests outstanding reached its max_queue share on this front: retry later." },
+  TILE_ERR_QUEUE_FULL: { status: 503, body: 'detail', meaning: "Refused at once: the model's requests outstanding reached its max_queue share on this front, or its queue is too long for the request to finish before request_timeout_ms; retry after Retry-After (from the expected wait)." },
   TILE_ERR_FRONT_BUSY: { status: 503, body: 'detail', meaning: 'The front holds front.max_inflight_bytes of requests, a bound on its memory: retry later.' },
   TILE_ERR_UNDER_PRESSURE: { status: 503, body: 'detail', meaning: "The front's event loop, heap or open files are past their limit (the pressure settings): retry later." },
   TILE_ERR_SHUTTING_DOWN: { status: 503, body: 'detail', meaning: 'The service is draining for a stop: retry on another host or later.' },
-  TILE_ERR_DEADLINE: { status: 504, body: 'detail', meaning: "No answer within the model's request_timeout_ms; the request is forgotten." },
+  TILE_ERR_DEADLINE: { status: 504, body: 'detail', meaning: "No answer within the model's request_timeout_ms; the worker drops the tile if it has not run." },
+  TILE_ERR_CANCELLED: { status: 499, body: 'detail', meaning: 'The client closed its connection before the answer (never sent; the status the usage log records): the tile is dropped if it has not run.' },
   TILE_ERR_INTERNAL: { status: 500, body: 'internal', meaning: 'session.run or another server part failed; the reason is in the log, not the answer.' },
 
   // Configuration and start (ConfigError): one line on stderr, exit status 2, nothing started.
@@ -162,6 +163,8 @@ const isHttpCode = (code: string): code is HttpCode => 'status' in ((REGISTRY as
 export class ServiceError extends CodedError<HttpCode> {
   override name = 'ServiceError';
   readonly statusCode: number;
+  /** A 503's Retry-After in seconds, when the error knows better than the configured one. */
+  retryAfterS?: number;
 
   constructor(
     code: HttpCode,
@@ -205,11 +208,13 @@ export const errors = {
   tileInvalid: (detail: FieldError[]) => new ServiceError('TILE_ERR_VALIDATION', detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; '), detail),
   modelLoading: (model: string) => new ServiceError('TILE_ERR_MODEL_LOADING', `model ${model} is loading`),
   modelFailed: (model: string, reason: string) => new ServiceError('TILE_ERR_MODEL_FAILED', `model ${model} failed to load: ${reason}`),
-  queueFull: (model: string, limit: number) => new ServiceError('TILE_ERR_QUEUE_FULL', `model ${model} has ${limit} requests outstanding on this front, its share of max_queue; retry later`),
+  queueFull: (model: string, why: string, retryAfterS: number) =>
+    Object.assign(new ServiceError('TILE_ERR_QUEUE_FULL', `model ${model} cannot take the request: ${why}; retry after ${retryAfterS} s`), { retryAfterS }),
   frontBusy: (bytes: number) => new ServiceError('TILE_ERR_FRONT_BUSY', `this front holds ${bytes} bytes of requests, its limit (front.max_inflight_bytes); retry later`),
   underPressure: (what: string, value: number) => new ServiceError('TILE_ERR_UNDER_PRESSURE', `Service under pressure (${what}: ${Math.round(value)}); retry later`),
   shuttingDown: () => new ServiceError('TILE_ERR_SHUTTING_DOWN', 'the service is shutting down; retry on another host or later'),
   deadline: (model: string, timeoutMs: number) => new ServiceError('TILE_ERR_DEADLINE', `model ${model} did not answer within the ${timeoutMs} ms request deadline`),
+  cancelled: () => new ServiceError('TILE_ERR_CANCELLED', 'the client closed its connection before the answer'),
   workerGone: (why: string) => new ServiceError('TILE_ERR_WORKER_GONE', why),
   unauthorized: () => new ServiceError('TILE_ERR_UNAUTHORIZED', 'Not authenticated'),
   methodNotAllowed: (method: string, path: string, allowed: string[]) => new ServiceError('TILE_ERR_METHOD_NOT_ALLOWED', `Method Not Allowed: ${path} takes ${allowed.join(', ')}, not ${method}`),

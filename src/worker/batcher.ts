@@ -1,23 +1,49 @@
 // Dynamic batching, as Triton's dynamic batcher: requests gather until the model's max batch or a
 // max queue delay, then one session.run serves them all. One run is in flight at a time; while it
-// runs, newly decoded tiles gather for the next.
+// runs, newly decoded tiles gather for the next. Each item has a deadline: when a batch forms,
+// every queued item that could not finish by its deadline (now plus the recent time of a batch of
+// a batch) is dropped, never run; so is one whose client has gone (remove).
+export type Clock = () => number;
+
 export interface BatcherOptions<T> {
   maxBatch: number;
   maxDelayMs: number;
   run: (batch: T[]) => Promise<void>;
+  /** When the item's answer is no longer wanted, on `clock` (Infinity: never). */
+  deadline: (item: T) => number;
+  /** An item dropped because it could not finish in time. */
+  expire: (item: T) => void;
+  /** Date.now by default; tests inject theirs. */
+  clock?: Clock;
 }
+
+/** A batch's recent time is the median of the last RECENT batches of the last RECENT_MS: one
+ *  slow batch (the first after warm-up, a busy host) does not count alone, and a stale figure
+ *  expires, so a worker that dropped everything for a while measures itself again. */
+const RECENT = 8;
+const RECENT_MS = 5000;
+/** Batches needed before their time predicts anything. */
+const MIN_SAMPLES = 3;
 
 export class Batcher<T> {
   private readonly queue: T[] = [];
   private timer: NodeJS.Timeout | null = null;
   private running = false;
   private idleWaiters: (() => void)[] = [];
+  private readonly clock: Clock;
+  /** When each recent batch started and how long it ran. */
+  private recent: { at: number; ms: number }[] = [];
 
-  constructor(private readonly options: BatcherOptions<T>) {}
+  constructor(private readonly options: BatcherOptions<T>) {
+    this.clock = options.clock ?? Date.now;
+  }
 
   /** Largest batch; the worker lowers it when warm-up keeps only smaller shapes. */
   set maxBatch(value: number) {
     this.options.maxBatch = value;
+  }
+  get maxBatch(): number {
+    return this.options.maxBatch;
   }
 
   get pending(): number {
@@ -29,6 +55,23 @@ export class Batcher<T> {
     if (this.running) return;
     if (this.queue.length >= this.options.maxBatch || this.options.maxDelayMs <= 0) void this.drain();
     else this.timer ??= setTimeout(() => void this.drain(), this.options.maxDelayMs);
+  }
+
+  /** Takes a queued item out (its client left); false when it is not queued (running or done). */
+  remove(item: T): boolean {
+    const at = this.queue.indexOf(item);
+    if (at < 0) return false;
+    this.queue.splice(at, 1);
+    return true;
+  }
+
+  /** Recent milliseconds of a batch (the median of recent batches), or null while too few
+   *  batches ran recently to tell. */
+  get batchMs(): number | null {
+    const since = this.clock() - RECENT_MS;
+    const times = this.recent.filter((b) => b.at >= since).map((b) => b.ms);
+    if (times.length < MIN_SAMPLES) return null;
+    return times.sort((a, b) => a - b)[Math.floor(times.length / 2)];
   }
 
   /** Resolves once every queued item has run. */
@@ -43,8 +86,25 @@ export class Batcher<T> {
     if (this.running) return;
     this.running = true;
     // Items that arrived during a run have already waited: run them at once.
-    while (this.queue.length > 0) await this.options.run(this.queue.splice(0, this.options.maxBatch));
+    for (let batch = this.next(); batch.length > 0; batch = this.next()) {
+      const started = this.clock();
+      await this.options.run(batch);
+      this.recent.push({ at: started, ms: this.clock() - started });
+      if (this.recent.length > RECENT) this.recent.shift();
+    }
     this.running = false;
     for (const resolve of this.idleWaiters.splice(0)) resolve();
+  }
+
+  /** The next batch, after dropping every item that could no longer finish in time. */
+  private next(): T[] {
+    const finish = this.clock() + (this.batchMs ?? 0);
+    let kept = 0;
+    for (const item of this.queue) {
+      if (this.options.deadline(item) < finish) this.options.expire(item);
+      else this.queue[kept++] = item;
+    }
+    this.queue.length = kept;
+    return this.queue.splice(0, this.options.maxBatch);
   }
 }

@@ -57,14 +57,19 @@ async function main(): Promise<void> {
   const server = createServer((socket) => {
     const channel = new Channel<ChannelRequest, ChannelReply>(socket);
     channels.add(channel);
-    channel.on('close', () => {
-      channels.delete(channel);
-      exitWhenAlone();
-    });
     const reply: Reply = (message) => {
       if (channel.isOpen) channel.send(message);
     };
-    channel.on('message', ({ id, job }) => void worker!.accept(id, job, reply));
+    const link = worker!.link(reply);
+    channel.on('close', () => {
+      channels.delete(channel);
+      worker!.unlink(link);
+      exitWhenAlone();
+    });
+    channel.on('message', (message) => {
+      if (message.type === 'cancel') link.cancel(message.ids);
+      else void link.accept(message.id, message.job, message.deadline);
+    });
   });
 
   process.on('message', (message: WorkerControl) => {
@@ -72,7 +77,7 @@ async function main(): Promise<void> {
       return send({
         type: 'probe',
         id: message.id,
-        data: { pid: process.pid, uptime_s: process.uptime(), memory: process.memoryUsage(), queued: worker?.queued ?? 0, ...worker?.stats },
+        data: { pid: process.pid, uptime_s: process.uptime(), memory: process.memoryUsage(), ...(worker?.load() ?? { queued: 0 }), ...worker?.stats },
       });
     }
     if (message.type === 'stop') {

@@ -1,7 +1,7 @@
 // One model's serving loop in the worker process: tiles in, decoded, batched, run through the
 // model session, each answer back on the channel its tile came from.
 import ort from './ort.js';
-import type { ChannelReply, InferResult, ShapeCheck, TileJob, TileOutput, WarmupReport } from '../ipc/protocol.js';
+import type { ChannelReply, DropReason, InferResult, ShapeCheck, TileJob, TileOutput, WarmupReport, WorkerLoad } from '../ipc/protocol.js';
 import { errors, ServiceError } from '../lib/errors.js';
 import type { ModelPackage } from '../model-package/model-package.js';
 import type { ModelSession } from './model-session.js';
@@ -21,10 +21,22 @@ export type Reply = (message: ChannelReply) => void;
 
 interface Pending {
   id: number;
-  reply: Reply;
+  link: FrontLink;
   job: TileJob;
+  /** Date.now() after which the answer is no longer wanted. */
+  deadline: number;
   pixels: Pixels;
   times: { receivedAt: number; decode: number; enqueuedAt: number };
+}
+
+/** A tile the worker holds for a front: being decoded (cancelled: drop it once decoded), or queued. */
+type Held = { state: 'decoding'; cancelled: boolean } | { state: 'queued'; item: Pending };
+
+/** One front's channel as the worker sees it: tiles in with their deadlines, cancellations, and
+ *  the answers back. */
+export interface FrontLink {
+  accept(id: number, job: TileJob, deadline: number): Promise<void>;
+  cancel(ids: number[]): void;
 }
 
 export interface ModelWorkerOptions {
@@ -93,7 +105,13 @@ function difference(outputs: Record<string, WireTensor>, row: number, reference:
 
 /** Decodes tiles, batches them and runs them through the model session. */
 export class ModelWorker {
-  readonly stats = { batches: 0, tiles: 0, failures: 0, lastError: null as string | null };
+  /** tiles: run; expired and cancelled: dropped without running; late: run after their deadline
+   *  (started: never, by construction; finished: when a batch ran longer than its recent time). */
+  readonly stats = { batches: 0, tiles: 0, failures: 0, lastError: null as string | null, expired: 0, cancelled: 0, startedLate: 0, finishedLate: 0 };
+  /** Tiles being decoded, from every front. */
+  private decoding = 0;
+  /** Each front's answers, and the tiles the worker holds for it. */
+  private readonly replies = new Map<FrontLink, { reply: Reply; held: Map<number, Held> }>();
   private readonly batcher: Batcher<Pending>;
   private readonly preprocess: Preprocessor;
   /** The largest batch the graph and the configuration allow. */
@@ -114,14 +132,74 @@ export class ModelWorker {
     this.shapes = Array.from({ length: this.maxBatch }, (_, i) => i + 1);
     const { width, height } = pkg.manifest.tile;
     this.padding = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
-    this.batcher = new Batcher({ maxBatch: this.maxBatch, maxDelayMs: options.maxDelayMs, run: (batch) => this.run(batch) });
+    this.batcher = new Batcher<Pending>({
+      maxBatch: this.maxBatch,
+      maxDelayMs: options.maxDelayMs,
+      run: (batch) => this.run(batch),
+      deadline: (item) => item.deadline,
+      expire: (item) => this.drop(item.link, item.id, 'expired'),
+    });
   }
 
-  async accept(id: number, job: TileJob, reply: Reply): Promise<void> {
-    const receivedAt = performance.now();
-    const decoded = await decodeTile(job);
-    if ('errors' in decoded) return reply({ type: 'error', id, error: errors.tileInvalid(decoded.errors).toWire() });
-    this.batcher.push({ id, reply, job, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
+  /** What every answer tells the fronts of this worker's queue and pace, for their admission. */
+  load(): WorkerLoad {
+    return { queued: this.decoding + this.batcher.pending, batchMs: this.batcher.batchMs, maxBatch: this.batcher.maxBatch };
+  }
+
+  /** A front's channel: `reply` answers on it. */
+  link(reply: Reply): FrontLink {
+    const held = new Map<number, Held>();
+    const link: FrontLink = {
+      accept: async (id, job, deadline) => {
+        const receivedAt = performance.now();
+        // Already too late: not even decoded.
+        if (Date.now() >= deadline) return this.drop(link, id, 'expired');
+        const decoding: Held = { state: 'decoding', cancelled: false };
+        held.set(id, decoding);
+        this.decoding++;
+        const decoded = await decodeTile(job);
+        this.decoding--;
+        if (decoding.cancelled) {
+          held.delete(id);
+          return this.drop(link, id, 'cancelled');
+        }
+        if ('errors' in decoded) {
+          held.delete(id);
+          return reply({ type: 'error', id, error: errors.tileInvalid(decoded.errors).toWire(), load: this.load() });
+        }
+        const item: Pending = { id, link, job, deadline, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } };
+        held.set(id, { state: 'queued', item });
+        this.batcher.push(item);
+      },
+      cancel: (ids) => {
+        for (const id of ids) {
+          const tile = held.get(id);
+          if (tile?.state === 'decoding') tile.cancelled = true;
+          else if (tile?.state === 'queued' && this.batcher.remove(tile.item)) this.drop(link, id, 'cancelled');
+        }
+      },
+    };
+    this.replies.set(link, { reply, held });
+    return link;
+  }
+
+  /** The front hung up: nothing it sent is wanted any more. */
+  unlink(link: FrontLink): void {
+    const ids = [...(this.replies.get(link)?.held.keys() ?? [])];
+    link.cancel(ids);
+    this.replies.delete(link);
+  }
+
+  /** Answers a tile's front, once the worker is done with the tile. */
+  private answer(link: FrontLink, message: ChannelReply): void {
+    const entry = this.replies.get(link);
+    entry?.held.delete(message.id);
+    entry?.reply(message);
+  }
+
+  private drop(link: FrontLink, id: number, reason: DropReason): void {
+    this.stats[reason]++;
+    this.answer(link, { type: 'dropped', id, reason, load: this.load() });
   }
 
   /**
@@ -183,22 +261,22 @@ export class ModelWorker {
     return this.batcher.idle();
   }
 
-  get queued(): number {
-    return this.batcher.pending;
-  }
-
   private async run(batch: Pending[]): Promise<void> {
     if (this.deviceFault) {
       // Not processed: the front retries on another instance or answers 503 loading.
       const error = errors.workerGone(`the device failed (${this.deviceFault}); this worker is restarting`).toWire();
-      for (const item of batch) item.reply({ type: 'error', id: item.id, error });
+      for (const item of batch) this.answer(item.link, { type: 'error', id: item.id, error, load: this.load() });
       return;
     }
+    const started = Date.now();
+    for (const item of batch) if (started > item.deadline) this.stats.startedLate++;
     try {
       const results = await this.infer(batch);
       this.stats.batches++;
       this.stats.tiles += batch.length;
-      results.forEach((r, i) => batch[i].reply(r));
+      const finished = Date.now();
+      for (const item of batch) if (finished > item.deadline) this.stats.finishedLate++;
+      results.forEach((r, i) => this.answer(batch[i].link, r));
     } catch (err) {
       this.stats.failures++;
       const message = (err as Error).message;
@@ -210,7 +288,7 @@ export class ModelWorker {
         return this.run(batch);
       }
       const error = ServiceError.from(err).toWire();
-      for (const item of batch) item.reply({ type: 'error', id: item.id, error });
+      for (const item of batch) this.answer(item.link, { type: 'error', id: item.id, error, load: this.load() });
     }
   }
 
@@ -274,7 +352,7 @@ export class ModelWorker {
         worker: performance.now() - item.times.receivedAt,
       };
       const withEmbedding = task === 'prediction' && item.job.withEmbedding;
-      return { type: 'result', id: item.id, output, embedding: withEmbedding ? rowOf(embedding!, size, i) : null, tissueFraction, batchSize: n, times };
+      return { type: 'result', id: item.id, output, embedding: withEmbedding ? rowOf(embedding!, size, i) : null, tissueFraction, batchSize: n, times, load: this.load() };
     });
   }
 }

@@ -25,7 +25,9 @@ t.test('npm run bench -- --smoke', async (t) => {
   for (const r of report.ceiling) t.ok(r.tilesPerSec > 0 && r.errors === 0, `ceiling ${r.system} ${r.body} ${r.size}px: tiles served, no errors`);
   for (const system of systems) t.same([...new Set(report.ceiling.filter((r: { system: string }) => r.system === system).map((r: { body: string }) => r.body))], ['json', 'png', 'raw'], `${system}: every body type`);
   t.ok(report.slide.tiles > 0 && report.slide.ratio > 0 && report.slide.clientCpuMsPerTile > 0, 'the whole-slide row: tiles, ratio and client CPU');
+  t.ok(report.overload.soloTilesPerSec > 0 && report.overload.worker.startedLate === 0, 'the overload section: solo capacity, and no tile started after its deadline');
   const md = readFileSync(join(out, 'smoke.md'), 'utf8');
+  t.match(md, /Overload, one gene-expr worker, 300 ms deadline/);
   t.match(md, /\| endpoint \| provider \| conc\. \| tiles\/s/);
   t.match(md, /\| system \| body \| tile \| conc\. \| tiles\/s \| of JSON \| of irreducible/);
 });

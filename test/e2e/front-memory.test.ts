@@ -1,6 +1,7 @@
 // A front's memory is bounded by what it admits, not by what clients send: 14 MB bodies from 96
 // clients at once against a model with a small queue. Requests that cannot be served are answered
-// before their body is read; the front's RSS stays bounded and comes back after the load.
+// before their body is read, or at the chunk that would pass the front's byte budget; the front's
+// RSS stays bounded and comes back after the load.
 // And readiness from the first moment the port answers: never a 500, never a pressure 503.
 import t from 'tap';
 import { readFileSync } from 'node:fs';
@@ -40,8 +41,10 @@ t.test(`${CLIENTS} clients sending ${BODY_MB} MB bodies: admitted ones bounded, 
   clearInterval(sampler);
   agent.destroy();
   const count = (s: number) => statuses.filter((x) => x === s).length;
-  t.ok(count(503) > 0, `${count(503)} refused with 503 before their body was read`);
-  t.ok(statuses.every((s) => s === 422 || s === 503 || s === 0), `only 422 (admitted, read, refused) and 503: ${[...new Set(statuses)].join(', ')}`);
+  t.ok(count(503) > 0, `${count(503)} refused with 503, before their body was read or at the chunk past the budget`);
+  // Bytes count as they arrive (a stalled upload holds only what it sent), so more uploads run at
+  // once than the budget holds whole: on a slow host some pass front.body_timeout_ms (408).
+  t.ok(statuses.every((s) => s === 422 || s === 503 || s === 408 || s === 0), `only 422 (admitted, read, refused), 503 and 408: ${[...new Set(statuses)].join(', ')}`);
   // Unbounded, 192 bodies of 14 MB held at once is 2.7 GB of buffers alone.
   t.ok(peak - before < 900, `front RSS ${before.toFixed(0)} MB before, ${peak.toFixed(0)} MB at its peak`);
   await server.waitFor(() => rssMb(pid) - before < 400, 30000);

@@ -9,7 +9,7 @@ import type { Registry } from 'prom-client';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig, type ServiceConfig } from '../../src/config/config.js';
 import { buildApp } from '../../src/front/app.js';
-import { unavailable, type ModelBackend } from '../../src/front/backend.js';
+import { unavailable, type ModelBackend, type Ticket } from '../../src/front/backend.js';
 import type { InferResult, ModelState, ModelView, TileJob, UsageReport } from '../../src/ipc/protocol.js';
 import { errors } from '../../src/lib/errors.js';
 import { readManifest } from '../../src/model-package/model-package.js';
@@ -57,16 +57,20 @@ export class FakeBackend implements ModelBackend {
     return this.held.get(model) ?? 0;
   }
 
-  admit(model: string, _bytes: number): () => void {
+  admit(model: string): Ticket {
     const error = unavailable(model, this.views.get(model));
     if (error) throw error;
     const limit = this.config.models.find((m) => m.name === model)!.max_queue;
-    if (this.queued(model) >= limit) throw errors.queueFull(model, limit);
+    if (this.queued(model) >= limit) throw errors.queueFull(model, `${limit} requests outstanding`, 1);
     this.held.set(model, this.queued(model) + 1);
     let done = false;
-    return () => {
-      if (!done) this.held.set(model, this.queued(model) - 1);
-      done = true;
+    return {
+      received: () => {},
+      hold: () => () => {},
+      release: () => {
+        if (!done) this.held.set(model, this.queued(model) - 1);
+        done = true;
+      },
     };
   }
 
@@ -79,13 +83,14 @@ export class FakeBackend implements ModelBackend {
     const mean = bytes.reduce((a, b) => a + b, 0) / bytes.length;
     const values = (n: number) => Float32Array.from({ length: n }, (_, i) => mean + i);
     const times = { decode: 0, preprocess: 0, queue: 0, inference: 0, worker: 0 };
+    const load = { queued: 0, batchMs: null, maxBatch: 1 };
     if (job.task === 'segmentation') {
       const mask = Uint8Array.from({ length: job.width * job.height }, (_, i) => bytes[i % bytes.length] & 1);
-      return { type: 'result', id: 0, output: { role: 'mask', mask }, embedding: null, tissueFraction: mask.reduce((a, b) => a + b, 0) / mask.length, batchSize: 1, times };
+      return { type: 'result', id: 0, output: { role: 'mask', mask }, embedding: null, tissueFraction: mask.reduce((a, b) => a + b, 0) / mask.length, batchSize: 1, times, load };
     }
     const embedding = values(manifest.embedding_dim ?? 4);
     const output = job.task === 'embedding' ? embedding : values(manifest.genes?.output.length ?? 2);
-    return { type: 'result', id: 0, output: { role: job.task === 'embedding' ? 'embedding' : 'prediction', values: output }, embedding: job.withEmbedding ? embedding : null, tissueFraction: null, batchSize: 1, times };
+    return { type: 'result', id: 0, output: { role: job.task === 'embedding' ? 'embedding' : 'prediction', values: output }, embedding: job.withEmbedding ? embedding : null, tissueFraction: null, batchSize: 1, times, load };
   }
 
   async diagnostics(categories: string[]): Promise<unknown> {

@@ -83,7 +83,7 @@ async function errors(app: FastifyInstance, { retryAfterS, models }: ErrorsOptio
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const known = toServiceError(request, error);
     if (known && known.code !== 'TILE_ERR_INTERNAL') {
-      if (known.statusCode === 503) reply.header('retry-after', String(retryAfterS));
+      if (known.statusCode === 503) reply.header('retry-after', String(known.retryAfterS ?? retryAfterS));
       if (known.statusCode === 401) reply.header('www-authenticate', 'Bearer');
       return reply.code(known.statusCode).header('x-error-code', known.code).send(known.body());
     }

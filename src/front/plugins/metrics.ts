@@ -6,13 +6,15 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ModelBackend } from '../backend.js';
-import { modelRoute } from '../route-config.js';
+import { onModelRequestDone } from '../route-config.js';
+import type { StageTimes } from '../../ipc/protocol.js';
 import { requireAdminToken } from '../admin-token.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** Records one served tile: the batch it ran in and its milliseconds per stage. */
-    observeTile(model: string, batchSize: number, stages: Record<string, number>): void;
+    /** Records one served tile: the batch it ran in, its milliseconds per stage, and its worker
+     *  times (queue wait against its batch's run). */
+    observeTile(model: string, batchSize: number, stages: Record<string, number>, worker: StageTimes): void;
   }
 }
 
@@ -34,7 +36,7 @@ async function metrics(app: FastifyInstance, { backend, token }: { backend: Mode
   const batches = new Histogram({ name: 'model_batch_size', help: 'Size of the batch each tile ran in', labelNames: ['model'], buckets: [1, 2, 4, 8, 16, 32], registers: [registry] });
   new Gauge({
     name: 'model_queue_depth',
-    help: 'Requests admitted and not yet answered, summed over fronts',
+    help: 'Tiles sent to workers and not yet finished or dropped there (the bounded backlog), summed over fronts',
     labelNames: ['model'],
     registers: [registry],
     collect() {
@@ -71,16 +73,27 @@ async function metrics(app: FastifyInstance, { backend, token }: { backend: Mode
     buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1],
     registers: [registry],
   });
-  app.decorate('observeTile', (model: string, batchSize: number, times: Record<string, number>) => {
+  // Triton's pair: how long a tile waited in the worker against how long its batch ran.
+  const waitBuckets = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+  const queueDuration = new Histogram({ name: 'tile_queue_duration_seconds', help: "A served tile's wait in the worker's queue, from decoded to its batch's start", labelNames: ['model'], buckets: waitBuckets, registers: [registry] });
+  const computeDuration = new Histogram({ name: 'tile_compute_duration_seconds', help: "The run (session.run) of a served tile's batch", labelNames: ['model'], buckets: waitBuckets, registers: [registry] });
+  const shed = new Counter({
+    name: 'tile_requests_shed_total',
+    help: 'Model requests not served: expired (deadline passed, 504), cancelled (client left first) or refused (503 at admission: queue full, front busy)',
+    labelNames: ['model', 'endpoint', 'outcome'],
+    registers: [registry],
+  });
+  app.decorate('observeTile', (model: string, batchSize: number, times: Record<string, number>, worker: StageTimes) => {
     batches.observe({ model }, batchSize);
     for (const [stage, ms] of Object.entries(times)) stages.observe({ model, stage }, ms / 1000);
+    queueDuration.observe({ model }, worker.queue / 1000);
+    computeDuration.observe({ model }, worker.inference / 1000);
   });
 
-  app.addHook('onResponse', async (request, reply) => {
-    const route = modelRoute(request);
-    if (!route) return;
-    requests.inc({ model: route.name, endpoint: route.endpoint, status: String(reply.statusCode) });
+  onModelRequestDone(app, (_request, reply, route, status, outcome) => {
+    requests.inc({ model: route.name, endpoint: route.endpoint, status: String(status) });
     latency.observe({ model: route.name, endpoint: route.endpoint }, reply.elapsedTime / 1000);
+    if (outcome) shed.inc({ model: route.name, endpoint: route.endpoint, outcome });
   });
 
   app.get('/metrics', { schema: { tags: ['Diagnostics'], summary: 'Prometheus metrics' }, preHandler: requireAdminToken(token) }, async (_request, reply) => {

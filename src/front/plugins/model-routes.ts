@@ -7,13 +7,14 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { ServiceConfig } from '../../config/config.js';
 import type { Manifest, Task } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
-import type { WorkerInfo } from '../../ipc/protocol.js';
+import type { StageTimes, WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
-import { unavailable, type ModelBackend } from '../backend.js';
+import { Transform, type Readable } from 'node:stream';
+import { unavailable, type ModelBackend, type Ticket } from '../backend.js';
 import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, predictQuery, TileResponse } from '../../contract/schemas.js';
 import { TileBody } from '../tile-image.js';
 import { checkTile } from '../tile-checks.js';
-import { acceptsTensor, outputTensor, tileResponseJson } from '../response-writer.js';
+import { negotiate, outputTensor, tileResponseJson } from '../response-writer.js';
 import { describeBodies, describeRoute, requestDocs } from '../route-docs.js';
 import { endpointsFor, predictModes } from '../../contract/endpoints.js';
 
@@ -45,8 +46,36 @@ function plannedManifest(dir: string): Manifest | null {
   }
 }
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** A model request's place in the queue, the signal of its client leaving, and once served
+     *  its tile's worker times (for the usage log). */
+    tile: { ticket: Ticket; signal: AbortSignal; times?: StageTimes } | null;
+  }
+}
+
+/** The body's bytes count against the front's budget as they arrive, not as declared: a slow or
+ *  stalled upload holds only what it has sent. A chunk past the budget fails the request (503
+ *  TILE_ERR_FRONT_BUSY), so the bound on the front's memory stays. */
+const countBytes = async (request: FastifyRequest, _reply: FastifyReply, payload: Readable) => {
+  const { ticket } = request.tile!;
+  const counted = new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      try {
+        ticket.received(chunk.length);
+        callback(null, chunk);
+      } catch (err) {
+        callback(err as Error);
+      }
+    },
+  });
+  payload.on('error', (err) => counted.destroy(err));
+  return payload.pipe(counted);
+};
+
 async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelRoutesOptions): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
+  fastify.decorateRequest('tile', null);
   fastify.decorate('modelEndpoints', new Map<string, string[]>());
 
   /** The loaded package of a ready model; otherwise throws why it is not (failed, loading). */
@@ -69,26 +98,35 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
     const endpoints = endpointsFor(name, tasks);
     fastify.modelEndpoints.set(name, endpoints);
 
-    /** Decided before the body is read: a request that cannot be served costs no memory. */
+    /** Decided before the body is read: a request that cannot be served costs no memory. Its
+     *  place is held until the response is done and the worker has finished or dropped its tile;
+     *  a client that leaves first cancels the tile. */
     const admit = async (request: FastifyRequest, reply: FastifyReply) => {
-      const declared = Number(request.headers['content-length']);
-      const release = backend.admit(name, Number.isFinite(declared) ? Math.min(declared, config.body_limit_bytes) : config.body_limit_bytes);
-      reply.raw.once('close', release);
+      const ticket = backend.admit(name);
+      const left = new AbortController();
+      request.tile = { ticket, signal: left.signal };
+      reply.raw.once('close', () => {
+        if (!reply.raw.writableEnded) left.abort();
+        ticket.release();
+      });
     };
 
     /** Checks the tile, has a worker run it and writes the response (JSON, or the output tensor
      *  to a client that asks for it), timing each stage. */
     const run = async (reply: FastifyReply, body: TileBody, manifest: Manifest, task: Task, withEmbedding = false) => {
+      const { ticket, signal } = reply.request.tile!;
       const parse = reply.elapsedTime;
-      const tensor = acceptsTensor(reply.request.headers.accept);
-      if (tensor && withEmbedding) throw errors.notAcceptable('prediction_with_embedding answers two tensors (output and embedding): Accept application/json, or ask for each');
+      const answerAs = negotiate(reply.request.headers.accept, !withEmbedding);
+      if (!answerAs) throw errors.notAcceptable('prediction_with_embedding answers two tensors (output and embedding): Accept application/json, or ask for each');
+      const tensor = answerAs === 'tensor';
       const checkedAt = performance.now();
       const { errors: invalid, image } = checkTile(body, manifest, task === 'prediction', config.max_tile_pixels);
       if (invalid.length || !image) throw errors.tileInvalid(invalid);
       const bulk = task === 'prediction' ? (body.bulk_rna ?? null) : null;
       const sent = performance.now();
-      const result = await backend.infer(name, { task, withEmbedding, image, width: body.width, height: body.height, bulk });
+      const result = await backend.infer(name, { task, withEmbedding, image, width: body.width, height: body.height, bulk }, { ticket, signal });
       const received = performance.now();
+      reply.request.tile!.times = result.times;
       const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
       const answer = tensor ? outputTensor(result.output, body.height, body.width) : tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
       const t = result.times;
@@ -101,7 +139,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
         inference: t.inference / result.batchSize,
         ipc: received - sent - t.worker,
         serialize: performance.now() - received,
-      });
+      }, t);
       reply.header('vary', 'accept');
       // Bytes already (response-writer.ts): fastify's serializer is bypassed.
       if (Buffer.isBuffer(answer)) return reply.type('application/json').send(answer);
@@ -123,6 +161,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
           },
           config: { model: { name, endpoint: 'predict' }, swaggerTransform: requestDocs(planned, querystring) },
           onRequest: admit,
+          preParsing: countBytes,
         },
         async (request, reply) => {
           const { manifest } = ready(name);
@@ -144,6 +183,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
           schema: { summary: `${name} embedding`, description: `${describeRoute(name, planned, 'embedding')}\n\n${describeBodies(`/api/embed/${name}`, planned)}`, tags, body: TileBody, response: answers },
           config: { model: { name, endpoint: 'embed' }, swaggerTransform: requestDocs(planned, null) },
           onRequest: admit,
+          preParsing: countBytes,
         },
         async (request, reply) => run(reply, request.body, ready(name).manifest, 'embedding'),
       );

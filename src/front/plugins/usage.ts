@@ -1,25 +1,28 @@
-// Reports one usage entry per model request, after the response is sent, to the service's one
-// usage log (kept by the supervisor). The slide name travels along for scrubbing only.
+// Reports one usage entry per model request, after the response is sent or the client left, to
+// the service's one usage log (kept by the supervisor): how it was shed if it was, and a served
+// tile's worker queue and compute milliseconds. The slide name travels along for scrubbing only.
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { TileRequest } from '../../contract/schemas.js';
 import type { ModelBackend } from '../backend.js';
-import { modelRoute } from '../route-config.js';
+import { onModelRequestDone } from '../route-config.js';
+
+const round = (ms: number) => Math.round(ms * 100) / 100;
 
 async function usage(app: FastifyInstance, { backend }: { backend: ModelBackend }): Promise<void> {
-  app.addHook('onResponse', async (request, reply) => {
-    const route = modelRoute(request);
-    if (!route) return;
+  onModelRequestDone(app, (request, reply, route, status, shed) => {
     const body = request.body as Partial<TileRequest> | undefined;
     backend.recordUsage({
       timestamp: new Date().toISOString(),
       model: route.name,
       endpoint: route.endpoint,
       mode: (request.query as { mode?: string }).mode ?? (route.endpoint === 'embed' ? 'embedding' : 'prediction'),
-      status: reply.statusCode,
-      duration_ms: Math.round(reply.elapsedTime * 100) / 100,
+      status,
+      duration_ms: round(reply.elapsedTime),
       tile: typeof body?.width === 'number' && typeof body?.height === 'number' ? `${body.width}x${body.height}` : 'invalid',
       slide: typeof body?.slide_name === 'string' ? body.slide_name : null,
+      ...(shed && { shed }),
+      ...(request.tile?.times && { queue_ms: round(request.tile.times.queue), compute_ms: round(request.tile.times.inference) }),
     });
   });
 }

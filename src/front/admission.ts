@@ -1,0 +1,86 @@
+// Admission by expected wait, decided before a request's body is read: a request that could not
+// finish before its deadline is refused at once (503 TILE_ERR_QUEUE_FULL, Retry-After from the
+// estimate) rather than queued for a 504 later. Pure logic over what a front knows of each
+// instance: the tiles it has in flight there and the worker's last report of its queue and pace;
+// the clock is injected so the fast tier can drive it.
+import type { WorkerLoad } from '../ipc/protocol.js';
+
+export type Clock = () => number;
+
+/** One instance's backlog as a front sees it: the worker's last report (every answer carries
+ *  one), drained since at the worker's own recent pace (a full batch per batch time). */
+export class Backlog {
+  private report: WorkerLoad = { queued: 0, batchMs: null, maxBatch: 1 };
+  private at = 0;
+
+  constructor(private readonly clock: Clock) {}
+
+  update(load: WorkerLoad): void {
+    this.report = load;
+    this.at = this.clock();
+  }
+
+  /** Recent milliseconds of one batch (null until the worker has run one), and its largest. */
+  get batchMs(): number | null {
+    return this.report.batchMs;
+  }
+  get maxBatch(): number {
+    return this.report.maxBatch;
+  }
+
+  /** Tiles the worker holds now from every front, by its last report less what it ran since. */
+  queued(): number {
+    const { queued, batchMs, maxBatch } = this.report;
+    if (!batchMs) return queued;
+    return Math.max(0, queued - ((this.clock() - this.at) / batchMs) * maxBatch);
+  }
+}
+
+export interface InstanceLoad {
+  backlog: Backlog;
+  /** This front's tiles sent there and not yet finished or dropped. */
+  inflight: number;
+}
+
+export interface AdmissionInput {
+  /** Places this front holds in the model's queue: tiles sent and not yet finished or dropped. */
+  held: number;
+  /** Tiles of requests admitted whose bodies are still arriving: no place yet, but ahead. */
+  arriving: number;
+  /** This front's share of the model's max_queue. */
+  share: number;
+  timeoutMs: number;
+  /** The model's ready instances. */
+  instances: InstanceLoad[];
+}
+
+export type Decision = { admit: true } | { admit: false; reason: 'share' | 'wait'; waitMs: number; retryAfterS: number };
+
+/** Milliseconds until a tile sent to this instance now would have its answer: the batches of
+ *  the tiles ahead of it (the worker's report, or this front's own count when higher, plus its
+ *  share of the requests admitted whose bodies are arriving), then its own. 0 for an idle instance (it always
+ *  takes a tile: its worker judges it), null without a recent batch time. */
+export function expectedMs(instance: InstanceLoad, unsentShare: number): number | null {
+  const { backlog, inflight } = instance;
+  if (backlog.batchMs === null) return null;
+  const ahead = Math.max(backlog.queued(), inflight) + unsentShare;
+  if (ahead < 1) return 0;
+  return (Math.floor(ahead / backlog.maxBatch) + 1) * backlog.batchMs;
+}
+
+/** Whether a request may enter: within the front's share of max_queue, and able to finish on
+ *  the least loaded instance before its deadline. An instance that has not run a batch yet has
+ *  no estimate and admits (the share still bounds it). */
+export function decide({ held, arriving, share, timeoutMs, instances }: AdmissionInput): Decision {
+  const unsentShare = arriving / Math.max(1, instances.length);
+  let best = instances.length ? Infinity : 0;
+  for (const instance of instances) best = Math.min(best, expectedMs(instance, unsentShare) ?? 0);
+  if (held >= share) return { admit: false, reason: 'share', waitMs: best, retryAfterS: retryAfter(best, timeoutMs) };
+  if (best > timeoutMs) return { admit: false, reason: 'wait', waitMs: best, retryAfterS: retryAfter(best, timeoutMs) };
+  return { admit: true };
+}
+
+/** Whole seconds (at least 1) until the backlog has drained enough to take a request. */
+function retryAfter(waitMs: number, timeoutMs: number): number {
+  return Math.max(1, Math.ceil((waitMs - timeoutMs) / 1000));
+}

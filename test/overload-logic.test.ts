@@ -1,0 +1,97 @@
+// Admission by expected wait (src/front/admission.ts) and the batcher's deadlines
+// (src/worker/batcher.ts), in-process on an injected clock: milliseconds, no processes.
+import t from 'tap';
+import { Backlog, decide, expectedMs } from '../src/front/admission.js';
+import { Batcher } from '../src/worker/batcher.js';
+
+function clock(start = 1_000_000) {
+  let now = start;
+  return { now: () => now, advance: (ms: number) => (now += ms) };
+}
+
+t.test('admission: the share, then the expected wait against the deadline', async (t) => {
+  const c = clock();
+  const backlog = new Backlog(c.now);
+  const one = (inflight: number) => [{ backlog, inflight }];
+  t.same(decide({ held: 0, arriving: 0, share: 10, timeoutMs: 300, instances: one(0) }), { admit: true }, 'no estimate yet: admitted');
+  t.match(decide({ held: 10, arriving: 0, share: 10, timeoutMs: 300, instances: one(10) }), { admit: false, reason: 'share' }, 'the share bounds it even without an estimate');
+
+  backlog.update({ queued: 5, batchMs: 50, maxBatch: 1 });
+  t.equal(expectedMs({ backlog, inflight: 5 }, 0), 300, 'five tiles ahead, batches of one: five batches, then its own');
+  t.same(decide({ held: 4, arriving: 0, share: 100, timeoutMs: 300, instances: one(4) }), { admit: true }, 'able to finish by the deadline: admitted');
+  backlog.update({ queued: 10, batchMs: 50, maxBatch: 1 });
+  const refused = decide({ held: 10, arriving: 0, share: 100, timeoutMs: 300, instances: one(10) });
+  t.match(refused, { admit: false, reason: 'wait', waitMs: 550, retryAfterS: 1 }, 'ten ahead: cannot finish in 300 ms');
+
+  c.advance(300);
+  t.equal(backlog.queued(), 4, 'the report drains at the worker pace');
+  t.same(decide({ held: 4, arriving: 0, share: 100, timeoutMs: 300, instances: one(4) }), { admit: true }, 'and admits again once it has');
+
+  backlog.update({ queued: 40, batchMs: 100, maxBatch: 8 });
+  t.equal(expectedMs({ backlog, inflight: 0 }, 0), 600, 'batches of eight: five batches ahead and its own');
+  t.match(decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: one(0) }), { admit: false, retryAfterS: 1 });
+  backlog.update({ queued: 400, batchMs: 100, maxBatch: 8 });
+  t.match(decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: one(0) }), { retryAfterS: 5 }, 'Retry-After from the estimate: 5.1 s wait - 0.3 s');
+
+  const idle = new Backlog(c.now);
+  idle.update({ queued: 0, batchMs: 5000, maxBatch: 1 });
+  t.same(decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: [{ backlog: idle, inflight: 0 }] }), { admit: true }, 'an idle instance always takes a tile (its worker judges it)');
+  t.same(decide({ held: 3, arriving: 0, share: 100, timeoutMs: 300, instances: [{ backlog, inflight: 3 }, { backlog: idle, inflight: 0 }] }), { admit: true }, 'the least loaded instance decides');
+  const unsent = decide({ held: 0, arriving: 20, share: 100, timeoutMs: 300, instances: [{ backlog: idle, inflight: 0 }] });
+  t.match(unsent, { admit: false, reason: 'wait' }, 'requests whose bodies are arriving count as ahead');
+  t.same(decide({ held: 0, arriving: 200, share: 10, timeoutMs: 60000, instances: one(0) }), { admit: true }, 'but hold no place of the share (a stalled upload)');
+});
+
+t.test('batcher: tiles that cannot finish by their deadline are dropped, never run', async (t) => {
+  const c = clock();
+  const ran: number[][] = [];
+  const expired: number[] = [];
+  let release: () => void = () => {};
+  const batcher = new Batcher<{ n: number; deadline: number }>({
+    maxBatch: 2,
+    maxDelayMs: 0,
+    clock: c.now,
+    deadline: (item) => item.deadline,
+    expire: (item) => expired.push(item.n),
+    run: async (batch) => {
+      ran.push(batch.map((b) => b.n));
+      // Each batch takes 100 ms of the injected clock, ended by the test.
+      await new Promise<void>((resolve) => (release = resolve));
+      c.advance(100);
+    },
+  });
+  const step = async () => {
+    release();
+    await new Promise((resolve) => setImmediate(resolve));
+  };
+  // Three batches to learn the batch time (100 ms).
+  for (let i = 0; i < 3; i++) {
+    batcher.push({ n: i, deadline: Infinity });
+    await step();
+  }
+  await step();
+  t.equal(batcher.batchMs, 100, 'the recent batch time');
+  t.same(ran, [[0], [1], [2]]);
+
+  // A batch runs; meanwhile tiles queue with deadlines 50, 150 and 250 ms from now.
+  batcher.push({ n: 10, deadline: Infinity });
+  const now = c.now();
+  for (const [n, ms] of [[11, 50], [12, 150], [13, 250], [14, 400]]) batcher.push({ n, deadline: now + ms });
+  await step();
+  // The first batch ended at now + 100: 11 has expired, 12 (150) cannot finish by now + 200.
+  t.same(expired, [11, 12], 'expired, and unable to finish in time: dropped when the next batch forms');
+  t.same(ran.at(-1), [13, 14], 'the next batch is of tiles that can still finish');
+  await step();
+
+  batcher.push({ n: 20, deadline: Infinity });
+  const queued = { n: 21, deadline: Infinity };
+  batcher.push(queued);
+  t.ok(batcher.remove(queued), 'a queued tile whose client left is taken out');
+  t.notOk(batcher.remove(queued), 'once');
+  await step();
+  await step();
+  t.notOk(ran.flat().includes(21), 'and never runs');
+
+  c.advance(6000);
+  t.equal(batcher.batchMs, null, 'a batch time older than its window predicts nothing: the worker measures again');
+});
