@@ -43,7 +43,9 @@ export class Journal {
     private readonly path: string,
   ) {}
 
-  static open(path: string, plan: Record<string, unknown>, shape: JournalShape): Journal {
+  static open(path: string, plan: Record<string, unknown>, given: JournalShape): Journal {
+    // Lengths the model does not state are the first result's, for every other result.
+    const shape = { ...given };
     const header = JSON.stringify({ plan });
     const done = new Map<number, TileResult>();
     let keep = 0;
@@ -61,6 +63,8 @@ export class Journal {
             break; // a torn line from a kill: everything after it is dropped
           }
           const why = problem(r, shape) ?? (done.has(r.idx) ? `tile ${r.idx} is there twice` : null);
+          shape.output ??= r.output.length;
+          if (r.embedding) shape.embedding ??= r.embedding.length;
           if (why) throw new OutputError('TILE_ERR_OUTPUT_JOURNAL', `${path}: line ${k + 2}: ${why}; delete the file to redo the slide`);
           done.set(r.idx, r);
           keep += Buffer.byteLength(line) + 1;
@@ -94,6 +98,8 @@ export class Journal {
     }
     this.position += line.length;
     this.done.set(result.idx, result);
+    this.shape.output ??= result.output.length;
+    if (result.embedding) this.shape.embedding ??= result.embedding.length;
   }
 
   close(): void {
