@@ -37,7 +37,8 @@ CSV with a wsi column (paths relative to the CSV) and optionally mpp (TRIDENT's 
 slide that fails (unreadable, no MPP, no tissue) is recorded in the summary and the others go on.
 tiles: PNG tiles at MODEL's size; x and y from the names (x<N>_y<N> or <N>_<N>.png) or from a
 CSV plan with file,x,y columns. Writes the features/predictions files named after DIR; a damaged
-tile file is recorded in the summary and the others go on.
+tile file, or one the model cannot take (another size), is recorded in the summary and the others
+go on.
 
 A rerun of the same command skips finished slides (without reading them when the file is
 unchanged since) and resumes the others: finished tiles are not posted again, and the files are
