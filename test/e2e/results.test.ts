@@ -15,14 +15,14 @@ import t from 'tap';
 import { writeNullPackage } from '../../bench/null-models.js';
 import { renderLevel0, writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
-import { outputs, summaryRows, tileInfer } from '../helpers/tile-infer.js';
+import { outputs, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'results-'));
 chmodSync(dir, 0o755);
 const spec = (seed: number, extra: Partial<SlideSpec> = {}): SlideSpec => ({ widthUm: 700, heightUm: 500, mpp: 0.5, seed, format: 'tiff', islands: [{ cx: 350, cy: 250, rx: 260, ry: 180 }], ...extra });
 let server: TestServer;
 const slide = (paths: string[], out: string, extra: string[] = [], model = 'null-224') => ['slide', ...paths, '--model', model, '--out', out, '--server', server.url, '--concurrency', '4', ...extra];
-const rowsOf = (out: string) => summaryRows(join(out, 'summary.csv'));
+const rowsOf = (out: string) => (parse(readFileSync(join(out, 'summary.csv')), { columns: true }) as Record<string, string>[]).map((r) => ({ ...r, tiles: Number(r.tiles) }));
 
 t.before(async () => {
   const models = mkdtempSync(join(tmpdir(), 'results-models-'));
@@ -125,9 +125,14 @@ t.test('one writer per output folder: a second run fails at once; a lock left by
   await writeSlide(path, spec(4, { widthUm: 1400, heightUm: 1000, islands: [{ cx: 700, cy: 500, rx: 600, ry: 420 }] }));
   const out = join(dir, 'lock-out');
   const lock = join(out, 'tile-infer.lock');
+  // The first run is stopped (SIGSTOP) while it holds the folder, the second run meanwhile.
   let second: Promise<Awaited<ReturnType<typeof tileInfer>>> | undefined;
   const first = await tileInfer(slide([path], out, ['--concurrency', '1']), {
-    onStart: () => void waitFor(() => existsSync(lock), 60000).then(() => (second = tileInfer(slide([path], out)))),
+    onStart: (proc) =>
+      void waitFor(() => existsSync(lock), 60000).then(() => {
+        proc.kill('SIGSTOP');
+        second = tileInfer(slide([path], out)).finally(() => proc.kill('SIGCONT'));
+      }),
   });
   t.equal(first.code, 0, first.stderr);
   const lost = await second!;
@@ -188,7 +193,7 @@ t.test('journal lines are checked: a value no float32 holds, a wrong length, a t
   ] as const) {
     writeFileSync(journal, edit().join('\n'));
     // As if the run had been killed before its end: the journal is read again.
-    rmSync(join(out, '.journal/journal.null-224.done.json'));
+    rmSync(join(out, '.journal/journal.null-224.done.json'), { force: true });
     const run = await tileInfer(slide([path], out));
     t.equal(run.code, 3, run.stderr);
     t.match(rowsOf(out)[0], { status: 'failed', reason: new RegExp(`^\\[TILE_ERR_OUTPUT_JOURNAL\\] \\S+journal\\.null-224\\.jsonl: ${reason.source}; delete the file to redo the slide`) });
