@@ -22,7 +22,8 @@ chmodSync(dir, 0o755);
 const spec = (seed: number, extra: Partial<SlideSpec> = {}): SlideSpec => ({ widthUm: 700, heightUm: 500, mpp: 0.5, seed, format: 'tiff', islands: [{ cx: 350, cy: 250, rx: 260, ry: 180 }], ...extra });
 let server: TestServer;
 const slide = (paths: string[], out: string, extra: string[] = [], model = 'null-224') => ['slide', ...paths, '--model', model, '--out', out, '--server', server.url, '--concurrency', '4', ...extra];
-const rowsOf = (out: string) => (parse(readFileSync(join(out, 'summary.csv')), { columns: true }) as Record<string, string>[]).map((r) => ({ ...r, tiles: Number(r.tiles) }));
+const rowsOf = (out: string) =>
+  (parse(readFileSync(join(out, 'summary.csv')), { columns: true }) as { slide: string; status: string; tiles: string; reason: string }[]).map((r) => ({ ...r, tiles: Number(r.tiles) }));
 
 t.before(async () => {
   const models = mkdtempSync(join(tmpdir(), 'results-models-'));
