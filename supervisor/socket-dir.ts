@@ -5,23 +5,15 @@
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pidGone } from '../src/lib/pid.js';
 
 const host = hostname().replace(/[^A-Za-z0-9-]/g, '').slice(0, 16) || 'host';
 const PREFIX = `tile-infer.${host}.`;
 
-const gone = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'ESRCH';
-  }
-};
-
 export function makeSocketDir(): string {
   for (const name of readdirSync(tmpdir())) {
     const pid = name.startsWith(PREFIX) ? Number(name.slice(PREFIX.length).split('.')[0]) : NaN;
-    if (Number.isInteger(pid) && pid !== process.pid && gone(pid)) rmSync(join(tmpdir(), name), { recursive: true, force: true });
+    if (Number.isInteger(pid) && pid !== process.pid && pidGone(pid)) rmSync(join(tmpdir(), name), { recursive: true, force: true });
   }
   const dir = mkdtempSync(join(tmpdir(), `${PREFIX}${process.pid}.`));
   process.once('exit', () => rmSync(dir, { recursive: true, force: true }));

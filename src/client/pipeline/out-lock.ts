@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Shard } from './cohort.js';
 import { OutputError, writeFailed } from './outputs.js';
+import { pidGone } from '../../lib/pid.js';
 
 interface Holder {
   host: string;
@@ -15,15 +16,6 @@ interface Holder {
   started: string;
   command: string;
 }
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-};
 
 /** Takes `outDir`'s lock for this process, or throws TILE_ERR_OUTPUT_LOCKED naming its holder.
  *  `note` hears about a stale lock taken over. */
@@ -43,7 +35,7 @@ export function lockOutput(outDir: string, shard: Shard | null, note: (line: str
     } catch {
       // Being written by its holder this instant, or removed: look again.
     }
-    const stale = holder && holder.host === me.host && !alive(holder.pid);
+    const stale = holder && holder.host === me.host && pidGone(holder.pid);
     if (stale && attempt < 3) {
       note(`${path}: taking over the lock of pid ${holder!.pid} (started ${holder!.started}), which is gone`);
       rmSync(path, { force: true });
