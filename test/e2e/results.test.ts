@@ -211,6 +211,8 @@ t.test('summary.csv: cells a spreadsheet would run are neutralised; every slide 
   const rows = parse(readFileSync(join(out, 'summary.csv')), { columns: true }) as Record<string, string>[];
   t.same(rows.map((r) => r.slide), evil.map((e) => `'${e}`), "each with a ' in front");
   for (const r of rows) t.notMatch(r.reason, /^[=+\-@\t\r]/);
+  t.equal((await tileInfer(slide([join(dir, 'evil.csv')], out))).code, 3);
+  t.same(rowsOf(out).map((r) => r.slide), evil.map((e) => `'${e}`), 'a rerun: still a row each');
 
   // Two runs into one folder, a slide each: the summary lists both.
   const a = join(dir, 'first.tif');

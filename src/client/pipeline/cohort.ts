@@ -136,7 +136,9 @@ export class Summary {
     if (!existsSync(path)) return;
     try {
       const earlier = parse(readFileSync(path), { columns: true, skip_empty_lines: true }) as Record<string, string>[];
-      earlier.forEach((row, k) => this.rows.set(row.slide, { order: Number.MAX_SAFE_INTEGER - earlier.length + k, row, now: false }));
+      // Keyed by the slide as this run names it: without the ' a neutralised cell was given.
+      const slideOf = (cell: string) => (/^'[=+\-@\t\r]/.test(cell) ? cell.slice(1) : cell);
+      earlier.forEach((row, k) => this.rows.set(slideOf(row.slide), { order: Number.MAX_SAFE_INTEGER - earlier.length + k, row: { ...row, slide: slideOf(row.slide) }, now: false }));
     } catch {
       // Not a summary this command wrote: replaced by this run's.
     }
