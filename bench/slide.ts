@@ -180,7 +180,7 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
     const write = async (name: string, spec: SlideSpec): Promise<CohortSlide> => {
       const path = join(dir, name);
       await writeSlide(path, spec);
-      return { label: name, path, stem: stemOf(name) };
+      return { label: name, path, stem: stemOf(name), from: 'the bench' };
     };
     const tiff = await write('bench-0.5mpp.tif', slideSpec('tiff', 0.5, 6144 * scale, 4096 * scale, 31));
     const svs = await write('bench-0.25mpp.svs', slideSpec('svs', 0.25, 3072 * scale, 2048 * scale, 32));
@@ -195,13 +195,14 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
     const client = new TileClient({ servers: [service.url], concurrency });
     const pool = new ReaderPool(options.threads);
     const model = await client.metadata(MODEL);
+    const tissueSha256 = (await client.metadata('tissue-seg')).sha256;
     const bodyType = (await client.bodyTypes(PATH)).has('application/octet-stream') ? 'application/octet-stream' : 'application/json';
     const setup: Setup = {
       url: service.url,
       client,
       bodyType,
       pool,
-      run: (outDir) => ({ model, plan: modelPlan(model), outDir, client, bodyType, pool, concurrency, minTissue: 0.25, tissueModel: 'tissue-seg' }),
+      run: (outDir) => ({ model, plan: modelPlan(model), outDir, client, bodyType, pool, concurrency, minTissue: 0.25, tissueModel: 'tissue-seg', tissueSha256, noOverwrite: false }),
     };
     try {
       // Warm-up: the service, the client's threads, and the tissue masks the bodies come from.

@@ -18,8 +18,9 @@ Serves the tile inference API with one worker process per model instance.
 Options:
   --check-config  Check the configuration, every enabled model package (its manifest, and its
                   model.onnx loaded by ONNX Runtime on the CPU and checked against the
-                  manifest) and the execution providers (CUDA provider libraries of the bundled
-                  ONNX Runtime version, Vulkan devices), print what would be served, and exit:
+                  manifest), the execution providers (CUDA provider libraries of the bundled
+                  ONNX Runtime version, Vulkan devices) and the listen address (HOST resolves,
+                  PORT is free), print what would be served, and exit:
                   0 when all is well, 2 otherwise.
   --help, -h      Print this help and exit.
 
@@ -91,7 +92,11 @@ export async function prepareStart(argv = process.argv.slice(2), env = process.e
     const service = await describeService(config);
     const providers = describeProviders(config);
     const lines = [...service.lines, ...providers.lines];
-    const problems = [...service.problems, ...providers.problems];
+    const listen = await checkListenAddress(config, env).then(
+      () => [],
+      (err) => (err instanceof ConfigError ? [err] : Promise.reject(err)),
+    );
+    const problems = [...service.problems, ...providers.problems, ...listen];
     process.stdout.write(`${configFile(env)}: ${problems.length ? 'problems found' : 'ok'}\n${lines.join('\n')}\n`);
     for (const problem of problems) process.stderr.write(refusal(problem));
     process.exit(problems.length ? ExitCode.CONFIG : ExitCode.OK);

@@ -3,9 +3,8 @@
 // and each instance's socket, and answers the fronts' queries (diagnostics, metrics) and usage.
 // It never sees a tile.
 import type { Worker } from 'node:cluster';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { rmSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type { Logger } from 'pino';
 import { AggregatorRegistry } from 'prom-client';
 import type { FromFront, ModelView, ToFront, UsageReport } from '../src/ipc/protocol.js';
@@ -19,6 +18,7 @@ import type { GpuInfo } from '../src/gpu/nvidia-smi.js';
 import { ModelPool } from './model-pool.js';
 import type { WorkerExit } from './worker-life-cycle.js';
 import { sdNotify } from './systemd-notify.js';
+import { makeSocketDir } from './socket-dir.js';
 
 const RECENT_SLIDES = 1000;
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -28,7 +28,7 @@ export class Supervisor implements DiagnosticsSource {
   readonly usage: UsageLog;
   readonly recentSlides = new Set<string>();
   readonly fronts: Fronts;
-  private readonly socketDir = mkdtempSync(join(tmpdir(), 'tile-infer-'));
+  private readonly socketDir = makeSocketDir();
   private readonly aggregator = new AggregatorRegistry();
   private readonly gpuMetrics = gpuMemoryRegistry(() => this.workers());
   private readonly diagnose: (categories: string[]) => Promise<unknown>;

@@ -113,17 +113,17 @@ t.test('the tile grid keeps whole tiles with enough tissue, row-major', async (t
 t.test('a torn last line of the journal is dropped; another plan starts afresh', async (t) => {
   const path = join(dir, 'j.jsonl');
   const plan = { model: 'm', tiles: 3 };
-  const first = Journal.open(path, plan);
+  const first = Journal.open(path, plan, { tiles: 3, output: 2 });
   first.append({ idx: 0, output: [1, 2] });
   first.append({ idx: 1, output: [3, 4] });
   first.close();
   appendFileSync(path, '{"idx":2,"outp');
-  const again = Journal.open(path, plan);
+  const again = Journal.open(path, plan, { tiles: 3, output: 2 });
   t.same([...again.done.keys()], [0, 1]);
   again.append({ idx: 2, output: [5, 6] });
   again.close();
   t.same(readFileSync(path, 'utf8').trim().split('\n').slice(1).map((l) => JSON.parse(l).idx), [0, 1, 2], 'the torn line is gone');
-  const other = Journal.open(path, { ...plan, tiles: 4 });
+  const other = Journal.open(path, { ...plan, tiles: 4 }, { tiles: 4, output: 2 });
   t.equal(other.done.size, 0);
   other.close();
 });

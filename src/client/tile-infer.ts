@@ -1,6 +1,5 @@
 #!/usr/bin/env node
 // tile-infer: whole slides, cohorts of them, or folders of tiles through the tile service.
-import { mkdirSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -11,6 +10,8 @@ import { modelPlan } from './pipeline/inference.js';
 import type { SlideRun } from './pipeline/process-slide.js';
 import { defaultSlidesInFlight, runCohort } from './pipeline/run-cohort.js';
 import { processTiles } from './pipeline/process-tiles.js';
+import { lockOutput } from './pipeline/out-lock.js';
+import { makeDir } from './pipeline/outputs.js';
 import { ReaderPool } from './pipeline/reader-pool.js';
 import { CohortProgress } from './progress.js';
 import { mppInRange, MPP_RANGE } from './slide/slide.js';
@@ -36,10 +37,14 @@ CSV with a wsi column (paths relative to the CSV) and optionally mpp (TRIDENT's 
 slide that fails (unreadable, no MPP, no tissue) is recorded in the summary and the others go on.
 tiles: PNG tiles at MODEL's size; x and y from the names (x<N>_y<N> or <N>_<N>.png) or from a
 CSV plan with file,x,y columns. Writes the features/predictions files named after DIR; a damaged
-tile file is recorded in the summary and the others go on.
+tile file, or one the model cannot take (another size), is recorded in the summary and the others
+go on.
 
-A rerun of the same command skips finished slides (without reading them) and resumes the others:
-finished tiles are not posted again, and the files are the same as an uninterrupted run's.
+A rerun of the same command skips finished slides (without reading them when the file is
+unchanged since) and resumes the others: finished tiles are not posted again, and the files are
+the same as an uninterrupted run's. A slide finished under another plan (model, tile, MPP,
+--min-tissue, tissue model) is redone; an output added (--heatmap) is made from the kept results.
+One run writes into DIR at a time (DIR/tile-infer.lock; per shard with --shard).
 Exit status: 0 all done, 3 some slides or tiles failed, 2 a usage error, 1 the run could not go
 on (no server answering, the model not served).
 
@@ -60,6 +65,7 @@ Options:
                          (tiles: the MPP the tiles were cut at; default the model's)
   --tissue-model NAME    tissue segmentation model (default tissue-seg)
   --heatmap GENE         also draw a heatmap of this predicted gene
+  --no-overwrite         fail a slide finished in DIR under another plan instead of redoing it
   --deadline S           give up on a tile after S seconds of retries (default 300)
   --plan FILE            tiles: the CSV plan
   -h, --help             this text`;
@@ -73,6 +79,20 @@ function number(value: string | undefined, name: string, fallback: number, check
   const v = Number(value);
   if (!Number.isFinite(v) || !check(v)) usage(`--${name} ${value}: not a valid value`);
   return v;
+}
+
+/** A --server is a service's root: http(s)://host:port, nothing after it (the API's paths are
+ *  fixed, so a path or query there is a mistake, not a prefix). */
+function serverUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    usage(`--server ${value}: not a URL; expected http://HOST:PORT`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') usage(`--server ${value}: ${url.protocol} is not http: or https:; expected http://HOST:PORT`);
+  if (url.pathname !== '/' || url.search || url.hash || url.username || url.password) usage(`--server ${value}: a service is named by its root, http://HOST:PORT, with no path, query, fragment or user`);
+  return `${url.protocol}//${url.host}`;
 }
 
 const integer = (min: number) => (v: number) => Number.isInteger(v) && v >= min;
@@ -97,6 +117,7 @@ async function main(): Promise<number> {
         heatmap: { type: 'string' },
         deadline: { type: 'string' },
         plan: { type: 'string' },
+        'no-overwrite': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -113,7 +134,7 @@ async function main(): Promise<number> {
   if (!inputs.length) usage(`${command}: name at least one ${command === 'slide' ? 'slide or manifest' : 'folder'}`);
   if (!values.model) usage('--model is required');
   if (!values.out) usage('--out is required');
-  const servers = values.server ?? ['http://127.0.0.1:8000'];
+  const servers = (values.server ?? ['http://127.0.0.1:8000']).map(serverUrl);
   const concurrency = number(values.concurrency, 'concurrency', 8 * servers.length, integer(1));
   const slidesInFlight = number(values['slides-in-flight'], 'slides-in-flight', SLIDES_IN_FLIGHT, integer(1));
   const threads = number(values.threads, 'threads', CORES, integer(1));
@@ -122,7 +143,7 @@ async function main(): Promise<number> {
   if (values.mpp !== undefined && mpp === undefined) usage(`--mpp must be ${MPP_RANGE[0]} to ${MPP_RANGE[1]}`);
   const deadline = number(values.deadline, 'deadline', 300, (v) => v > 0);
   const shard = shardOf(values.shard, values.shards);
-  const cohort = command === 'slide' ? inShard(readCohort(inputs), shard) : inputs.map((dir): CohortSlide => ({ label: dir, path: dir, stem: dir }));
+  const cohort = command === 'slide' ? inShard(readCohort(inputs), shard) : inputs.map((dir): CohortSlide => ({ label: dir, path: dir, stem: dir, from: 'the command line' }));
   const outDir = values.out;
 
   const client = new TileClient({ servers, concurrency, deadlineMs: deadline * 1000 });
@@ -137,7 +158,10 @@ async function main(): Promise<number> {
     }
     // Raw pixels (or a tile file's PNG as it is) when every server takes them for the model.
     const takes = await client.bodyTypes(plan.path);
-    mkdirSync(outDir, { recursive: true });
+    const tissueModel = values['tissue-model'] ?? 'tissue-seg';
+    const tissueSha256 = command === 'slide' ? (await client.metadata(tissueModel)).sha256 : '';
+    makeDir(outDir);
+    lockOutput(outDir, shard, (note) => process.stderr.write(`tile-infer: ${note}\n`));
     if (shard) process.stderr.write(`tile-infer: shard ${shard.index} of ${shard.count} (${shard.from}): ${cohort.length} slides\n`);
     const order = new Map(cohort.map((s, k) => [s.label, k]));
     const summary = new Summary(join(outDir, summaryName(shard)), (label) => order.get(label) ?? cohort.length);
@@ -161,7 +185,7 @@ async function main(): Promise<number> {
         const pool = new ReaderPool(threads);
         try {
           const bodyType = takes.has('application/octet-stream') ? 'application/octet-stream' : 'application/json';
-          const run: SlideRun = { model, plan, outDir, client, bodyType, pool, concurrency, minTissue, tissueModel: values['tissue-model'] ?? 'tissue-seg', mpp, heatmap: values.heatmap, onPlan: (total, done) => progress.plan(total, done) };
+          const run: SlideRun = { model, plan, outDir, client, bodyType, pool, concurrency, minTissue, tissueModel, tissueSha256, noOverwrite: values['no-overwrite'] ?? false, mpp, heatmap: values.heatmap, onPlan: (total, done) => progress.plan(total, done) };
           await runCohort(run, cohort, slidesInFlight, summary, progress);
         } finally {
           await pool.close();
@@ -176,6 +200,9 @@ async function main(): Promise<number> {
     await client.close();
   }
 }
+
+// Ctrl-C and kill end the run through exit, whose handlers give the output folder's lock back.
+for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) process.once(signal, () => process.exit(code));
 
 main().then(
   (code) => process.exit(code),

@@ -72,8 +72,13 @@ async function main(argv: string[]): Promise<number> {
       mean: { type: 'string' },
       std: { type: 'string' },
       force: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
     },
   });
+  if (values.help) {
+    console.log(`${USAGE}\n\nWrites models/<name>/ (manifest.json beside the graph) from an ONNX file and what you\nknow of it, then checks it; --lint checks package folders. Exit status: 0 ok, 1 problems\nfound, 2 a wrong command line.`);
+    return 0;
+  }
   let dirs = positionals;
   if (!values.lint) {
     if (positionals.length !== 1 || !values.name) throw new Error(USAGE);

@@ -175,9 +175,17 @@ export const DEMO_SLIDE: SlideSpec = {
   ],
 };
 
+const USAGE = `usage: node dist/tools/synthetic/slide.js OUT.tif|OUT.svs
+
+Writes the demonstration slide (${DEMO_SLIDE.widthUm} x ${DEMO_SLIDE.heightUm} µm at ${DEMO_SLIDE.mpp} µm/px, three islands of tissue): a
+pyramidal TIFF, or an Aperio SVS when OUT ends in .svs.`;
+
 // `node dist/tools/synthetic/slide.js OUT.tif|OUT.svs` writes the demonstration slide.
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const out = process.argv[2];
-  if (!out) throw new Error('usage: slide.js OUT.tif|OUT.svs');
-  await writeSlide(out, { ...DEMO_SLIDE, format: out.endsWith('.svs') ? 'svs' : 'tiff' });
+  const [out, ...rest] = process.argv.slice(2);
+  if (out === '--help' || out === '-h') console.log(USAGE);
+  else if (!out || rest.length || out.startsWith('-') || !/\.(tiff?|svs)$/i.test(out)) {
+    console.error(USAGE);
+    process.exit(2);
+  } else await writeSlide(out, { ...DEMO_SLIDE, format: out.endsWith('.svs') ? 'svs' : 'tiff' });
 }

@@ -1,7 +1,7 @@
 // A cohort: the slides a run is given (paths, or CSV manifests in TRIDENT's convention: a `wsi`
 // column of paths relative to the CSV, an optional `mpp` column), the shard of it this process
 // runs, and the summary it writes as slides finish.
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { basename, dirname, extname, resolve } from 'node:path';
 import { parse } from 'csv-parse/sync';
 import { stringify } from 'csv-stringify/sync';
@@ -18,6 +18,8 @@ export interface CohortSlide {
   stem: string;
   /** The manifest's MPP for this slide, if any. */
   mpp?: number;
+  /** Where it was named: `cohort.csv line 3`, or `the command line`. */
+  from: string;
 }
 
 export const stemOf = (path: string) => basename(path, extname(path));
@@ -33,7 +35,7 @@ function readManifest(csv: string): CohortSlide[] {
   if (!('wsi' in rows[0])) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: no "wsi" column (TRIDENT's manifest: a wsi column of slide paths relative to the CSV, optionally mpp)`);
   return rows.map((row, k) => {
     if (!row.wsi) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: line ${k + 2}: the wsi cell is empty`);
-    const slide: CohortSlide = { label: row.wsi, path: resolve(dirname(csv), row.wsi), stem: stemOf(row.wsi) };
+    const slide: CohortSlide = { label: row.wsi, path: resolve(dirname(csv), row.wsi), stem: stemOf(row.wsi), from: `${csv} line ${k + 2}` };
     if (row.mpp) {
       const mpp = Number(row.mpp);
       if (!mppInRange(mpp)) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: line ${k + 2}: mpp "${row.mpp}" is not a slide's microns per pixel (${MPP_RANGE[0]} to ${MPP_RANGE[1]})`);
@@ -43,16 +45,17 @@ function readManifest(csv: string): CohortSlide[] {
   });
 }
 
-/** The slides named by the inputs, in order, each once; a CSV input is a manifest. Two slides
- *  whose outputs would have the same name are refused here, before any work. */
+/** The slides named by the inputs, in order; a CSV input is a manifest. A slide named twice, and
+ *  two slides whose outputs would have the same name, are refused here, before any work. */
 export function readCohort(inputs: string[]): CohortSlide[] {
   const slides: CohortSlide[] = [];
-  const seen = new Set<string>();
+  const seen = new Map<string, CohortSlide>();
   for (const input of inputs) {
-    const found = extname(input).toLowerCase() === '.csv' ? readManifest(input) : [{ label: input, path: resolve(input), stem: stemOf(input) }];
+    const found = extname(input).toLowerCase() === '.csv' ? readManifest(input) : [{ label: input, path: resolve(input), stem: stemOf(input), from: 'the command line' }];
     for (const s of found) {
-      if (seen.has(s.path)) continue;
-      seen.add(s.path);
+      const first = seen.get(s.path);
+      if (first) throw new UsageError('TILE_ERR_COHORT_DUPLICATE', `${s.path} is named twice: ${first.from}${first.mpp === undefined ? '' : ` (mpp ${first.mpp})`} and ${s.from}${s.mpp === undefined ? '' : ` (mpp ${s.mpp})`}; keep one`);
+      seen.set(s.path, s);
       slides.push(s);
     }
   }
@@ -116,24 +119,40 @@ export interface SummaryRow {
   reason: string;
 }
 
-/** OUT/summary.csv: a row per slide finished so far (and per tile file that failed), in cohort
- *  order, rewritten whole (through a temporary file) as each one finishes. */
+const COLUMNS = ['slide', 'status', 'tiles', 'seconds', 'reason'];
+
+/** OUT/summary.csv: a row per slide (and per tile file that failed), in cohort order, rewritten
+ *  whole (through a temporary file) as each one finishes. Rows an earlier run left for slides
+ *  this run does not name are kept after this run's. Cells a spreadsheet would take for a formula
+ *  (starting =, +, -, @, tab or CR: a slide named so) are written with a ' in front (OWASP's
+ *  advice on CSV injection). */
 export class Summary {
-  private readonly rows = new Map<string, { order: number; row: SummaryRow }>();
+  private readonly rows = new Map<string, { order: number; row: SummaryRow | Record<string, string>; now: boolean }>();
 
   constructor(
     readonly path: string,
     private readonly order: (label: string) => number,
-  ) {}
+  ) {
+    if (!existsSync(path)) return;
+    try {
+      const earlier = parse(readFileSync(path), { columns: true, skip_empty_lines: true }) as Record<string, string>[];
+      // Keyed by the slide as this run names it: without the ' a neutralised cell was given.
+      const slideOf = (cell: string) => (/^'[=+\-@\t\r]/.test(cell) ? cell.slice(1) : cell);
+      earlier.forEach((row, k) => this.rows.set(slideOf(row.slide), { order: Number.MAX_SAFE_INTEGER - earlier.length + k, row: { ...row, slide: slideOf(row.slide) }, now: false }));
+    } catch {
+      // Not a summary this command wrote: replaced by this run's.
+    }
+  }
 
   /** `under`: the label of the slide or folder a row belongs to (a failed tile file's folder). */
   record(row: SummaryRow, under = row.slide): void {
-    this.rows.set(row.slide, { order: this.order(under), row });
-    const sorted = [...this.rows.values()].sort((a, b) => a.order - b.order || (a.row.slide < b.row.slide ? -1 : 1)).map((r) => ({ ...r.row, seconds: r.row.seconds.toFixed(1) }));
-    writeFileAtomic(this.path, stringify(sorted, { header: true, columns: ['slide', 'status', 'tiles', 'seconds', 'reason'] }));
+    this.rows.set(row.slide, { order: this.order(under), row: { ...row, seconds: row.seconds.toFixed(1) } as never, now: true });
+    const sorted = [...this.rows.values()].sort((a, b) => a.order - b.order || (a.row.slide < b.row.slide ? -1 : 1)).map((r) => r.row);
+    writeFileAtomic(this.path, stringify(sorted, { header: true, columns: COLUMNS, escape_formulas: true }));
   }
 
+  /** This run's failures. */
   get failed(): number {
-    return [...this.rows.values()].filter((r) => r.row.status === 'failed').length;
+    return [...this.rows.values()].filter((r) => r.now && r.row.status === 'failed').length;
   }
 }

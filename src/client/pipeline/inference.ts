@@ -1,13 +1,12 @@
 // Tiles through a model: the endpoint a model's tasks call for, the tiles posted with a bounded
 // number in flight (results journalled as they arrive), and the CLAM/TRIDENT-style outputs.
-import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { TileClientError, type ModelMetadataBody, type TileClient } from '../tile-client.js';
 import type { MadeBody } from '../tile-body.js';
 import { Semaphore } from '../semaphore.js';
 import { UsageError } from '../usage-error.js';
-import type { Journal } from './journal.js';
-import { predictionsCsv, writeFileAtomic, writeH5, type H5Attrs } from './outputs.js';
+import type { Journal, JournalShape } from './journal.js';
+import { makeDir, predictionsCsv, writeFileAtomic, writeH5, type H5Attrs } from './outputs.js';
 
 export interface ModelPlan {
   /** Endpoint path with query. */
@@ -79,6 +78,14 @@ export async function runTiles(client: TileClient, plan: ModelPlan, bodies: Asyn
   if (failure) throw failure;
 }
 
+/** The lengths of a model's results, for the journal's checks: a prediction per output gene, an
+ *  embedding of embedding_dim. */
+export function journalShape(meta: ModelMetadataBody, plan: ModelPlan, tiles: number): JournalShape {
+  const genes = meta.output_genes?.length || undefined;
+  const dim = meta.embedding_dim ?? undefined;
+  return { tiles, output: plan.prediction ? genes : dim, embedding: plan.prediction && plan.embedding ? dim : undefined };
+}
+
 /** features_<model>/<stem>.h5 (embeddings) and predictions_<model>/<stem>.h5 + .csv, rows in
  *  patch_idx order. */
 export async function writeModelOutputs(outDir: string, stem: string, meta: ModelMetadataBody, plan: ModelPlan, tiles: InferTile[], journal: Journal, attrs: H5Attrs): Promise<string[]> {
@@ -96,7 +103,7 @@ export async function writeModelOutputs(outDir: string, stem: string, meta: Mode
   if (plan.embedding) {
     const dim = meta.embedding_dim ?? journal.done.get(tiles[0]?.idx)?.output.length ?? 0;
     const dir = join(outDir, `features_${meta.model}`);
-    mkdirSync(dir, { recursive: true });
+    makeDir(dir);
     const features = rows((r) => (plan.prediction ? r.embedding! : r.output), dim);
     const path = join(dir, `${stem}.h5`);
     await writeH5(path, [{ name: 'features', data: features, shape: [n, dim] }, { name: 'coords', data: coords, shape: [n, 2], attrs: coordsAttrs }], rootAttrs);
@@ -106,7 +113,7 @@ export async function writeModelOutputs(outDir: string, stem: string, meta: Mode
     const genes = meta.output_genes ?? [];
     const dim = genes.length || (journal.done.get(tiles[0]?.idx)?.output.length ?? 0);
     const dir = join(outDir, `predictions_${meta.model}`);
-    mkdirSync(dir, { recursive: true });
+    makeDir(dir);
     const predictions = rows((r) => r.output, dim);
     const h5 = join(dir, `${stem}.h5`);
     await writeH5(h5, [{ name: 'predictions', data: predictions, shape: [n, dim] }, { name: 'coords', data: coords, shape: [n, 2], attrs: coordsAttrs }, { name: 'genes', data: genes, shape: [genes.length] }], rootAttrs);

@@ -1,24 +1,24 @@
 // One slide end to end: check whose outputs these are, open it, find tissue at 8 MPP, lay the
 // model's tile grid over the tissue, post the tiles (read and encoded on the reader pool), and
-// write the outputs. Everything is resumable: a finished slide is skipped from its done record,
-// the tissue mask is written first and reread on a rerun, and tile results come from the journal.
-import { existsSync, mkdirSync } from 'node:fs';
+// write the outputs. Everything is resumable: a finished slide is skipped from its done record when
+// its content and plan are the same, an output added since is made from the kept results, the
+// tissue mask is written first and reread on a rerun, and tile results come from the journal.
 import { join } from 'node:path';
 import sharp from 'sharp';
 import type { ModelMetadataBody, TileClient } from '../tile-client.js';
 import type { CohortSlide } from './cohort.js';
 import { tissueGeoJson } from './geojson.js';
 import { tileGrid } from './grid.js';
-import { fingerprint, SlideRecords } from './identity.js';
-import { runTiles, writeModelOutputs, type ModelPlan, type Progress } from './inference.js';
+import { identityOf, OutFolderError, planChanges, SlideRecords, type SlidePlan } from './identity.js';
+import { journalShape, runTiles, writeModelOutputs, type ModelPlan, type Progress } from './inference.js';
 import { Journal } from './journal.js';
-import { writeFileAtomic } from './outputs.js';
+import { makeDir, writeFileAtomic } from './outputs.js';
 import { heatmapPng, overlayPng } from './pictures.js';
 import type { ReaderPool } from './reader-pool.js';
 import { tileBodies } from './tile-reader.js';
 import { MAX_SLIDE_UM, SlideError } from '../slide/slide.js';
 import { openSlide, unreadable } from '../slide/open.js';
-import { TISSUE_MPP, detectTissue, readOverview, readTissueMask, type TissueMask } from './tissue.js';
+import { TISSUE_MPP, detectTissue, overviewWarning, readOverview, readTissueMask, type TissueMask } from './tissue.js';
 
 /** What every slide of a run shares. */
 export interface SlideRun {
@@ -32,6 +32,9 @@ export interface SlideRun {
   concurrency: number;
   minTissue: number;
   tissueModel: string;
+  tissueSha256: string;
+  /** A finished slide asked again under another plan fails instead of being redone. */
+  noOverwrite: boolean;
   /** Level-0 MPP for slides (--mpp); a manifest's mpp column wins for its slide. */
   mpp?: number;
   heatmap?: string;
@@ -47,6 +50,16 @@ export interface SlideResult {
   skipped: boolean;
   /** The earlier run's seconds, for a skipped slide. */
   seconds?: number;
+  /** Done, but a person should look (the summary's reason). */
+  warnings: string[];
+}
+
+/** The plan a run asks of a slide, its MPP null when it is to come from the slide. */
+function askedPlan(run: SlideRun, entry: CohortSlide): SlidePlan {
+  const { model: meta, plan } = run;
+  const outputs = [...(plan.embedding ? ['features'] : []), ...(plan.prediction ? ['predictions'] : []), 'tissue', 'thumbnail', ...(run.heatmap ? [`heatmap ${run.heatmap}`] : [])];
+  const mppSource = entry.mpp !== undefined ? 'manifest' : run.mpp !== undefined ? '--mpp' : 'slide';
+  return { model: meta.model, version: meta.version, sha256: meta.sha256, tile: meta.tile.width, tileMpp: meta.tile.mpp, minTissue: run.minTissue, tissueModel: run.tissueModel, tissueSha256: run.tissueSha256, mpp: entry.mpp ?? run.mpp ?? null, mppSource, outputs };
 }
 
 export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<SlideResult> {
@@ -56,44 +69,55 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
   if (problem) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${entry.label}: ${problem}`);
   const journalDir = join(run.outDir, '.journal');
   const tissueDir = join(run.outDir, 'tissue');
-  mkdirSync(journalDir, { recursive: true });
-  mkdirSync(tissueDir, { recursive: true });
+  makeDir(journalDir);
+  makeDir(tissueDir);
   const maskPath = join(tissueDir, `${stem}.png`);
   const geojsonPath = join(tissueDir, `${stem}.geojson`);
   const journalPath = join(journalDir, `${stem}.${meta.model}.jsonl`);
   const records = new SlideRecords(journalDir, stem, meta.model);
-  const finished = records.finished(path, () => fingerprint(path));
-  if (finished) return { stem, tiles: finished.tiles, files: finished.files, skipped: true, seconds: finished.seconds };
-  const id = fingerprint(path);
-  records.claim(id, [maskPath, geojsonPath, journalPath]);
+  const sha256 = await records.claim(identityOf(path), [maskPath, geojsonPath, journalPath]);
+  const asked = askedPlan(run, entry);
+  const finished = records.done(sha256);
+  if (finished) {
+    const changes = planChanges(finished.plan, asked);
+    const added = asked.outputs.filter((o) => !finished.plan.outputs.includes(o));
+    if (!changes.length && !added.length) return { stem, tiles: finished.tiles, files: finished.files, skipped: true, seconds: finished.seconds, warnings: [] };
+    if (changes.length && run.noOverwrite) throw new OutFolderError('TILE_ERR_COHORT_PLAN_CHANGED', `${entry.label}: finished in this --out under another plan (${changes.join('; ')}); not redone (--no-overwrite)`);
+    // Not done as now asked until it is: a kill from here on leaves no record to skip it by.
+    records.undone();
+  }
   const started = performance.now();
 
   const slide = await openSlide(path);
   try {
-    const mpp0 = entry.mpp ?? run.mpp ?? slide.mpp;
+    const mpp0 = asked.mpp ?? slide.mpp;
     if (!mpp0) throw new SlideError(slide.mppError ? 'TILE_ERR_SLIDE_MPP_RANGE' : 'TILE_ERR_SLIDE_NO_MPP', slide.mppError ?? `${entry.label}: the slide records no MPP; give it with --mpp`);
     const l0 = slide.levels[0];
     if (l0.width * mpp0 > MAX_SLIDE_UM || l0.height * mpp0 > MAX_SLIDE_UM) {
       throw new SlideError('TILE_ERR_SLIDE_TOO_LARGE', `${entry.label}: ${l0.width}x${l0.height} pixels at ${mpp0} µm/px is ${((l0.width * mpp0) / 1000).toFixed(0)} x ${((l0.height * mpp0) / 1000).toFixed(0)} mm, larger than any glass slide; is the MPP right? (--mpp)`);
     }
+    const warnings = [overviewWarning(slide, mpp0)].filter((w) => w !== null);
     const overview = await readOverview(slide, mpp0);
 
     // Tissue: the mask PNG is the checkpoint of this stage.
+    const tissue = { slide: sha256, model: run.tissueModel, sha256: run.tissueSha256, mpp: mpp0 };
     let mask: TissueMask;
-    if (existsSync(maskPath)) mask = await readTissueMask(maskPath);
+    if (records.tissueMatches(maskPath, tissue)) mask = await readTissueMask(maskPath);
     else {
       mask = await detectTissue(overview, mpp0, run.client, run.tissueModel, stem);
       const scale = TISSUE_MPP / mpp0;
       writeFileAtomic(geojsonPath, JSON.stringify(tissueGeoJson(mask.mask, mask.width, mask.height, scale)));
       const grey = Buffer.from(mask.mask.map((v) => v * 255));
       writeFileAtomic(maskPath, await sharp(grey, { raw: { width: mask.width, height: mask.height, channels: 1 } }).png().toBuffer());
+      records.markTissue(tissue);
     }
 
     const { tile } = meta;
     const tileMpp = tile.mpp;
     const grid = tileGrid(l0.width, l0.height, mpp0, tile.width, tileMpp, mask, run.minTissue);
     if (!grid.tiles.length) throw new SlideError('TILE_ERR_SLIDE_NO_TISSUE', `${entry.label}: no tissue: no ${tile.width} px tile at ${tileMpp} µm/px has a tissue fraction of ${run.minTissue} or more (--min-tissue)`);
-    const journal = Journal.open(journalPath, { model: meta.model, sha256: meta.sha256, path: run.plan.path, extent: grid.extent, tiles: grid.tiles.length, mpp0, slide: id.sha256 });
+    const journalPlan = { model: meta.model, sha256: meta.sha256, path: run.plan.path, extent: grid.extent, tiles: grid.tiles.length, mpp0, slide: sha256, minTissue: run.minTissue, tissue: run.tissueSha256 };
+    const journal = Journal.open(journalPath, journalPlan, journalShape(meta, run.plan, grid.tiles.length));
     try {
       const todo = grid.tiles.filter((t) => !journal.done.has(t.idx));
       const progress = run.onPlan?.(grid.tiles.length, grid.tiles.length - todo.length);
@@ -104,7 +128,7 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
 
       const scale = mpp0 / TISSUE_MPP;
       const thumbDir = join(run.outDir, 'thumbnails');
-      mkdirSync(thumbDir, { recursive: true });
+      makeDir(thumbDir);
       const thumb = join(thumbDir, `${stem}.png`);
       writeFileAtomic(thumb, await overlayPng(overview, mask, grid.tiles, grid.extent, scale));
       files.push(maskPath, geojsonPath, thumb);
@@ -112,14 +136,14 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
         const g = meta.output_genes!.indexOf(run.heatmap); // checked before the run
         const values = grid.tiles.map((t) => journal.done.get(t.idx)!.output[g]);
         const dir = join(run.outDir, `heatmaps_${meta.model}`);
-        mkdirSync(dir, { recursive: true });
+        makeDir(dir);
         const heatmap = join(dir, `${stem}_${run.heatmap}.png`);
         writeFileAtomic(heatmap, await heatmapPng(overview, mask, grid.tiles, values, grid.extent, scale));
         files.push(heatmap);
       }
       const seconds = (performance.now() - started) / 1000;
-      records.markDone({ sha256: id.sha256, tiles: grid.tiles.length, seconds, files });
-      return { stem, tiles: grid.tiles.length, files, skipped: false };
+      records.markDone({ sha256, plan: { ...asked, mpp: mpp0 }, tiles: grid.tiles.length, seconds, files });
+      return { stem, tiles: grid.tiles.length, files, skipped: false, warnings };
     } finally {
       journal.close();
     }

@@ -1,14 +1,15 @@
 // A folder of PNG tiles already cut at the model's size: coordinates from the file names
 // (`..._x1024_y2048.png` or `..._1024_2048.png`) or from a CSV plan with `file,x,y` columns.
-import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import type { ModelMetadataBody, TileClient } from '../tile-client.js';
 import { tileRequestBody, type MadeBody } from '../tile-body.js';
 import { readPngHeader } from '../../tile/png-rules.js';
 import { CodedError, errorLine, type CodesOf } from '../../lib/errors.js';
 import { readHead } from '../../lib/read-head.js';
-import { runTiles, writeModelOutputs, type InferTile, type ModelPlan, type OnTileError, type Progress } from './inference.js';
+import { journalShape, runTiles, writeModelOutputs, type InferTile, type ModelPlan, type OnTileError, type Progress } from './inference.js';
 import { Journal } from './journal.js';
+import { makeDir } from './outputs.js';
 
 export interface TilesJob {
   dir: string;
@@ -56,8 +57,9 @@ export function readPlan(csv: string, path: string): { file: string; x: number; 
   });
 }
 
-/** Posts a folder's tiles. A damaged tile file (refused here or by the service with a 4xx) is
- *  recorded with its reason and the others go on; the outputs hold the tiles that got through. */
+/** Posts a folder's tiles, each with its own size (from its header): a damaged tile file, or one
+ *  the model cannot take (refused here or by the service with a 4xx: another size), is recorded
+ *  with its reason and the others go on; the outputs hold the tiles that got through. */
 export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles: number; files: string[]; failed: FailedTile[] }> {
   const stem = basename(resolve(job.dir));
   const entries = job.tilePlan
@@ -83,10 +85,8 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
       return null;
     }
   });
-  // The tiles' size, as the first readable header says.
-  const size: { width: number; height: number } = headers.find((h) => h) ?? meta.tile;
-  mkdirSync(join(job.outDir, '.journal'), { recursive: true });
-  const journal = Journal.open(join(job.outDir, '.journal', `${stem}.${meta.model}.jsonl`), { model: meta.model, sha256: meta.sha256, path: plan.path, files: entries.map((e) => e.file) });
+  makeDir(join(job.outDir, '.journal'));
+  const journal = Journal.open(join(job.outDir, '.journal', `${stem}.${meta.model}.jsonl`), { model: meta.model, sha256: meta.sha256, path: plan.path, files: entries.map((e) => e.file) }, journalShape(meta, plan, tiles.length));
   try {
     const todo = tiles.filter((t) => !journal.done.has(t.idx) && !failed.has(t.idx));
     const progress = job.onPlan?.(tiles.length - failed.size, tiles.length - failed.size - todo.length);
@@ -94,7 +94,8 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
     async function* bodies() {
       for (const tile of todo) {
         const png = readFileSync(join(job.dir, entries[tile.idx].file));
-        const fields = { slide_name: stem, x: tile.x, y: tile.y, width: size.width, height: size.height, patch_idx: tile.idx, resolution };
+        const { width, height } = headers[tile.idx]!;
+        const fields = { slide_name: stem, x: tile.x, y: tile.y, width, height, patch_idx: tile.idx, resolution };
         const body: MadeBody = job.pngBodies ? { type: 'image/png', bytes: png, fields } : { type: 'application/json', bytes: tileRequestBody(png, fields), fields };
         yield { tile, body };
       }
@@ -107,7 +108,7 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
     };
     await runTiles(job.client, plan, bodies(), journal, job.concurrency, progress, onTileError);
     const good = tiles.filter((t) => journal.done.has(t.idx));
-    const files = good.length ? await writeModelOutputs(job.outDir, stem, meta, plan, good, journal, { patch_size: size.width, target_mpp: resolution }) : [];
+    const files = good.length ? await writeModelOutputs(job.outDir, stem, meta, plan, good, journal, { patch_size: meta.tile.width, target_mpp: resolution }) : [];
     return { stem, tiles: good.length, files, failed: [...failed.values()] };
   } finally {
     journal.close();

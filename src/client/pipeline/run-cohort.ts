@@ -25,7 +25,7 @@ export async function runCohort(run: SlideRun, cohort: CohortSlide[], inFlight: 
         try {
           const r = await processSlide(run, entry);
           const seconds = r.seconds ?? (performance.now() - started) / 1000;
-          summary.record({ slide: entry.label, status: 'done', tiles: r.tiles, seconds, reason: '' });
+          summary.record({ slide: entry.label, status: 'done', tiles: r.tiles, seconds, reason: r.warnings.join('; ') });
           progress.slideDone(r.skipped ? `${entry.label}: finished before (${r.tiles} tiles); skipped` : `${entry.label}: ${r.tiles} tiles in ${seconds.toFixed(1)} s, ${client.retries - retries} retries; wrote ${r.files.join(', ')}`);
         } catch (err) {
           summary.record({ slide: entry.label, status: 'failed', tiles: 0, seconds: (performance.now() - started) / 1000, reason: errorLine(err as Error) });

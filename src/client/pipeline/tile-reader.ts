@@ -3,7 +3,7 @@
 // once each, as soon as a chunk needs them, and dropped after the last chunk that needs them.
 import { planBands, TILES_PER_BAND, type BandView } from '../slide/bands.js';
 import { tileRegion } from '../slide/region.js';
-import type { Region, Slide } from '../slide/slide.js';
+import { SlideError, type Region, type Slide } from '../slide/slide.js';
 import type { ReaderPool } from './reader-pool.js';
 import type { MadeBody, TileFields } from '../tile-body.js';
 
@@ -23,6 +23,10 @@ export interface TileBody<T> {
   body: MadeBody;
   release?: () => void;
 }
+
+/** A read that failed on a reader thread (whose errors arrive as plain Errors): the slide, the
+ *  level and what the thread said (the TIFF tile, the decoder's reason). */
+const unreadable = (slide: Slide, level: number, err: Error) => new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${slide.path}: level ${level}: ${err.message}`);
 
 export async function* tileBodies<T extends TileAt>(
   pool: ReaderPool,
@@ -57,7 +61,10 @@ export async function* tileBodies<T extends TileAt>(
         // Every band of the level takes a buffer of a whole band's size, so that buffers are
         // reused across bands, rows and slides with the same tiles.
         const data = pool.bandBuffer(TILES_PER_BAND * job.tileWidth * job.tileHeight * 3);
-        await pool.decode({ job, into: data });
+        await pool.decode({ job, into: data }).catch((err: Error) => {
+          pool.releaseBand(data);
+          throw unreadable(slide, level, err);
+        });
         return { data, left: job.left, top: job.top, width: job.width, height: job.height, stride: job.tiles * job.tileWidth * 3 };
       })();
       decoded.set(b, view);
@@ -68,13 +75,17 @@ export async function* tileBodies<T extends TileAt>(
   const start = async (k: number) => {
     const chunk = chunks[k];
     const bands = plan ? await Promise.all(plan.uses[k].map(band)) : undefined;
-    const result = await pool.bodies({
-      type,
-      size,
-      tiles: chunk.map((p) => ({ region: p.region, fields: p.fields })),
-      bands,
-      openslide: plan ? undefined : { path: slide.path, level },
-    });
+    const result = await pool
+      .bodies({
+        type,
+        size,
+        tiles: chunk.map((p) => ({ region: p.region, fields: p.fields })),
+        bands,
+        openslide: plan ? undefined : { path: slide.path, level },
+      })
+      .catch((err: Error) => {
+        throw unreadable(slide, level, err);
+      });
     for (const b of plan?.uses[k] ?? []) {
       if (--users[b] > 0) continue;
       pool.releaseBand((await decoded.get(b)!).data);

@@ -30,6 +30,16 @@ export async function readOverview(slide: Slide, mpp0: number): Promise<Overview
   return { width, height, rgb: await slide.overview(bestLevel(slide, TISSUE_MPP / mpp0), width, height) };
 }
 
+/** A slide whose smallest level is far finer than TISSUE_MPP (an overview level missing: not
+ *  written, or lost from a file cut short) gets its overview by a large reduction, and a tissue
+ *  mask unlike the one its overview level would give: said in the summary. */
+export function overviewWarning(slide: Slide, mpp0: number): string | null {
+  const level = bestLevel(slide, TISSUE_MPP / mpp0);
+  const mpp = slide.levels[level].downsample * mpp0;
+  if (mpp * 3 >= TISSUE_MPP) return null;
+  return `warning: no pyramid level near ${TISSUE_MPP} µm/px (the coarsest is level ${level}, ${Number(mpp.toPrecision(3))} µm/px): the tissue overview was reduced ${Math.round(TISSUE_MPP / mpp)}x from it; a missing overview level changes the tissue mask`;
+}
+
 /** Runs the tissue model over the overview, tile by tile (white glass past the edges). */
 export async function detectTissue(overview: Overview, mpp0: number, client: TileClient, model: string, slideName: string): Promise<TissueMask> {
   const { width, height } = overview;

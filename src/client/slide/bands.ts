@@ -110,11 +110,11 @@ function readStream(job: BandJob, k: number): Buffer {
   const [offset, length] = [ranges[k * 2], ranges[k * 2 + 1]];
   // A tile's stream is smaller than its pixels: a length past that is a damaged file, not a
   // size to allocate.
-  if (!(length >= 4 && length <= job.tileWidth * job.tileHeight * 3 + 65536)) throw new Error(`tile ${k} of the band: a JPEG stream of ${length} bytes`);
+  if (!(length >= 4 && length <= job.tileWidth * job.tileHeight * 3 + 65536)) throw new Error(`a JPEG stream of ${length} bytes`);
   const head = tables ? tables.length - 4 : 0;
   if (scratch.length < head + length) scratch = Buffer.allocUnsafe(2 * (head + length));
-  if (readSync(fileOf(job.path), scratch, head, length, offset) !== length) throw new Error(`tile ${k} of the band: the file ends before its JPEG stream does`);
-  if (scratch[head] !== 0xff || scratch[head + 1] !== 0xd8) throw new Error(`tile ${k} of the band: not a JPEG stream`);
+  if (readSync(fileOf(job.path), scratch, head, length, offset) !== length) throw new Error('the file ends before its JPEG stream does (a file cut short)');
+  if (scratch[head] !== 0xff || scratch[head + 1] !== 0xd8) throw new Error('not a JPEG stream');
   if (tables) scratch.set(tables.subarray(0, tables.length - 2), 0);
   return scratch.subarray(0, head + length);
 }
@@ -124,19 +124,30 @@ function readStream(job: BandJob, k: number): Buffer {
  *  libvips' TIFF reader. */
 export async function decodeBand(job: BandJob, into: Uint8Array): Promise<void> {
   const stride = job.tiles * job.tileWidth * 3;
+  const tx0 = Math.floor(job.left / job.tileWidth);
+  const ty = Math.floor(job.top / job.tileHeight);
   if (job.jpeg && hasTurboJpeg()) {
     const expected = job.jpeg.colorspace === 'ycbcr' ? JPEG_YCBCR : JPEG_RGB;
     let k = 0;
     for (; k < job.tiles; k++) {
-      const stream = readStream(job, k);
-      // libvips takes the colour space from the TIFF's tags, libjpeg from the stream's markers:
-      // where they differ, libvips decodes the band, as it did before.
-      if (jpegHeader(stream).colorspace !== expected) break;
-      decodeJpegInto(stream, into.subarray(k * job.tileWidth * 3), job.tileWidth, job.tileHeight, stride);
+      try {
+        const stream = readStream(job, k);
+        // libvips takes the colour space from the TIFF's tags, libjpeg from the stream's markers:
+        // where they differ, libvips decodes the band, as it did before.
+        if (jpegHeader(stream).colorspace !== expected) break;
+        decodeJpegInto(stream, into.subarray(k * job.tileWidth * 3), job.tileWidth, job.tileHeight, stride);
+      } catch (err) {
+        throw new Error(`TIFF tile column ${tx0 + k}, row ${ty} (directory ${job.page}): ${(err as Error).message}`);
+      }
     }
     if (k === job.tiles) return;
   }
-  const data = await sharp(job.path, { page: job.page, limitInputPixels: false }).extract({ left: job.left, top: job.top, width: job.width, height: job.height }).removeAlpha().raw().toBuffer();
+  let data: Buffer;
+  try {
+    data = await sharp(job.path, { page: job.page, limitInputPixels: false }).extract({ left: job.left, top: job.top, width: job.width, height: job.height }).removeAlpha().raw().toBuffer();
+  } catch (err) {
+    throw new Error(`TIFF tiles columns ${tx0} to ${tx0 + job.tiles - 1}, row ${ty} (directory ${job.page}): ${(err as Error).message}`);
+  }
   const row = job.width * 3;
   for (let y = 0; y < job.height; y++) data.copy(into, y * stride, y * row, (y + 1) * row);
 }

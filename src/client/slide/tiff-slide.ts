@@ -3,6 +3,7 @@
 // TIFF tiles of one tile row (bands.ts, on the reader pool): JPEG tiles by libturbojpeg when it is
 // installed, anything else by libvips' own TIFF reader in sharp. The overview is streamed through
 // libvips, so no whole level is ever held in memory.
+import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { fromFile, type GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp from 'sharp';
 import { JPEG } from './bands.js';
@@ -41,6 +42,37 @@ async function resolutionMpp(image: GeoTIFFImage): Promise<{ mpp: number; source
   return { mpp: (unit === 3 ? 10000 : 25400) / xres, source };
 }
 
+/** Where a TIFF (by its header) ends too soon: a directory past its end (a reader would stop
+ *  there silently, with levels missing), or null. */
+function cutDirectories(path: string, size: number): string | null {
+  const fd = openSync(path, 'r');
+  try {
+    const head = Buffer.alloc(16);
+    readSync(fd, head, 0, 16, 0);
+    const order = head.toString('latin1', 0, 2);
+    if (order !== 'II' && order !== 'MM') return null;
+    const le = order === 'II';
+    const big = (le ? head.readUInt16LE(2) : head.readUInt16BE(2)) === 43;
+    const u = (b: Buffer, at: number, bytes: number) => (bytes === 8 ? Number(le ? b.readBigUInt64LE(at) : b.readBigUInt64BE(at)) : bytes === 4 ? (le ? b.readUInt32LE(at) : b.readUInt32BE(at)) : le ? b.readUInt16LE(at) : b.readUInt16BE(at));
+    const [countBytes, entryBytes, pointer] = big ? [8, 20, 8] : [2, 12, 4];
+    let at = u(head, big ? 8 : 4, pointer);
+    const buf = Buffer.alloc(8);
+    for (let k = 0; at !== 0 && k < 100_000; k++) {
+      if (at + countBytes > size) return `directory ${k} starts at byte ${at}`;
+      readSync(fd, buf, 0, countBytes, at);
+      const end = at + countBytes + u(buf, 0, countBytes) * entryBytes + pointer;
+      if (end > size) return `directory ${k} ends at byte ${end}`;
+      readSync(fd, buf, 0, pointer, end - pointer);
+      at = u(buf, 0, pointer);
+    }
+    return null;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+const truncated = (path: string, size: number, where: string) => new SlideError('TILE_ERR_SLIDE_TRUNCATED', `${path}: the file is cut short: it is ${size} bytes, and ${where}; copy it again`);
+
 interface Level extends SlideLevel {
   /** The level's directory in the file (libvips' `page`). */
   page: number;
@@ -74,6 +106,9 @@ export class TiffSlide implements Slide {
   }
 
   static async open(path: string): Promise<TiffSlide> {
+    const size = statSync(path).size;
+    const cut = cutDirectories(path, size);
+    if (cut) throw truncated(path, size, cut);
     let tiff: GeoTIFF;
     let images: GeoTIFFImage[];
     try {
@@ -122,7 +157,15 @@ export class TiffSlide implements Slide {
     const aperio = aperioMpp(description);
     const found = aperio !== null ? { mpp: aperio, source: `the ImageDescription's MPP = ${aperio}` } : await resolutionMpp(base);
     const mpp = found ? checkedMpp(found.mpp, found.source, path) : { mpp: null, error: null };
-    return new TiffSlide(path, tiff, pyramid, mpp.mpp, mpp.error);
+    const slide = new TiffSlide(path, tiff, pyramid, mpp.mpp, mpp.error);
+    // Every level's tiles in the file: a copy cut short is said so, not found tile by tile.
+    for (const l of pyramid) {
+      const { offsets, counts } = await slide.ranges(l);
+      let end = 0;
+      for (let i = 0; i < offsets.length; i++) end = Math.max(end, Number(offsets[i]) + Number(counts[i]));
+      if (end > size) throw truncated(path, size, `level ${pyramid.indexOf(l)}'s tiles (directory ${l.page}) run to byte ${end}`);
+    }
+    return slide;
   }
 
   bandSource(level: number): BandSource {

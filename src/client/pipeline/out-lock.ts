@@ -1,0 +1,55 @@
+// One writer per output folder (per shard): OUT/tile-infer.lock (tile-infer.I-of-C.lock for a
+// shard) names the host, pid and start time of the run that holds it, as TRIDENT's lock files do.
+// It is made with O_EXCL, so of two runs started together one gets it and the other fails at once;
+// a lock left by a process that is gone (killed, on this host) is taken over with a note; the
+// holder removes it when it exits.
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { Shard } from './cohort.js';
+import { OutputError, writeFailed } from './outputs.js';
+import { pidGone } from '../../lib/pid.js';
+
+interface Holder {
+  host: string;
+  pid: number;
+  started: string;
+  command: string;
+}
+
+/** Takes `outDir`'s lock for this process, or throws TILE_ERR_OUTPUT_LOCKED naming its holder.
+ *  `note` hears about a stale lock taken over. */
+export function lockOutput(outDir: string, shard: Shard | null, note: (line: string) => void): { path: string; release: () => void } {
+  const path = join(outDir, shard ? `tile-infer.${shard.index}-of-${shard.count}.lock` : 'tile-infer.lock');
+  const me: Holder = { host: hostname(), pid: process.pid, started: new Date().toISOString(), command: process.argv.slice(2).join(' ') };
+  for (let attempt = 0; ; attempt++) {
+    try {
+      writeFileSync(path, JSON.stringify(me) + '\n', { flag: 'wx' });
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw writeFailed(path, err);
+    }
+    let holder: Holder | null = null;
+    try {
+      holder = JSON.parse(readFileSync(path, 'utf8')) as Holder;
+    } catch {
+      // Being written by its holder this instant, or removed: look again.
+    }
+    const stale = holder && holder.host === me.host && pidGone(holder.pid);
+    if (stale && attempt < 3) {
+      note(`${path}: taking over the lock of pid ${holder!.pid} (started ${holder!.started}), which is gone`);
+      rmSync(path, { force: true });
+      continue;
+    }
+    if (!holder && attempt < 3) continue;
+    const who = holder ? `pid ${holder.pid} on ${holder.host}, started ${holder.started}` : 'a run whose lock file cannot be read';
+    throw new OutputError('TILE_ERR_OUTPUT_LOCKED', `${outDir} is being written by another tile-infer (${who}; ${path}): wait for it, or use another --out; if that run is gone from another host, remove the lock file`);
+  }
+  let held = true;
+  const release = () => {
+    if (held) rmSync(path, { force: true });
+    held = false;
+  };
+  process.once('exit', release);
+  return { path, release };
+}
