@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import type { ModelState, ModelView, WorkerInfo } from '../src/ipc/protocol.js';
 import type { ModelEntry, ServiceConfig } from '../src/config/config.js';
 import type { GpuInfo } from '../src/gpu/nvidia-smi.js';
-import { WorkerLifeCycle, type WorkerExit } from './worker-life-cycle.js';
+import { WorkerLifeCycle, type Outside, type WorkerExit } from './worker-life-cycle.js';
 
 export interface PoolOptions {
   entry: ModelEntry;
@@ -20,17 +20,24 @@ export interface PoolOptions {
   /** Any instance changed state. */
   onChange: () => void;
   onExit: (exit: WorkerExit) => void;
+  /** Default: real processes and time. */
+  outside?: Outside;
 }
 
 export class ModelPool {
-  workers: WorkerLifeCycle[];
+  /** The serving instance of each slot; a reload swaps them one at a time. */
+  readonly #workers: WorkerLifeCycle[];
   private reloads = 0;
   /** The replacement a reload is loading: not serving yet, but a process to stop with the rest. */
   private candidate: WorkerLifeCycle | null = null;
   private stopping = false;
 
   constructor(private readonly options: PoolOptions) {
-    this.workers = options.gpus.map((gpu, instance) => this.createWorker(instance, gpu, true));
+    this.#workers = options.gpus.map((gpu, instance) => this.createWorker(instance, gpu, true));
+  }
+
+  get workers(): readonly WorkerLifeCycle[] {
+    return this.#workers;
   }
 
   get name(): string {
@@ -87,11 +94,11 @@ export class ModelPool {
       if (this.stopping) return;
       if (!loaded) {
         this.options.logger.error({ model: this.name, instance: i, reason: next.lastError }, 'reload: replacement failed to load; keeping the running worker');
-        old.lastError = `reload failed: ${next.lastError}`;
+        old.replacementFailed(next.lastError);
         continue;
       }
-      next.autoRestart = true;
-      this.workers[i] = next;
+      next.promote();
+      this.#workers[i] = next;
       this.options.onChange();
       await old.stop(this.options.config.supervisor.shutdown_grace_ms);
     }
@@ -121,6 +128,7 @@ export class ModelPool {
       config: config.supervisor,
       logger: this.options.logger,
       autoRestart,
+      outside: this.options.outside,
     });
     worker.on('change', this.options.onChange);
     worker.on('exit', this.options.onExit);

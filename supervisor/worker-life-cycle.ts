@@ -1,12 +1,14 @@
 // The life cycle of one model instance's worker process (TorchServe's WorkerLifeCycle): fork,
 // state, heartbeats, restarts with backoff, the `failed` state for a package that cannot load,
 // probes, and the tail of its output. Requests never pass through here: fronts send tiles to the
-// worker's own socket.
-import { fork, type ChildProcess } from 'node:child_process';
+// worker's own socket. What reaches outside the process (fork, the clock and timers) comes in
+// through `Outside`, so that tests run it in-process in milliseconds.
+import { fork } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import type { Readable } from 'node:stream';
 import type { Logger } from 'pino';
 import type { InstanceState, InstanceView, WorkerControl, WorkerInfo, WorkerReport } from '../src/ipc/protocol.js';
 import { workerEnv, type WorkerConfig } from '../src/ipc/fork-config.js';
@@ -15,17 +17,49 @@ import type { ModelEntry, ServiceConfig } from '../src/config/config.js';
 import type { ErrorCode } from '../src/lib/errors.js';
 import type { GpuInfo } from '../src/gpu/nvidia-smi.js';
 import { pciAddress, pinningEnv } from '../src/gpu/pinning.js';
+import { systemClock, type Clock, type Timer } from './clock.js';
+import { classifyExit, describeExit, type ExitCause, type Verdict } from './exit-cause.js';
 import { RestartPolicy } from './restart-policy.js';
 import { TILE_PROCESS_EXEC_ARGV } from './v8-flags.js';
 
 const WORKER_ENTRY = new URL('../src/worker/main.js', import.meta.url);
 const TAIL_LINES = 100;
-const DEVICE_FAULT = 'device fault';
 /** How long a worker that reported a device fault has to answer what it holds and exit. */
-const FAULT_EXIT_MS = 5000;
-/** Signals the service never sends itself: a worker ended by one was killed from outside (an
- *  operator, the OOM killer), so its requests in flight were innocent. */
-const EXTERNAL_SIGNALS = new Set(['SIGKILL', 'SIGTERM', 'SIGINT', 'SIGQUIT', 'SIGHUP']);
+export const FAULT_EXIT_MS = 5000;
+
+/** What the life cycle needs of a worker process (a ChildProcess forked with an IPC channel). */
+export interface WorkerProcess {
+  readonly pid?: number;
+  readonly connected: boolean;
+  readonly exitCode: number | null;
+  readonly signalCode: NodeJS.Signals | null;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+  send(message: WorkerControl): boolean;
+  kill(signal: NodeJS.Signals): boolean;
+  on(event: 'message', listener: (message: WorkerReport) => void): this;
+  on(event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
+  on(event: 'error', listener: (err: Error) => void): this;
+  once(event: 'exit', listener: () => void): this;
+}
+
+/** What the life cycle reaches outside the process. */
+export interface Outside {
+  /** Starts a worker process with this environment. */
+  fork(env: NodeJS.ProcessEnv): WorkerProcess;
+  clock: Clock;
+}
+
+export const realOutside: Outside = {
+  fork: (env) =>
+    fork(WORKER_ENTRY, [], {
+      serialization: 'advanced',
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      execArgv: TILE_PROCESS_EXEC_ARGV,
+      env,
+    }),
+  clock: systemClock,
+};
 
 export interface WorkerLifeCycleOptions {
   model: string;
@@ -46,6 +80,8 @@ export interface WorkerLifeCycleOptions {
   logger: Logger;
   /** Restart after an exit; off for a reload candidate until it proves it loads. */
   autoRestart: boolean;
+  /** Default: real processes and time. */
+  outside?: Outside;
 }
 
 export interface WorkerExit {
@@ -61,34 +97,40 @@ export interface WorkerExit {
   stderr_tail: string[];
 }
 
+/** One worker's life cycle. Its state changes only through its own methods: the pool starts,
+ *  promotes, retries and stops it, and reads the rest. */
 export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [WorkerExit]; change: [] }> {
-  state: InstanceState = 'loading';
-  info: WorkerInfo | null = null;
-  restarts = 0;
-  lastError: string | null = null;
-  lastExit: WorkerExit | null = null;
-  autoRestart: boolean;
-  readonly tail: string[] = [];
-  private child: ChildProcess | null = null;
+  #state: InstanceState = 'loading';
+  #info: WorkerInfo | null = null;
+  #restarts = 0;
+  #lastError: string | null = null;
+  #lastExit: WorkerExit | null = null;
+  #autoRestart: boolean;
+  readonly #tail: string[] = [];
+  private child: WorkerProcess | null = null;
   private generation = 0;
   private startedAt = 0;
   private lastBeat = 0;
   private readonly probes = new RequestReply<Record<string, unknown>>();
   private readonly policy: RestartPolicy;
   /** Why the current process is about to exit, when we know better than its exit code. */
-  private exitReason: string | null = null;
+  private verdict: Verdict | null = null;
   /** The package is at fault: wait for its files to change (or a slow retry, or SIGHUP). */
   private packageFault = false;
   /** The code of the last load failure (TILE_ERR_PACKAGE_*, TILE_ERR_MODEL_LOAD), for the log. */
   private loadErrorCode: ErrorCode | null = null;
-  private watchdog: NodeJS.Timeout | null = null;
-  private restartTimer: NodeJS.Timeout | null = null;
-  private faultKill: NodeJS.Timeout | undefined;
+  private watchdog: Timer | null = null;
+  private restartTimer: Timer | null = null;
+  private faultKill: Timer | undefined;
   private readonly log: Logger;
+  private readonly outside: Outside;
+  private readonly clock: Clock;
 
   constructor(private readonly options: WorkerLifeCycleOptions) {
     super();
-    this.autoRestart = options.autoRestart;
+    this.#autoRestart = options.autoRestart;
+    this.outside = options.outside ?? realOutside;
+    this.clock = this.outside.clock;
     this.log = options.logger.child({ model: options.model, instance: options.instance });
     this.policy = new RestartPolicy({
       initialDelayMs: options.config.restart_initial_delay_ms,
@@ -113,11 +155,31 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     return this.child?.pid ?? null;
   }
   get uptimeMs(): number {
-    return this.child ? Date.now() - this.startedAt : 0;
+    return this.child ? this.clock.now() - this.startedAt : 0;
+  }
+  get state(): InstanceState {
+    return this.#state;
+  }
+  /** What the worker said of itself when it became ready; null while it has no ready process. */
+  get info(): WorkerInfo | null {
+    return this.#info;
+  }
+  get restarts(): number {
+    return this.#restarts;
+  }
+  get lastError(): string | null {
+    return this.#lastError;
+  }
+  get lastExit(): WorkerExit | null {
+    return this.#lastExit;
+  }
+  /** The last lines of the worker's output and logs. */
+  get tail(): readonly string[] {
+    return this.#tail;
   }
 
   start(): void {
-    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.clock.clear(this.restartTimer);
     this.restartTimer = null;
     const socket = this.options.socketPath(this.generation++);
     const config: WorkerConfig = {
@@ -135,31 +197,26 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       batchShapes: this.options.batchShapes,
       socket,
     };
-    const child = fork(WORKER_ENTRY, [], {
-      serialization: 'advanced',
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-      execArgv: TILE_PROCESS_EXEC_ARGV,
-      env: { ...process.env, ...pinningEnv(this.options.gpu, this.options.gpuInfo), ...workerEnv(config), UV_THREADPOOL_SIZE: String(config.decodeThreads) },
-    });
+    const child = this.outside.fork({ ...process.env, ...pinningEnv(this.options.gpu, this.options.gpuInfo), ...workerEnv(config), UV_THREADPOOL_SIZE: String(config.decodeThreads) });
     this.child = child;
     this.packageFault = false;
     this.loadErrorCode = null;
     this.setState('loading');
-    this.startedAt = Date.now();
-    this.lastBeat = Date.now();
+    this.startedAt = this.clock.now();
+    this.lastBeat = this.clock.now();
     this.log.debug({ workerPid: child.pid, gpu: this.options.gpu }, 'worker forked');
     createInterface({ input: child.stdout! }).on('line', (line) => this.record('stdout', line, 'info'));
     createInterface({ input: child.stderr! }).on('line', (line) => this.record('stderr', line, 'warn'));
     child.on('message', (message: WorkerReport) => this.onReport(message));
     child.on('exit', (code, signal) => this.onExit(child, code, signal));
     child.on('error', (err) => this.log.error({ err }, 'worker process error'));
-    this.watchdog ??= setInterval(() => this.checkHeartbeat(), this.options.config.heartbeat_interval_ms);
+    this.watchdog ??= this.clock.setInterval(() => this.checkHeartbeat(), this.options.config.heartbeat_interval_ms);
   }
 
   /** The worker's own probe, or an error entry when it does not answer in time. */
   async probe(timeoutMs: number): Promise<Record<string, unknown>> {
     const child = this.child;
-    if (!child?.connected || (this.state !== 'ready' && this.state !== 'loading')) return { error: `worker is ${this.state}` };
+    if (!child?.connected || (this.#state !== 'ready' && this.#state !== 'loading')) return { error: `worker is ${this.#state}` };
     return this.probes
       .request((id) => child.send({ type: 'probe', id } satisfies WorkerControl), { ms: timeoutMs, error: () => new Error(`worker did not answer its probe within ${timeoutMs} ms`) })
       .catch((err: Error) => ({ error: err.message }));
@@ -167,13 +224,23 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
 
   /** A failed instance tries again now (SIGHUP, changed files). */
   retryNow(): void {
-    if (this.state === 'failed') this.start();
+    if (this.#state === 'failed') this.start();
+  }
+
+  /** A reload candidate that loaded takes its instance's place: from now on it is restarted. */
+  promote(): void {
+    this.#autoRestart = true;
+  }
+
+  /** A replacement for this instance failed to load: this one keeps serving, and says why. */
+  replacementFailed(reason: string | null): void {
+    this.#lastError = `reload failed: ${reason}`;
   }
 
   /** Lets requests in flight finish (up to graceMs), then stops the process for good. */
   async stop(graceMs: number): Promise<void> {
-    this.autoRestart = false;
-    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.#autoRestart = false;
+    this.clock.clear(this.restartTimer);
     const child = this.child;
     if (!child) {
       this.setState('stopped');
@@ -184,32 +251,32 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     const exited = new Promise<void>((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', () => resolve())));
     // The worker answers every tile it has, then exits; fronts route new tiles elsewhere.
     if (child.connected) child.send({ type: 'stop' } satisfies WorkerControl);
-    const killer = setTimeout(() => child.kill('SIGKILL'), Math.max(1000, graceMs));
+    const killer = this.clock.setTimeout(() => child.kill('SIGKILL'), Math.max(1000, graceMs));
     await exited;
-    clearTimeout(killer);
+    this.clock.clear(killer);
   }
 
   private setState(state: InstanceState): void {
-    if (this.state === state) return;
-    this.state = state;
+    if (this.#state === state) return;
+    this.#state = state;
     this.emit('change');
   }
 
   private record(stream: 'stdout' | 'stderr' | 'log', line: string, level: 'info' | 'warn' | 'error'): void {
-    this.tail.push(`${new Date().toISOString()} ${stream} ${line}`);
-    if (this.tail.length > TAIL_LINES) this.tail.shift();
+    this.#tail.push(`${new Date(this.clock.now()).toISOString()} ${stream} ${line}`);
+    if (this.#tail.length > TAIL_LINES) this.#tail.shift();
     this.log[level]({ workerPid: this.pid, stream }, line);
   }
 
   private onReport(message: WorkerReport): void {
     switch (message.type) {
       case 'heartbeat':
-        this.lastBeat = Date.now();
+        this.lastBeat = this.clock.now();
         return;
       case 'ready': {
         const { info } = message;
-        this.info = info;
-        this.lastBeat = Date.now();
+        this.#info = info;
+        this.lastBeat = this.clock.now();
         this.log.info(
           {
             workerPid: info.pid,
@@ -230,13 +297,13 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       case 'device-fault':
         // Not ready at once: fronts stop routing here. The worker answers what it holds and exits;
         // if it cannot (a run that never returns), it is killed.
-        this.exitReason = `${DEVICE_FAULT}: ${message.reason}`;
+        this.verdict = { kind: 'device-fault', reason: message.reason };
         this.log.error({ workerPid: this.pid, errorCode: 'TILE_ERR_MODEL_DEVICE_FAULT', reason: message.reason }, 'worker device fault; restarting it');
         this.setState('restarting');
-        this.faultKill = setTimeout(() => this.child?.kill('SIGKILL'), FAULT_EXIT_MS);
+        this.faultKill = this.clock.setTimeout(() => this.child?.kill('SIGKILL'), FAULT_EXIT_MS);
         return;
       case 'load-failed':
-        this.exitReason = `load failed: ${message.reason}`;
+        this.verdict = { kind: 'load-failed', reason: message.reason };
         this.packageFault = message.packageFault;
         this.loadErrorCode = message.code;
         return;
@@ -248,46 +315,57 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     }
   }
 
-  private onExit(child: ChildProcess, code: number | null, signal: string | null): void {
+  private onExit(child: WorkerProcess, code: number | null, signal: string | null): void {
     if (child !== this.child) return;
-    clearTimeout(this.faultKill);
-    const uptime = Date.now() - this.startedAt;
-    const ours = this.exitReason !== null || this.state === 'stopping';
+    this.clock.clear(this.faultKill);
+    const uptime = this.clock.now() - this.startedAt;
+    const stopping = this.#state === 'stopping';
+    const cause = classifyExit(this.verdict, stopping, code, signal);
     this.child = null;
-    this.info = null;
-    const stderr = this.tail.filter((line) => line.includes(' stderr ')).slice(-5);
-    const external = !ours && signal !== null && EXTERNAL_SIGNALS.has(signal);
-    this.lastExit = { pid: child.pid ?? null, code, signal, at: new Date().toISOString(), external, device_fault: this.exitReason?.startsWith(DEVICE_FAULT) ?? false, stderr_tail: stderr };
-    if (this.state !== 'stopping') this.lastError = this.exitReason ?? `exited with ${signal ? `signal ${signal}` : `code ${code}`}`;
-    this.exitReason = null;
+    this.#info = null;
+    this.verdict = null;
+    this.#lastExit = this.exitRecord(child, code, signal, cause);
+    if (!stopping) this.#lastError = describeExit(cause);
     this.probes.rejectAll(() => new Error('worker exited'));
-    this.emit('exit', this.lastExit);
-    if (!this.autoRestart) {
+    this.emit('exit', this.#lastExit);
+    if (!this.#autoRestart) {
       this.setState('stopped');
       this.clearWatchdog();
       return;
     }
-    this.restarts++;
+    this.#restarts++;
     if (this.packageFault) return this.fail();
     const delay = this.policy.nextDelay(uptime);
-    this.log.warn({ code, signal, uptimeMs: uptime, restartInMs: delay, reason: this.lastError, errorCode: this.loadErrorCode ?? undefined }, 'worker exited; restarting');
+    this.log.warn({ code, signal, uptimeMs: uptime, restartInMs: delay, reason: this.#lastError, errorCode: this.loadErrorCode ?? undefined }, 'worker exited; restarting');
     this.setState('restarting');
-    this.restartTimer = setTimeout(() => this.start(), delay);
+    this.restartTimer = this.clock.setTimeout(() => this.start(), delay);
+  }
+
+  private exitRecord(child: WorkerProcess, code: number | null, signal: string | null, cause: ExitCause): WorkerExit {
+    return {
+      pid: child.pid ?? null,
+      code,
+      signal,
+      at: new Date(this.clock.now()).toISOString(),
+      external: cause.kind === 'external',
+      device_fault: cause.kind === 'device-fault',
+      stderr_tail: this.#tail.filter((line) => line.includes(' stderr ')).slice(-5),
+    };
   }
 
   /** The package cannot load: retried when its files change, on SIGHUP, or after a long wait. */
   private fail(): void {
     const { failed_retry_ms, package_poll_ms } = this.options.config;
-    this.log.error({ errorCode: this.loadErrorCode, reason: this.lastError, retryInMs: failed_retry_ms }, 'model failed to load; waiting for its files to change, SIGHUP, or the retry');
+    this.log.error({ errorCode: this.loadErrorCode, reason: this.#lastError, retryInMs: failed_retry_ms }, 'model failed to load; waiting for its files to change, SIGHUP, or the retry');
     this.setState('failed');
     const seen = this.packageStamp();
-    const since = Date.now();
+    const since = this.clock.now();
     const check = () => {
-      if (this.state !== 'failed') return;
-      if (this.packageStamp() !== seen || Date.now() - since >= failed_retry_ms) return this.start();
-      this.restartTimer = setTimeout(check, package_poll_ms);
+      if (this.#state !== 'failed') return;
+      if (this.packageStamp() !== seen || this.clock.now() - since >= failed_retry_ms) return this.start();
+      this.restartTimer = this.clock.setTimeout(check, package_poll_ms);
     };
-    this.restartTimer = setTimeout(check, package_poll_ms);
+    this.restartTimer = this.clock.setTimeout(check, package_poll_ms);
   }
 
   /** Names, sizes and times of the package's files: changes when anything in it does. */
@@ -308,64 +386,66 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
   private checkHeartbeat(): void {
     if (!this.child) return;
     const { heartbeat_timeout_ms, load_timeout_ms } = this.options.config;
-    if (this.state === 'loading' && Date.now() - this.startedAt > load_timeout_ms) {
+    const now = this.clock.now();
+    if (this.#state === 'loading' && now - this.startedAt > load_timeout_ms) {
       this.kill(`still loading after ${load_timeout_ms} ms; killed`);
-    } else if (this.state === 'ready' && Date.now() - this.lastBeat > heartbeat_timeout_ms) {
-      this.kill(`no heartbeat for ${Date.now() - this.lastBeat} ms; killed`);
+    } else if (this.#state === 'ready' && now - this.lastBeat > heartbeat_timeout_ms) {
+      this.kill(`no heartbeat for ${now - this.lastBeat} ms; killed`);
     }
   }
 
   private kill(reason: string): void {
-    this.exitReason = reason;
+    this.verdict = { kind: 'hung', reason };
     this.log.error({ workerPid: this.pid, reason }, 'worker hung; killed');
     this.child?.kill('SIGKILL');
   }
 
   private clearWatchdog(): void {
-    if (this.watchdog) clearInterval(this.watchdog);
+    this.clock.clear(this.watchdog);
     this.watchdog = null;
   }
 
   /** What fronts need to route to this instance. */
   view(): InstanceView {
-    const info = this.info;
+    const info = this.#info;
     return {
       id: this.id,
       pid: this.pid,
-      state: this.state,
-      socket: this.state === 'ready' ? (info?.socket ?? null) : null,
-      restarts: this.restarts,
+      state: this.#state,
+      socket: this.#state === 'ready' ? (info?.socket ?? null) : null,
+      restarts: this.#restarts,
       gpu: this.options.gpu,
       provider: info?.provider ?? null,
       providerSkipped: info?.providerSkipped ?? [],
       adapter: info?.adapter ?? null,
       loadMs: info ? Math.round(info.loadMs) : null,
       warmup: info?.warmup ?? null,
-      lastError: this.lastError,
+      lastError: this.#lastError,
     };
   }
 
-  /** State for /diagnostics. */
+  /** State for /diagnostics: the fronts' view in its own names, with what only an operator needs. */
   snapshot() {
+    const view = this.view();
     return {
-      id: this.id,
+      id: view.id,
       model: this.options.model,
       instance: this.options.instance,
-      pid: this.pid,
-      state: this.state,
-      gpu: this.options.gpu,
-      cuda_visible_devices: this.info?.cudaVisibleDevices ?? null,
-      provider: this.info?.provider ?? null,
-      provider_skipped: this.info?.providerSkipped ?? [],
-      adapter: this.info?.adapter ?? null,
-      load_ms: this.info ? Math.round(this.info.loadMs) : null,
-      warmup: this.info?.warmup ?? null,
+      pid: view.pid,
+      state: view.state,
+      gpu: view.gpu,
+      cuda_visible_devices: this.#info?.cudaVisibleDevices ?? null,
+      provider: view.provider,
+      provider_skipped: view.providerSkipped,
+      adapter: view.adapter,
+      load_ms: view.loadMs,
+      warmup: view.warmup,
       intra_op_threads: this.options.intraOpThreads,
-      restarts: this.restarts,
+      restarts: view.restarts,
       uptime_s: Math.round(this.uptimeMs / 100) / 10,
-      last_error: this.lastError,
-      last_exit: this.lastExit,
-      sha256: this.info?.sha256 ?? null,
+      last_error: view.lastError,
+      last_exit: this.#lastExit,
+      sha256: this.#info?.sha256 ?? null,
     };
   }
 }

@@ -31,6 +31,7 @@ t.test('readable lines on a terminal', async (t) => {
   const logger = createLogger({ log_file: null, log_level: 'info' }, out);
   logger.info({ model: 'gene-expr', instance: 0 }, 'worker ready');
   await waitFor(() => text().includes('worker ready'));
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: strips the terminal colours (ESC [ ... m)
   const line = text().replace(/\x1b\[[0-9;]*m/g, '');
   t.match(line, /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: worker ready \{"model":"gene-expr","instance":0\}\n$/);
 });

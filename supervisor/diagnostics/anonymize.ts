@@ -34,8 +34,8 @@ export interface AnonymizerSources {
   publicNames?: Iterable<string>;
 }
 
-const escape = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-const wholeToken = (value: string) => new RegExp(`(?<!${TOKEN})${escape(value)}(?!${TOKEN})`, 'g');
+const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+const wholeToken = (value: string) => new RegExp(`(?<!${TOKEN})${escapeRegExp(value)}(?!${TOKEN})`, 'g');
 
 export class Anonymizer {
   private readonly fixed: [RegExp, string][];
@@ -64,7 +64,7 @@ export class Anonymizer {
     this.fixed = pairs
       .filter(([v]) => v && v.length >= 2 && !isPublic(v))
       .sort((a, b) => b[0].length - a[0].length)
-      .map(([v, label]) => [v.length < 6 ? new RegExp(`(?<!\\w)${escape(v)}(?!\\w)`, 'g') : new RegExp(escape(v), 'g'), label]);
+      .map(([v, label]) => [v.length < 6 ? new RegExp(`(?<!\\w)${escapeRegExp(v)}(?!\\w)`, 'g') : new RegExp(escapeRegExp(v), 'g'), label]);
   }
 
   /** Identity (host, user, paths, addresses, secrets): from any string, keys included. */

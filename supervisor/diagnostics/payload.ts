@@ -13,7 +13,7 @@ import * as probes from './probes.js';
 export interface DiagnosedWorker {
   id: string;
   pid: number | null;
-  tail: string[];
+  tail: readonly string[];
   snapshot(): Record<string, unknown>;
   probe(timeoutMs: number): Promise<Record<string, unknown>>;
 }

@@ -75,9 +75,9 @@ export function renderLevel0(spec: SlideSpec): Raster {
         g = light[1] + (dark[1] - light[1]) * t + noise * 2;
         b = light[2] + (dark[2] - light[2]) * t + noise * 2;
       }
-      rgb[i * 3] = r < 0 ? 0 : r > 255 ? 255 : r;
-      rgb[i * 3 + 1] = g < 0 ? 0 : g > 255 ? 255 : g;
-      rgb[i * 3 + 2] = b < 0 ? 0 : b > 255 ? 255 : b;
+      rgb[i * 3] = Math.min(255, Math.max(0, r));
+      rgb[i * 3 + 1] = Math.min(255, Math.max(0, g));
+      rgb[i * 3 + 2] = Math.min(255, Math.max(0, b));
     }
   }
   return { width, height, rgb };
