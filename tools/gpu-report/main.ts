@@ -7,6 +7,7 @@
 //                     the baseline the others' answers are compared with)
 //   --concurrency=16,64  --seconds=5 (per load run)  --floor-seconds=2 (per floor batch)
 //   --tiles=8 (compared with cpu)  --budget=570 (seconds, for the whole report)
+//   --max-batch=N     caps models[].max_batch (a software Vulkan device runs a big batch for minutes)
 // Every step has a deadline; a failing step is a row (or a note in its row) with its reason, and
 // the report is written whatever failed.
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -31,9 +32,16 @@ const { values } = parseArgs({
     'floor-seconds': { type: 'string', default: '2' },
     tiles: { type: 'string', default: '8' },
     budget: { type: 'string', default: '570' },
+    'max-batch': { type: 'string' },
     out: { type: 'string' },
+    help: { type: 'boolean' },
   },
 });
+const USAGE = `Usage: gpu-report [--models=a,b] [--providers=cpu,webgpu,cuda] [--concurrency=16,64] [--seconds=5]
+                  [--floor-seconds=2] [--tiles=8] [--max-batch=N] [--budget=570] [--out=FILE.json]
+Measures this host's GPUs for the service (docs/gpu.md) within --budget seconds: prints a Markdown
+table and writes it as JSON (FILE.json, default gpu-report-<host>-<date>.json here) and Markdown.
+`;
 const PROVIDERS = ['cpu', 'webgpu', 'cuda'];
 const list = (s: string) => s.split(',').map((x) => x.trim()).filter(Boolean);
 const positive = (name: string, s: string) => {
@@ -57,11 +65,15 @@ export interface Host {
 export interface Report {
   date: string;
   host: Host;
-  settings: { models: string[]; providers: string[]; concurrencies: number[]; seconds: number; floor_seconds: number; tiles: number; budget_s: number };
+  settings: { models: string[]; providers: string[]; concurrencies: number[]; seconds: number; floor_seconds: number; tiles: number; budget_s: number; max_batch: number | null };
   rows: Row[];
 }
 
 async function main(): Promise<number> {
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
   const started = Date.now();
   const budgetMs = positive('budget', values.budget!) * 1000;
   const left = () => budgetMs - (Date.now() - started);
@@ -82,6 +94,7 @@ async function main(): Promise<number> {
     floor_seconds: positive('floor-seconds', values['floor-seconds']!),
     tiles: positive('tiles', values.tiles!),
     budget_s: budgetMs / 1000,
+    max_batch: values['max-batch'] ? positive('max-batch', values['max-batch']) : null,
   };
 
   // The host: GPUs, Vulkan's ICD and devices, the CUDA provider's libraries.
@@ -109,7 +122,7 @@ async function main(): Promise<number> {
   const repository = resolve(ROOT, config.model_repository);
   const pairs = models.flatMap((m) => order.map((p) => [m, p] as const));
   for (const [i, [model, provider]] of pairs.entries()) {
-    const share = left() / (pairs.length - i);
+    const share = Math.round(left() / (pairs.length - i));
     const empty = { workers: [], warmup_ms: [], accuracy: null, load: [], floor: { best: null, tried: [] }, steps: [] };
     if (share < 5000) {
       rows.push({ model, provider, status: 'failed', reason: `not run: the report's ${settings.budget_s} s budget was spent`, ...empty });
@@ -119,7 +132,7 @@ async function main(): Promise<number> {
     const reference = provider === 'cpu' ? null : (cpuAnswers.get(model) ?? null);
     process.stderr.write(`${model} on ${provider} (up to ${Math.round(share / 1000)} s)\n`);
     const measured = await within(share + 30000, `${model} on ${provider}`, () =>
-      measure({ model, provider, settings: entry, modelDir: modelDir(repository, entry), gpus: host.gpus ?? [], concurrencies: settings.concurrencies, seconds: settings.seconds, floorSeconds: settings.floor_seconds, tiles: settings.tiles, env: icd.env, budgetMs: share }, reference),
+      measure({ model, provider, settings: entry, modelDir: modelDir(repository, entry), gpus: host.gpus ?? [], concurrencies: settings.concurrencies, seconds: settings.seconds, floorSeconds: settings.floor_seconds, tiles: settings.tiles, maxBatch: settings.max_batch, env: icd.env, budgetMs: share }, reference),
     );
     if (!measured.ok) rows.push({ model, provider, status: 'failed', reason: measured.reason, ...empty });
     else {

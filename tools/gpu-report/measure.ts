@@ -24,6 +24,8 @@ export interface Plan {
   floorSeconds: number;
   tiles: number;
   env: Record<string, string>;
+  /** models[].max_batch for the service (the floor tries up to it too); null: the package's. */
+  maxBatch: number | null;
   /** Milliseconds this measurement may take in all. */
   budgetMs: number;
 }
@@ -71,7 +73,7 @@ const floorBatches = (max: number) => [...new Set([...Array.from({ length: Math.
 
 export async function measure(plan: Plan, reference: Answer[] | null): Promise<{ row: Row; answers: Answer[] | null }> {
   const deadline = Date.now() + plan.budgetMs;
-  const left = (cap: number) => Math.max(1000, Math.min(cap, deadline - Date.now()));
+  const left = (cap: number) => Math.round(Math.max(1000, Math.min(cap, deadline - Date.now())));
   const row: Row = { model: plan.model, provider: plan.provider, status: 'ok', reason: null, workers: [], warmup_ms: [], accuracy: null, load: [], floor: { best: null, tried: [] }, steps: [] };
   const failed = (step: string, outcome: { reason: string }) => row.steps.push({ step, reason: outcome.reason });
   const pkg = readPackage(plan.modelDir);
@@ -84,7 +86,8 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
     path: plan.modelDir,
     provider: [plan.provider],
     gpus: cpu ? [] : plan.gpus.map((g) => g.index),
-    instances: cpu || plan.gpus.length === 0 ? (plan.settings.instances ?? 1) : plan.gpus.length,
+    instances: cpu ? (plan.settings.instances ?? 1) : Math.max(1, plan.gpus.length),
+    ...(plan.maxBatch ? { max_batch: plan.maxBatch } : {}),
     // Room for the highest concurrency: a full queue would answer 503, which measures nothing.
     max_queue: Math.max(Number(plan.settings.max_queue ?? 64), 2 * Math.max(...plan.concurrencies)),
     request_timeout_ms: 120000,
@@ -149,10 +152,18 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
     }
 
     // GPU memory per worker after the load, and on which GPUs each worker's process holds it.
-    const diagnosed = await within(left(20000), 'worker GPU memory', async () => [await get('/diagnostics'), await queryGpuProcesses(10000).catch(() => null)] as const);
-    const diag = diagnosed.ok ? ((diagnosed.value[0].workers ?? []) as Json[]) : [];
+    // The supervisor probes each worker within 2.5 s: a worker still busy may miss it, so up to 3 tries.
+    const diagnosed = await within(left(30000), 'worker GPU memory', async () => {
+      let payload: Json = {};
+      for (let i = 0; i < 3 && !Array.isArray(payload.workers); i++) payload = await get('/diagnostics');
+      return [payload, await queryGpuProcesses(10000).catch(() => null)] as const;
+    });
+    // The section is {"error": ...} when the supervisor's probe of it timed out.
+    const section: unknown = diagnosed.ok ? diagnosed.value[0].workers : null;
+    const diag = Array.isArray(section) ? (section as Json[]) : [];
     const processes = diagnosed.ok ? diagnosed.value[1] : null;
     if (!diagnosed.ok) failed('gpu memory', diagnosed);
+    else if (!Array.isArray(section)) failed('gpu memory', { reason: `/diagnostics workers: ${JSON.stringify(section).slice(0, 200)}` });
     row.workers = workers.map((w) => {
       const d = diag.find((x) => x.id === w.id);
       const pid = (d?.pid as number | undefined) ?? null;
@@ -175,7 +186,7 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
   // The floor, with the service stopped: the provider alone in one process, each batch size.
   const gpu = plan.gpus[0];
   const env = { ...plan.env, ...(cpu ? { CUDA_VISIBLE_DEVICES: '' } : gpu ? { CUDA_VISIBLE_DEVICES: gpu.index, CUDA_DEVICE_ORDER: 'PCI_BUS_ID' } : {}) };
-  const batches = floorBatches(pkg.manifest.batch.max);
+  const batches = floorBatches(Math.min(pkg.manifest.batch.max, plan.maxBatch ?? Infinity));
   const floor = await probe(['floor', plan.modelDir, plan.provider, String(plan.floorSeconds), ...batches.map(String)], env, left(batches.length * (plan.floorSeconds * 1000 + 60000)));
   row.floor.tried = floor.lines as Floor[];
   row.floor.best = row.floor.tried.reduce<Floor | null>((best, f) => (!best || f.tilesPerSec > best.tilesPerSec ? f : best), null);
