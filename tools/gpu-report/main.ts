@@ -23,7 +23,8 @@ import { measure, modelDir, type Answer, type Row } from './measure.js';
 import { findNvidiaIcd } from './vulkan-icd.js';
 import { markdown } from './markdown.js';
 
-const { values } = parseArgs({
+/** The options; an unknown one is an error message and exit status 2, with the usage. */
+const parseOptions = () => parseArgs({
   options: {
     models: { type: 'string' },
     providers: { type: 'string', default: 'cpu,webgpu,cuda' },
@@ -36,7 +37,7 @@ const { values } = parseArgs({
     out: { type: 'string' },
     help: { type: 'boolean' },
   },
-});
+}).values;
 const USAGE = `Usage: gpu-report [--models=a,b] [--providers=cpu,webgpu,cuda] [--concurrency=16,64] [--seconds=5]
                   [--floor-seconds=2] [--tiles=8] [--max-batch=N] [--budget=570] [--out=FILE.json]
 Measures this host's GPUs for the service (docs/gpu.md) within --budget seconds: prints a Markdown
@@ -70,6 +71,7 @@ export interface Report {
 }
 
 async function main(): Promise<number> {
+  const values = parseOptions();
   if (values.help) {
     process.stdout.write(USAGE);
     return 0;
@@ -157,6 +159,6 @@ const cpuAnswers = new Map<string, Answer[]>();
 try {
   process.exitCode = await main();
 } catch (err) {
-  process.stderr.write(`gpu-report: ${(err as Error).message}\n`);
+  process.stderr.write(`gpu-report: ${(err as Error).message}\n${USAGE}`);
   process.exitCode = 2;
 }
