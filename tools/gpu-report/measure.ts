@@ -94,7 +94,7 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
   };
   let service: ServiceProcess | null = null;
   let answers: Answer[] | null = null;
-  const started = await within(left(60000), 'starting the service', async () => (service = await spawnService({ models: [model], supervisor: { load_timeout_ms: Math.round(left(300000)), drain_delay_ms: 0 } }, { env: plan.env })), () => service?.proc.kill('SIGKILL'));
+  const started = await within(left(180000), 'starting the service', async () => (service = await spawnService({ models: [model], supervisor: { load_timeout_ms: Math.round(left(300000)), drain_delay_ms: 0 } }, { env: plan.env })), () => service?.proc.kill('SIGKILL'));
   if (!started.ok) return { row: { ...row, status: 'failed', reason: started.reason }, answers };
   const svc = started.value;
   try {
