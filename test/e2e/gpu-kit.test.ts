@@ -15,6 +15,9 @@ import { vulkanDevices } from '../../src/gpu/vulkan.js';
 type Json = Record<string, any>;
 const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_OPTIONS' && !k.startsWith('TAP') && !/^npm_/i.test(k)));
 
+// The build takes ~2 min of xz on 2 idle cores (3.7 CPU-min measured), far longer on a loaded
+// machine; then lavapipe. The file's own limit, above .taprc's 240 s.
+t.setTimeout(45 * 60 * 1000);
 const built = mkdtempSync(join(tmpdir(), 'gpu-kit-'));
 const started = Date.now();
 const build = spawnSync('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/tools/slim-build.js'), '--bench', '--vulkan-loader', `--out=${join(built, 'kit')}`], { env, encoding: 'utf8', timeout: 1500000 });
