@@ -14,14 +14,14 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, hostname, totalmem } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { queryGpus, type GpuInfo } from '../../src/gpu/nvidia-smi.js';
+import { queryGpus } from '../../src/gpu/nvidia-smi.js';
 import { bundledVersion, checkCudaProvider, runtimeDir } from '../../src/gpu/cuda-provider.js';
 import { deviceLabel, type VulkanDevice } from '../../src/gpu/vulkan.js';
 import { ROOT } from '../service-process.js';
 import { probe, within } from './deadline.js';
 import { measure, modelDir, type Answer, type Row } from './measure.js';
 import { findNvidiaIcd } from './vulkan-icd.js';
-import { markdown } from './markdown.js';
+import { markdown, type Host, type Report } from './markdown.js';
 
 /** The options; an unknown one is an error message and exit status 2, with the usage. */
 const parseOptions = () => parseArgs({
@@ -50,25 +50,6 @@ const positive = (name: string, s: string) => {
   if (!(n > 0)) throw new Error(`--${name} is "${s}", expected a positive number`);
   return n;
 };
-
-export interface Host {
-  machine: string;
-  onnxruntime: string;
-  gpus: GpuInfo[] | null;
-  gpus_note: string;
-  vulkan_icd: string;
-  vulkan_loader: string;
-  vulkan: VulkanDevice[] | null;
-  vulkan_note: string;
-  cuda: string;
-}
-
-export interface Report {
-  date: string;
-  host: Host;
-  settings: { models: string[]; providers: string[]; concurrencies: number[]; seconds: number; floor_seconds: number; tiles: number; budget_s: number; max_batch: number | null };
-  rows: Row[];
-}
 
 async function main(): Promise<number> {
   const values = parseOptions();

@@ -1,6 +1,26 @@
 // The report as Markdown: the host, then one row per model and provider.
-import type { Report } from './main.js';
+import type { GpuInfo } from '../../src/gpu/nvidia-smi.js';
+import type { VulkanDevice } from '../../src/gpu/vulkan.js';
 import type { Row } from './measure.js';
+
+export interface Host {
+  machine: string;
+  onnxruntime: string;
+  gpus: GpuInfo[] | null;
+  gpus_note: string;
+  vulkan_icd: string;
+  vulkan_loader: string;
+  vulkan: VulkanDevice[] | null;
+  vulkan_note: string;
+  cuda: string;
+}
+
+export interface Report {
+  date: string;
+  host: Host;
+  settings: { models: string[]; providers: string[]; concurrencies: number[]; seconds: number; floor_seconds: number; tiles: number; budget_s: number; max_batch: number | null };
+  rows: Row[];
+}
 
 const f = (n: number | null | undefined, d = 1) => (n === null || n === undefined ? '–' : n.toFixed(d));
 const cell = (s: string) => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');

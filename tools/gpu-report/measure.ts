@@ -145,6 +145,7 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
     for (const c of plan.concurrencies) {
       const run: Outcome<LoadResult> = await within(left(plan.seconds * 1000 * 2 + 90000), `load at c=${c}`, () => drive(svc.url, plan.model, path, raw, c, { seconds: plan.seconds }));
       if (!run.ok) failed(`c=${c}`, run);
+      else if (run.value.tilesPerSec === 0) failed(`c=${c}`, { reason: `no tile answered within the ${plan.seconds} s run (${run.value.errors} errors): longer --seconds` });
       else {
         const { stages: _stages, ...figures } = run.value;
         row.load.push({ ...figures, over_floor: null });
