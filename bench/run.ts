@@ -18,7 +18,7 @@ import { shippedConfig, spawnService, waitFor, ROOT } from '../tools/service-pro
 import { frontCount, loadConfig } from '../src/config/config.js';
 import { measureFloor } from './floor.js';
 import { ceilingMarkdown, measureCeiling, type CeilingRow } from './ceiling.js';
-import { benchSlide, slideMarkdown, type SlideBench } from './slide.js';
+import type { SlideBench } from './slide.js';
 import { drive, type Span } from './load.js';
 import { benchOverload, overloadMarkdown, type OverloadBench } from './overload.js';
 
@@ -166,8 +166,14 @@ async function main(): Promise<void> {
 
   // Whole slides and a cohort through tile-infer's pipeline on a null model, against the service
   // alone on the same bodies (bench/slide.ts: its own service, started once this one stopped).
+  // Imported when asked: it needs the client's slide readers, which a GPU kit leaves out.
   let slide: SlideBench | null = null;
-  if (sections.includes('slide')) slide = await benchSlide({ smoke, span, concurrency: 16 });
+  let slideMd: string | null = null;
+  if (sections.includes('slide')) {
+    const { benchSlide, slideMarkdown } = await import('./slide.js');
+    slide = await benchSlide({ smoke, span, concurrency: 16 });
+    slideMd = slideMarkdown(slide);
+  }
 
   // Overload (issue 27): its own service, one gene-expr worker with a 300 ms deadline.
   let overload: OverloadBench | null = null;
@@ -179,11 +185,12 @@ async function main(): Promise<void> {
   const date = new Date().toISOString().slice(0, 10);
   const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;
   const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, slide, soak, overload };
+  const md = markdown(report, slideMd);
   mkdirSync(outDir, { recursive: true });
   const name = smoke ? 'smoke' : date;
   writeFileSync(join(outDir, `${name}.json`), JSON.stringify(report, null, 2) + '\n');
-  writeFileSync(join(outDir, `${name}.md`), markdown(report));
-  console.log(markdown(report));
+  writeFileSync(join(outDir, `${name}.md`), md);
+  console.log(md);
 }
 
 interface Serialization {
@@ -194,7 +201,7 @@ interface Serialization {
   clientParseMs: { json: number; tensor: number };
 }
 
-function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: Serialization; ceiling: CeilingRow[]; runs: any[]; slide: SlideBench | null; soak: any; overload: OverloadBench | null }): string {
+function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: Serialization; ceiling: CeilingRow[]; runs: any[]; slide: SlideBench | null; soak: any; overload: OverloadBench | null }, slideMd: string | null): string {
   const f = (n: number, d = 1) => n.toFixed(d);
   const stageNames = ['parse', 'base64', 'decode', 'preprocess', 'ipc', 'queue', 'inference', 'serialize'];
   const lines = [
@@ -219,8 +226,7 @@ function markdown(report: { date: string; smoke: boolean; machine: string; secon
     lines.push('', 'Against the baseline checkout (--baseline), the two services taking turns twice per row, tiles/s:', '', '| endpoint | conc. | baseline | this | this/baseline |', '|---|---|---|---|---|');
     lines.push(...compared.map((r) => `| ${r.path} | ${r.concurrency} | ${r.turns.before.map((x: number) => f(x)).join(' / ')} | ${r.turns.after.map((x: number) => f(x)).join(' / ')} | ${f(r.vsBaseline, 2)} |`));
   }
-  const sl = report.slide;
-  if (sl) lines.push('', slideMarkdown(sl));
+  if (slideMd) lines.push('', slideMd);
   if (report.overload) lines.push('', overloadMarkdown(report.overload));
   if (report.soak) lines.push('', `Soak: ${report.soak.seconds} s at concurrency 32 on /api/predict/gene-expr, ${f(report.soak.tilesPerSec)} tiles/s, ${report.soak.errors} errors; supervisor RSS every 10 s (MB): ${report.soak.rssMb.join(', ')}.`);
   return lines.join('\n') + '\n';

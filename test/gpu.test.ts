@@ -7,7 +7,7 @@ import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseComputeApps, parseGpus } from '../src/gpu/nvidia-smi.js';
+import { parseComputeApps, parseGpuProcesses, parseGpus } from '../src/gpu/nvidia-smi.js';
 import { pciAddress, pinningEnv } from '../src/gpu/pinning.js';
 import { isDeviceFault } from '../src/gpu/device-faults.js';
 import { bundledVersion, checkCudaProvider, installRecordProblem, INSTALL_RECORD } from '../src/gpu/cuda-provider.js';
@@ -34,6 +34,11 @@ t.test('nvidia-smi: GPUs with their identity, memory per process', async (t) => 
   t.equal(apps.get(812399), 20480);
   t.notOk(apps.has(812400), '[N/A] (MIG, no permission) is unknown, not 0');
   t.same(parseComputeApps(''), new Map(), 'no compute process');
+  // gpu-report's pinning check: on which GPU each process holds memory.
+  const uuids = gpus.map((g) => g.uuid);
+  const byGpu = parseGpuProcesses(`812345, ${uuids[0]}, 1536\n812399, ${uuids[0]}, 20480\n812345, ${uuids[1]}, 512\n812400, ${uuids[1]}, [N/A]\n`);
+  t.same(byGpu.filter((p) => p.pid === 812345).map((p) => p.gpu_uuid), uuids, 'a process on two GPUs: both, so not pinned');
+  t.same(byGpu.find((p) => p.pid === 812400), { pid: 812400, gpu_uuid: uuids[1], used_mib: null }, '[N/A] memory is unknown');
 });
 
 t.test('pinning: CUDA in PCI order, Vulkan through the PCI address', async (t) => {

@@ -63,6 +63,20 @@ export function parseComputeApps(csv: string): Map<number, number> {
   return byPid;
 }
 
+/** `--query-compute-apps=pid,gpu_uuid,used_memory` output: one row per process and GPU it holds
+ *  memory on ("[N/A]" memory counts as unknown: null). */
+export function parseGpuProcesses(csv: string): { pid: number; gpu_uuid: string; used_mib: number | null }[] {
+  return rows(csv)
+    .filter(([pid]) => /^\d+$/.test(pid))
+    .map(([pid, uuid, used]) => ({ pid: Number(pid), gpu_uuid: uuid, used_mib: Number.isFinite(Number(used)) && used !== '' ? Number(used) : null }));
+}
+
+/** Which GPU each process with a compute context holds memory on; null without nvidia-smi. */
+export async function queryGpuProcesses(timeoutMs = 2000): Promise<ReturnType<typeof parseGpuProcesses> | null> {
+  const csv = await nvidiaSmi(['--query-compute-apps=pid,gpu_uuid,used_memory'], timeoutMs);
+  return csv === null ? null : parseGpuProcesses(csv);
+}
+
 /** GPUs as nvidia-smi lists them; null when nvidia-smi is not installed. Throws when it fails. */
 export async function queryGpus(timeoutMs = 2000): Promise<GpuInfo[] | null> {
   const csv = await nvidiaSmi([`--query-gpu=${GPU_FIELDS}`], timeoutMs);
