@@ -3,7 +3,7 @@
 // implements it over the supervisor's messages and the workers' sockets (src/front/model-client.ts);
 // the in-process tests implement it over a fake model.
 import type { Registry } from 'prom-client';
-import type { InferResult, ModelView, TileJob, UsageReport } from '../ipc/protocol.js';
+import type { BatchResult, InferResult, ModelView, TileJob, UsageReport } from '../ipc/protocol.js';
 import { errors, type ServiceError } from '../lib/errors.js';
 
 export interface ModelBackend {
@@ -18,6 +18,9 @@ export interface ModelBackend {
   queued(model: string): number;
   /** Runs a tile on an instance of `model`: the result, or a ServiceError. */
   infer(model: string, job: TileJob): Promise<InferResult>;
+  /** Runs a request's tiles on one instance, sent as one message: each tile's result or error,
+   *  in order; a ServiceError when none ran (loading, deadline, worker gone). */
+  inferBatch(model: string, jobs: TileJob[]): Promise<BatchResult['results']>;
   /** Not ready while draining for a stop (a balancer takes the host out), still serving. */
   readonly draining: boolean;
   diagnostics(categories: string[]): Promise<unknown>;

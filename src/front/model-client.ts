@@ -5,7 +5,7 @@ import { connect } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { ServiceConfig } from '../config/config.js';
 import { Channel } from '../ipc/channel.js';
-import type { ChannelReply, ChannelRequest, FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
+import type { BatchResult, ChannelReply, ChannelRequest, FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { errors, ServiceError } from '../lib/errors.js';
 import { unavailable, type ModelBackend } from './backend.js';
@@ -29,7 +29,7 @@ class WorkerLost extends Error {
 
 /** One front's channel to one worker process. */
 class WorkerLink {
-  readonly requests = new RequestReply<InferResult>();
+  readonly requests = new RequestReply<InferResult | BatchResult>();
   connected = false;
   private retired = false;
 
@@ -38,12 +38,18 @@ class WorkerLink {
     readonly channel: Channel<ChannelReply, ChannelRequest>,
   ) {
     channel.socket.once('connect', () => (this.connected = true));
-    channel.on('message', (m) => this.requests.settle(m.id, m.type === 'result' ? m : ServiceError.fromWire(m.error)));
+    channel.on('message', (m) => this.requests.settle(m.id, m.type === 'error' ? ServiceError.fromWire(m.error) : m));
   }
 
   infer(model: string, job: TileJob, timeoutMs: number): Promise<InferResult> {
     if (!this.channel.isOpen) return Promise.reject(new NotSent());
-    return this.requests.request((id) => this.channel.send({ type: 'infer', id, job }), { ms: timeoutMs, error: () => errors.deadline(model, timeoutMs) }).finally(() => this.hangUpWhenDone());
+    return this.requests.request((id) => this.channel.send({ type: 'infer', id, job }), { ms: timeoutMs, error: () => errors.deadline(model, timeoutMs) }).finally(() => this.hangUpWhenDone()) as Promise<InferResult>;
+  }
+
+  /** A request's tiles as one message; the worker answers them together. */
+  inferBatch(model: string, jobs: TileJob[], timeoutMs: number): Promise<BatchResult> {
+    if (!this.channel.isOpen) return Promise.reject(new NotSent());
+    return this.requests.request((id) => this.channel.send({ type: 'infer-batch', id, jobs }), { ms: timeoutMs, error: () => errors.deadline(model, timeoutMs) }).finally(() => this.hangUpWhenDone()) as Promise<BatchResult>;
   }
 
   /** The instance is no longer ready (a reload replaced it, or it stops): no new request goes to
@@ -157,6 +163,21 @@ export class ModelClient implements ModelBackend {
         throw this.answer(model, again);
       });
     }
+  }
+
+  /** A request's tiles on one instance, as one message: each tile's result or error, in order.
+   *  Deadline and retry as infer's. */
+  async inferBatch(model: string, jobs: TileJob[]): Promise<BatchResult['results']> {
+    const timeoutMs = this.entry(model).request_timeout_ms;
+    const deadline = Date.now() + timeoutMs;
+    const first = this.pick(model);
+    const attempt = (link: WorkerLink) => link.inferBatch(model, jobs, Math.max(1, deadline - Date.now())).then((r) => r.results);
+    return attempt(first).catch((err) => {
+      if (!this.retryable(err)) throw this.answer(model, err);
+      return attempt(this.pick(model, first)).catch((again) => {
+        throw this.answer(model, again);
+      });
+    });
   }
 
   diagnostics(categories: string[]): Promise<unknown> {

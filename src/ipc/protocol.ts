@@ -126,7 +126,11 @@ export type WorkerReport =
 
 // ── HTTP front ⇄ model worker (Unix socket channel) ──
 
-export type ChannelRequest = { type: 'infer'; id: number; job: TileJob };
+export type ChannelRequest =
+  | { type: 'infer'; id: number; job: TileJob }
+  /** Several tiles of one request (the Open Inference Protocol's batches): the worker runs each
+   *  as it runs a lone tile, in its batcher, and answers once with every tile's reply in order. */
+  | { type: 'infer-batch'; id: number; jobs: TileJob[] };
 
 /** A prediction or embedding as numbers, whatever the model's output dtype. */
 export type Numbers = Float32Array | Float64Array;
@@ -145,7 +149,12 @@ export type InferResult = {
   times: StageTimes;
 };
 
-export type ChannelReply = InferResult | { type: 'error'; id: number; error: WireError };
+export type TileError = { type: 'error'; id: number; error: WireError };
+
+/** The replies to an infer-batch, one per job in its order (their ids are the jobs' indexes). */
+export type BatchResult = { type: 'batch-result'; id: number; results: (InferResult | TileError)[] };
+
+export type ChannelReply = InferResult | BatchResult | TileError;
 
 // ── primary ⇄ HTTP front (cluster IPC) ──
 

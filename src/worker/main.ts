@@ -64,7 +64,7 @@ async function main(): Promise<void> {
     const reply: Reply = (message) => {
       if (channel.isOpen) channel.send(message);
     };
-    channel.on('message', ({ id, job }) => void worker!.accept(id, job, reply));
+    channel.on('message', (m) => void (m.type === 'infer-batch' ? worker!.acceptBatch(m.id, m.jobs, reply) : worker!.accept(m.id, m.job, reply)));
   });
 
   process.on('message', (message: WorkerControl) => {

@@ -1,7 +1,7 @@
 // One model's serving loop in the worker process: tiles in, decoded, batched, run through the
 // model session, each answer back on the channel its tile came from.
 import ort from './ort.js';
-import type { ChannelReply, InferResult, ShapeCheck, TileJob, TileOutput, WarmupReport } from '../ipc/protocol.js';
+import type { BatchResult, ChannelReply, InferResult, ShapeCheck, TileError, TileJob, TileOutput, WarmupReport } from '../ipc/protocol.js';
 import { errors, ServiceError } from '../lib/errors.js';
 import type { ModelPackage } from '../model-package/model-package.js';
 import type { ModelSession } from './model-session.js';
@@ -122,6 +122,19 @@ export class ModelWorker {
     const decoded = await decodeTile(job);
     if ('errors' in decoded) return reply({ type: 'error', id, error: errors.tileInvalid(decoded.errors).toWire() });
     this.batcher.push({ id, reply, job, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } });
+  }
+
+  /** A request's tiles (infer-batch): each is accepted as a lone tile is and joins the batcher,
+   *  so it runs in the same batch shapes and gives the same bytes; one reply, in the jobs' order. */
+  async acceptBatch(id: number, jobs: TileJob[], reply: Reply): Promise<void> {
+    const results: BatchResult['results'] = new Array(jobs.length);
+    let left = jobs.length;
+    if (left === 0) return reply({ type: 'batch-result', id, results });
+    const collect = (i: number) => (message: ChannelReply) => {
+      results[i] = message as InferResult | TileError;
+      if (--left === 0) reply({ type: 'batch-result', id, results });
+    };
+    await Promise.all(jobs.map((job, i) => this.accept(i, job, collect(i))));
   }
 
   /**

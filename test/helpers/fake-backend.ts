@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify';
 import { loadConfig, type ServiceConfig } from '../../src/config/config.js';
 import { buildApp } from '../../src/front/app.js';
 import { unavailable, type ModelBackend } from '../../src/front/backend.js';
-import type { InferResult, ModelState, ModelView, TileJob, UsageReport } from '../../src/ipc/protocol.js';
+import type { BatchResult, InferResult, ModelState, ModelView, TileJob, UsageReport } from '../../src/ipc/protocol.js';
 import { errors } from '../../src/lib/errors.js';
 import { readManifest } from '../../src/model-package/model-package.js';
 import { MODELS, ROOT } from './server.js';
@@ -86,6 +86,11 @@ export class FakeBackend implements ModelBackend {
     const embedding = values(manifest.embedding_dim ?? 4);
     const output = job.task === 'embedding' ? embedding : values(manifest.genes?.output.length ?? 2);
     return { type: 'result', id: 0, output: { role: job.task === 'embedding' ? 'embedding' : 'prediction', values: output }, embedding: job.withEmbedding ? embedding : null, tissueFraction: null, batchSize: 1, times };
+  }
+
+  /** Each tile as infer runs it. */
+  async inferBatch(model: string, jobs: TileJob[]): Promise<BatchResult['results']> {
+    return Promise.all(jobs.map((job, i) => this.infer(model, job).then((r) => ({ ...r, id: i }))));
   }
 
   async diagnostics(categories: string[]): Promise<unknown> {
