@@ -105,8 +105,10 @@ export function planJobs(manifest: Manifest, request: InferRequest, maxPixels: n
   const usesBulk = task === 'prediction' && takesBulk(manifest);
   if (input.bulk && !takesBulk(manifest)) throw errors.v2Invalid(`input 'bulk_rna': ${manifest.name} takes no bulk RNA`);
   const bulk = usesBulk ? rows(input.bulk, n, genes, `[N, ${genes}] (counts of ${manifest.name}'s input genes)`) : null;
-  const parameter = request.parameters?.resolution;
-  if (parameter !== undefined && (typeof parameter !== 'number' || !Number.isFinite(parameter))) throw errors.v2Invalid(`parameter 'resolution' is ${JSON.stringify(parameter)}, expected a number (MPP)`);
+  // A number; gRPC's parameters hold no floats, so text such as "0.5" too.
+  const given = request.parameters?.resolution;
+  const parameter = typeof given === 'string' && given.trim() !== '' ? Number(given) : given;
+  if (parameter !== undefined && (typeof parameter !== 'number' || !Number.isFinite(parameter))) throw errors.v2Invalid(`parameter 'resolution' is ${JSON.stringify(given)}, expected a number (MPP)`);
   const resolution = rows(input.resolution, n, 1, '[N] (MPP per tile)')?.map((r) => r[0]) ?? null;
   const jobs = tiles.map((image, i): TileJob => {
     const body = { width, height, image_data: image, resolution: resolution?.[i] ?? parameter, bulk_rna: bulk?.[i] } as TileBody;
