@@ -34,7 +34,7 @@ const inputOf = (loc: FieldError['loc']): string => (loc[1] === 'resolution' || 
 
 /** A tile's field errors (the contract's checks, or the worker's decoding) as one protocol error. */
 export function tileError(detail: FieldError[], tile: number): ServiceError {
-  return errors.v2Invalid(detail.map((d) => `input '${inputOf(d.loc)}', tile ${tile}: ${d.msg.replace(/^Value error, /, '')}`).join('; '));
+  return errors.v2Invalid(detail.map((d) => `input '${inputOf(d.loc)}', tile ${tile}: ${d.msg.replace(/^Value error, /, '').replace(/\bimage_data\b/, 'the BYTES element')}`).join('; '));
 }
 
 function readRequest(manifest: Manifest, request: InferRequest) {
