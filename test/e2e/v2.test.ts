@@ -4,43 +4,16 @@
 // model, a batch of 32 equal tile for tile to 32 single requests, and malformed requests each a
 // clear 400 with the service unharmed.
 import t from 'tap';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { MODELS, startServer } from '../helpers/server.js';
+import { startServer } from '../helpers/server.js';
+import { V2_MODELS } from '../helpers/v2-packages.js';
 import { cellularPng, fixturePng, tileRequest } from '../helpers/tiles.js';
 import { decodePng } from '../../src/tile/png.js';
 import { inferBody, readAnswer, V2Client, type Tensor } from '../helpers/v2-client.js';
 
 type Json = Record<string, any>;
 
-/** tile-embed with batch.max 32, so that a request may hold 32 tiles. */
-function batch32(): string {
-  const dir = join(mkdtempSync(join(tmpdir(), 'pkg-')), 'tile-embed-b32');
-  mkdirSync(dir);
-  copyFileSync(join(MODELS, 'tile-embed', 'model.onnx'), join(dir, 'model.onnx'));
-  const manifest = JSON.parse(readFileSync(join(MODELS, 'tile-embed', 'manifest.json'), 'utf8'));
-  writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ ...manifest, name: 'tile-embed-b32', batch: { max: 32 } }));
-  return dir;
-}
-
-/** A package whose manifest cannot be read: the model is failed. */
-function broken(): string {
-  const dir = join(mkdtempSync(join(tmpdir(), 'pkg-')), 'broken');
-  mkdirSync(dir);
-  writeFileSync(join(dir, 'manifest.json'), '{');
-  return dir;
-}
-
 const server = await startServer({
-  models: [
-    { name: 'tissue-seg', gpus: [] },
-    { name: 'gene-expr', gpus: [] },
-    { name: 'tile-embed', gpus: [] },
-    // Batches padded to shapes of 4 and 8: a request's 32 tiles run as batches of the worker's.
-    { name: 'tile-embed-b32', path: batch32(), gpus: [], max_batch: 8, batch_shapes: [4, 8], intra_op_threads: 1 },
-    { name: 'broken', path: broken(), gpus: [] },
-  ],
+  models: V2_MODELS(),
   config: { health: { strict_readiness: false } },
 });
 t.teardown(() => server.stop());

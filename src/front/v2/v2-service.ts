@@ -53,17 +53,24 @@ export class V2Service {
   /** The model's manifest (as loaded, or as read at start while it loads); 404 for a model not
    *  enabled or a version it does not serve, 503 when its package could not even be read. */
   manifest(name: string, version?: string): Manifest {
-    const view = this.backend.model(name);
-    if (!this.planned.has(name) || !view) throw errors.modelNotFound(`model '${name}'`, [...this.planned.keys()]);
-    const manifest = view.info?.manifest ?? this.planned.get(name);
-    if (!manifest) throw unavailable(name, view) ?? errors.modelLoading(name);
-    if (version && version !== manifest.version) throw errors.modelNotFound(`version '${version}' of model '${name}' (it serves version '${manifest.version}')`, [...this.planned.keys()]);
+    const manifest = this.known(name, version);
+    if (!manifest) throw unavailable(name, this.backend.model(name)) ?? errors.modelLoading(name);
     return manifest;
   }
 
+  /** A failed or loading model is not ready (false), rather than an error. */
   modelReady(name: string, version?: string): boolean {
-    this.manifest(name, version);
+    this.known(name, version);
     return !this.backend.draining && this.backend.model(name)?.state === 'ready';
+  }
+
+  /** The manifest of an enabled model (null when unreadable); 404 for another name or version. */
+  private known(name: string, version?: string): Manifest | null {
+    const view = this.backend.model(name);
+    if (!this.planned.has(name) || !view) throw errors.modelNotFound(`model '${name}'`, [...this.planned.keys()]);
+    const manifest = view.info?.manifest ?? this.planned.get(name) ?? null;
+    if (version && manifest && version !== manifest.version) throw errors.modelNotFound(`version '${version}' of model '${name}' (it serves version '${manifest.version}')`, [...this.planned.keys()]);
+    return manifest;
   }
 
   modelMetadata(name: string, version?: string) {
