@@ -53,6 +53,11 @@ export default async function v2(fastify: FastifyInstance, { service, retryAfter
   });
   app.setNotFoundHandler((request, reply) => reply.code(404).header('x-error-code', 'TILE_ERR_NOT_FOUND').send({ error: `${request.method} ${request.url.split('?')[0]} is not a path of the Open Inference Protocol this service serves` }));
 
+  // The contract's /openapi.json documents the contract; this protocol has its own specification.
+  app.addHook('onRoute', (route) => {
+    route.schema = { ...route.schema, hide: true };
+  });
+
   const answer = (reply: FastifyReply, ok: boolean, body: object) => reply.code(ok ? 200 : 503).send(body);
 
   app.get('/', async () => service.serverMetadata());
