@@ -89,19 +89,20 @@ export function toInferRequest(body: InferRequestBody): InferRequest {
   return { id: body.id, parameters: body.parameters, inputs, outputs: body.outputs };
 }
 
-/** Which outputs are answered in binary: all with binary_data_output, else those asking with
- *  binary_data. */
-export function binaryOutputs(body: InferRequestBody): Set<string> {
+/** Whether an output is answered in binary: its binary_data parameter, else the request's
+ *  binary_data_output. */
+export function binaryOutputs(body: InferRequestBody): (name: string) => boolean {
   const all = body.parameters?.binary_data_output === true;
-  return new Set((body.outputs ?? []).filter((o) => all || o.parameters?.binary_data === true).map((o) => o.name).concat(all ? ['*'] : []));
+  const asked = new Map((body.outputs ?? []).map((o) => [o.name, o.parameters?.binary_data]));
+  return (name) => (typeof asked.get(name) === 'boolean' ? asked.get(name) === true : all);
 }
 
 /** The response body, and the JSON header's length when raw tensors follow it. */
-export function writeResponse(response: InferResponse, binary: Set<string>): { body: Buffer; headerLength: number | null } {
+export function writeResponse(response: InferResponse, binary: (name: string) => boolean): { body: Buffer; headerLength: number | null } {
   const raw: Buffer[] = [];
   const outputs = response.outputs.map((o) => {
     const head = `{"name":${JSON.stringify(o.name)},"datatype":"${o.datatype}","shape":[${o.shape.join(',')}]`;
-    if (binary.has('*') || binary.has(o.name)) {
+    if (binary(o.name)) {
       const bytes = rawBytes(o);
       raw.push(bytes);
       return Buffer.from(`${head},"parameters":{"binary_data_size":${bytes.length}}}`);
