@@ -170,7 +170,7 @@ async function main(): Promise<void> {
   if (sections.includes('slide')) slide = await benchSlide({ smoke, span, concurrency: 16 });
 
   // The Open Inference Protocol against the raw-body route (bench/v2.ts: its own service).
-  const v2: V2Row[] = sections.includes('v2') ? await benchV2({ span, concurrency: 16, smoke }) : [];
+  const v2: V2Row[] = sections.includes('v2') ? await benchV2({ span, concurrency: smoke ? 4 : 16, smoke }) : [];
 
   const date = new Date().toISOString().slice(0, 10);
   const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;
