@@ -23,6 +23,18 @@ t.test('a batch in JSON and in binary; outputs picked; the id echoed', async (t)
   const header = JSON.parse(bin.rawPayload.subarray(0, length).toString()) as Json;
   t.same(header.outputs, [{ name: 'embedding', datatype: 'FP32', shape: [2, 160], parameters: { binary_data_size: 2 * 160 * 4 } }]);
   t.equal(bin.rawPayload.length, length + 2 * 160 * 4, 'the raw tensor after the header');
+  const unknown = await app.inject({ method: 'POST', url: '/v2/models/nope/infer', headers: { 'content-type': 'application/json' }, payload: json.header });
+  t.equal(unknown.statusCode, 404);
+  t.same(
+    backend.usage.map((u) => [u.model, u.endpoint, u.mode, u.status, u.tile]),
+    [
+      ['gene-expr', 'v2', 'v2', 200, '3x224x224'],
+      ['tile-embed', 'v2', 'v2', 200, '2x224x224'],
+    ],
+    'each infer request of a served model in the usage log, as contract requests are (a model not served is not)',
+  );
+  const metrics = await (await app.inject({ method: 'GET', url: '/metrics' })).body;
+  t.match(metrics, /tile_requests_total\{model="tile-embed",endpoint="v2",status="200"\} 1/, 'and in the metrics');
 });
 
 t.test('framing errors are 400 {"error"}; states are 404 and 503', async (t) => {

@@ -19,7 +19,8 @@ export type { FieldError, WireError };
 export interface UsageEntry {
   timestamp: string;
   model: string;
-  endpoint: 'predict' | 'embed';
+  /** v2: an Open Inference Protocol infer request over REST (its tiles in `tile`: NxHxW). */
+  endpoint: 'predict' | 'embed' | 'v2';
   mode: string;
   status: number;
   duration_ms: number;

@@ -78,6 +78,8 @@ export default async function v2(fastify: FastifyInstance, { service, retryAfter
       `${prefix}/infer`,
       {
         schema: { params: Model, body: InferRequestBody },
+        // Counted in the usage log and the metrics as the contract's requests.
+        config: { model: { endpoint: 'v2' } },
         // Admitted before the body is read, its bytes counted as they arrive, its tiles cancelled
         // when the client leaves, as the contract's routes (model-routes.ts).
         onRequest: async (request: FastifyRequest, reply: FastifyReply) => holdTicket(request, reply, service.admit((request.params as ModelParams).model)),
