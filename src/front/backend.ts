@@ -18,6 +18,10 @@ export interface ModelBackend {
   queued(model: string): number;
   /** Runs a tile on an instance of `model`: the result, or a ServiceError. */
   infer(model: string, job: TileJob, options?: InferOptions): Promise<InferResult>;
+  /** Runs a request's tiles, sent as one message to one instance (the Open Inference Protocol's
+   *  batches); each tile keeps the deadline, cancellation and place of `infer`'s. Each tile's
+   *  result or ServiceError, in order; a ServiceError thrown when none could be sent. */
+  inferBatch(model: string, jobs: TileJob[], options?: InferOptions): Promise<(InferResult | ServiceError)[]>;
   /** Not ready while draining for a stop (a balancer takes the host out), still serving. */
   readonly draining: boolean;
   diagnostics(categories: string[]): Promise<unknown>;

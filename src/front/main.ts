@@ -8,6 +8,8 @@ import { buildApp } from './app.js';
 import { ExitCode } from '../lib/exit-codes.js';
 import { readFrontConfig } from '../ipc/fork-config.js';
 import { ModelClient } from './model-client.js';
+import { V2Service } from './v2/v2-service.js';
+import { startGrpc } from './v2/grpc-server.js';
 
 const { service: config, index, fronts } = readFrontConfig();
 const logger = createLogger(config).child({ front: index });
@@ -18,11 +20,13 @@ const app = await buildApp({ config, backend: client, logger });
 const FLUSH_WAIT_MS = 1000;
 
 let stopping = false;
+/** The gRPC server, once it listens. */
+let grpc: Awaited<ReturnType<typeof startGrpc>> | null = null;
 async function stop(): Promise<void> {
   if (stopping) return;
   stopping = true;
   // Stops accepting; requests in flight finish (plugins/connections.ts asks keep-alive clients to go).
-  await app.close();
+  await Promise.all([app.close(), new Promise<void>((resolve) => (grpc ? grpc.server.tryShutdown(() => resolve()) : resolve()))]);
   // process.exit drops IPC writes still queued: the last usage entries are waited for (briefly:
   // a supervisor that reads nothing more is stopping anyway).
   await Promise.race([client.flushUsage(), new Promise((resolve) => setTimeout(resolve, FLUSH_WAIT_MS))]);
@@ -41,4 +45,7 @@ process.on('disconnect', () => process.exit(ExitCode.OK));
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => {});
 process.send!({ type: 'hello' });
 await app.listen({ host: config.host, port: config.port });
+// The Open Inference Protocol's gRPC service, beside HTTP when grpc_port is set.
+grpc = config.grpc_port === null ? null : await startGrpc(new V2Service(client, config), { host: config.host, port: config.grpc_port, maxMessageBytes: config.body_limit_bytes, logger });
+if (grpc && index === 0) logger.info({ grpcPort: grpc.port }, `gRPC (inference.GRPCInferenceService) on ${config.host}:${grpc.port}`);
 process.send!({ type: 'listening' });

@@ -61,25 +61,39 @@ class WorkerLink {
     return this.inWorker.size;
   }
 
-  /** Sends the tile, once `hold` has given it a place in the queue (or thrown why not); the place
-   *  is let go once the worker has finished or dropped the tile (or died). */
-  infer(job: TileJob, deadline: number, hold: () => () => void, signal?: AbortSignal): Promise<InferResult> {
-    if (!this.channel.isOpen) return Promise.reject(new NotSent());
-    let letGo: () => void;
+  /** Sends a request's tiles as one message, once `hold` has given each a place in the queue
+   *  (all or none: otherwise each answer is why not); a tile's place is let go once the worker
+   *  has finished or dropped it (or died). One answer per tile, in order. */
+  infer(jobs: TileJob[], deadline: number, hold: () => () => void, signal?: AbortSignal): Promise<InferResult>[] {
+    if (!this.channel.isOpen) return jobs.map(() => Promise.reject(new NotSent()));
+    const places: (() => void)[] = [];
     try {
-      letGo = hold();
+      for (let i = 0; i < jobs.length; i++) places.push(hold());
     } catch (err) {
-      return Promise.reject(err as Error);
+      for (const letGo of places) letGo();
+      return jobs.map(() => Promise.reject(err as Error));
     }
     const ms = Math.max(1, deadline - Date.now());
-    return this.requests.request(
-      (id) => {
-        this.channel.send({ type: 'infer', id, job, deadline });
-        this.inWorker.set(id, letGo);
-        signal?.addEventListener('abort', () => this.cancel(id), { once: true });
-      },
-      { ms, error: () => new Expired() },
+    const tiles: { id: number; job: TileJob }[] = [];
+    const answers = jobs.map((job, i) =>
+      this.requests.request(
+        (id) => {
+          tiles.push({ id, job });
+          this.inWorker.set(id, places[i]!);
+          signal?.addEventListener('abort', () => this.cancel(id), { once: true });
+        },
+        { ms, error: () => new Expired() },
+      ),
     );
+    try {
+      this.channel.send({ type: 'infer', tiles, deadline });
+    } catch (err) {
+      for (const { id } of tiles) {
+        this.requests.settle(id, err as Error);
+        this.done(id);
+      }
+    }
+    return answers;
   }
 
   /** Every tile still held is let go: the channel closed, so the worker holds none of them. */
@@ -238,21 +252,32 @@ export class ModelClient implements ModelBackend {
     };
   }
 
-  /** Runs a tile on the least loaded instance, dropped wherever it is once its deadline passes or
-   *  `signal` aborts (the client left); the ticket's place is held until the worker is done. */
-  async infer(model: string, job: TileJob, { deadline = Date.now() + this.entry(model).request_timeout_ms, signal, ticket }: InferOptions = {}): Promise<InferResult> {
+  /** Runs a tile: a batch of one. */
+  async infer(model: string, job: TileJob, options?: InferOptions): Promise<InferResult> {
+    const [answer] = await this.inferBatch(model, [job], options);
+    if (answer instanceof ServiceError) throw answer;
+    return answer!;
+  }
+
+  /** Runs a request's tiles on the least loaded instance, sent as one message; each is dropped
+   *  wherever it is once the deadline passes or `signal` aborts (the client left), and holds its
+   *  own place of the ticket until the worker is done with it. Each tile's result or error, in
+   *  order. */
+  async inferBatch(model: string, jobs: TileJob[], { deadline = Date.now() + this.entry(model).request_timeout_ms, signal, ticket }: InferOptions = {}): Promise<(InferResult | ServiceError)[]> {
+    const hold = ticket ? () => ticket.hold() : () => () => {};
+    const send = (link: WorkerLink, some: TileJob[]) => Promise.allSettled(link.infer(some, deadline, hold, signal));
     const first = this.pick(model);
-    const send = (link: WorkerLink) => link.infer(job, deadline, ticket ? () => ticket.hold() : () => () => {}, signal);
-    try {
-      return await send(first);
-    } catch (err) {
-      if (!this.retryable(err) || Date.now() >= deadline) throw this.answer(model, err);
-      // Once more on another instance: the request never reached the first one, or the first was
-      // killed from outside. A worker that died of the request itself is not given another.
-      return await send(this.pick(model, first)).catch((again) => {
-        throw this.answer(model, again);
-      });
+    const settled = await send(first, jobs);
+    // Once more on another instance, for the tiles that never reached the first one or whose
+    // worker was killed from outside. A worker that died of a request itself is not given another.
+    const again = settled.flatMap((s, i) => (s.status === 'rejected' && this.retryable(s.reason) ? [i] : []));
+    if (again.length && Date.now() < deadline) {
+      const retried = await Promise.resolve()
+        .then(() => send(this.pick(model, first), again.map((i) => jobs[i]!)))
+        .catch((err: unknown) => again.map((): PromiseSettledResult<InferResult> => ({ status: 'rejected', reason: err })));
+      again.forEach((i, k) => (settled[i] = retried[k]!));
     }
+    return settled.map((s) => (s.status === 'fulfilled' ? s.value : this.answer(model, s.reason)));
   }
 
   diagnostics(categories: string[]): Promise<unknown> {

@@ -2,12 +2,13 @@
 // observe and how each request ended, and the endpoints each model's routes defined (for
 // GET /api/models).
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { ShedOutcome } from '../ipc/protocol.js';
+import type { ShedOutcome, UsageEntry } from '../ipc/protocol.js';
 import { errors } from '../lib/errors.js';
 
 export interface ModelRouteConfig {
-  name: string;
-  endpoint: 'predict' | 'embed';
+  /** The model; absent where the path names it (`:model`, the Open Inference Protocol's). */
+  name?: string;
+  endpoint: UsageEntry['endpoint'];
 }
 
 declare module 'fastify' {
@@ -20,8 +21,12 @@ declare module 'fastify' {
   }
 }
 
-export function modelRoute(request: FastifyRequest): ModelRouteConfig | undefined {
-  return request.routeOptions.config.model;
+/** The model request's route, its model named; undefined for other routes and for a path that
+ *  names a model not served (no counter for every name a client tries). */
+export function modelRoute(request: FastifyRequest): Required<ModelRouteConfig> | undefined {
+  const route = request.routeOptions.config.model;
+  const name = route?.name ?? (request.params as { model?: string } | undefined)?.model;
+  return route && name && request.server.modelEndpoints.has(name) ? { ...route, name } : undefined;
 }
 
 export function endpointsOf(app: FastifyInstance, model: string): string[] {
@@ -34,7 +39,7 @@ const SHED: Partial<Record<string, ShedOutcome>> = { TILE_ERR_DEADLINE: 'expired
 /** Calls `record` once per model request: when its response is done, with how it was shed if it
  *  was (expired, refused), or when its client left before the answer (cancelled, status 499),
  *  which fastify's onResponse never sees. */
-export function onModelRequestDone(app: FastifyInstance, record: (request: FastifyRequest, reply: FastifyReply, route: ModelRouteConfig, status: number, shed: ShedOutcome | undefined) => void): void {
+export function onModelRequestDone(app: FastifyInstance, record: (request: FastifyRequest, reply: FastifyReply, route: Required<ModelRouteConfig>, status: number, shed: ShedOutcome | undefined) => void): void {
   app.addHook('onRequest', async (request, reply) => {
     const route = modelRoute(request);
     if (route) reply.raw.once('close', () => reply.raw.writableEnded || record(request, reply, route, errors.cancelled().statusCode, 'cancelled'));

@@ -19,7 +19,8 @@ export type { FieldError, WireError };
 export interface UsageEntry {
   timestamp: string;
   model: string;
-  endpoint: 'predict' | 'embed';
+  /** v2: an Open Inference Protocol infer request over REST (its tiles in `tile`: NxHxW). */
+  endpoint: 'predict' | 'embed' | 'v2';
   mode: string;
   status: number;
   duration_ms: number;
@@ -135,9 +136,11 @@ export type WorkerReport =
 // ── HTTP front ⇄ model worker (Unix socket channel) ──
 
 export type ChannelRequest =
-  /** `deadline`: when the answer is no longer wanted, in ms since the epoch (Date.now(); fronts
-   *  and workers share the host's clock). A tile not started by then is dropped, never run. */
-  | { type: 'infer'; id: number; job: TileJob; deadline: number }
+  /** A request's tiles (one, or an Open Inference Protocol batch), each with its own id and
+   *  answered on its own once run or dropped. `deadline`: when the answers are no longer wanted,
+   *  in ms since the epoch (Date.now(); fronts and workers share the host's clock). A tile not
+   *  started by then is dropped, never run. */
+  | { type: 'infer'; tiles: { id: number; job: TileJob }[]; deadline: number }
   /** The clients of these requests left: drop their tiles if they have not run. One message
    *  carries every cancellation of a short while. */
   | { type: 'cancel'; ids: number[] };

@@ -52,6 +52,7 @@ const REGISTRY = {
   TILE_ERR_SHUTTING_DOWN: { status: 503, body: 'detail', meaning: 'The service is draining for a stop: retry on another host or later.' },
   TILE_ERR_DEADLINE: { status: 504, body: 'detail', meaning: "No answer within the model's request_timeout_ms; the worker drops the tile if it has not run." },
   TILE_ERR_CANCELLED: { status: 499, body: 'detail', meaning: 'The client closed its connection before the answer (never sent; the status the usage log records): the tile is dropped if it has not run.' },
+  TILE_ERR_V2_INVALID: { status: 400, body: 'detail', meaning: 'An Open Inference Protocol request (/v2, gRPC) fails a check: its JSON or binary framing, an input\'s name, datatype, shape or data, a tile rule; `{"error": ...}` names the input and what was expected (gRPC INVALID_ARGUMENT).' },
   TILE_ERR_INTERNAL: { status: 500, body: 'internal', meaning: 'session.run or another server part failed; the reason is in the log, not the answer.' },
 
   // Configuration and start (ConfigError): one line on stderr, exit status 2, nothing started.
@@ -229,6 +230,9 @@ export const errors = {
     new ServiceError('TILE_ERR_UNSUPPORTED_ENCODING', `Content-Encoding ${encoding} is not supported: send the body uncompressed (a PNG is compressed already; raw pixels are the fastest body)`),
   headersTooLarge: (limit: number) => new ServiceError('TILE_ERR_HEADERS_TOO_LARGE', `the request's headers, its URL included, are over the limit of ${limit} bytes`),
   requestTimeout: () => new ServiceError('TILE_ERR_REQUEST_TIMEOUT', 'the request did not arrive in time (front.headers_timeout_ms, front.body_timeout_ms)'),
+  v2Invalid: (why: string) => new ServiceError('TILE_ERR_V2_INVALID', why),
+  /** A model (or a version of it) the Open Inference Protocol's paths name that is not served. */
+  modelNotFound: (what: string, models: string[]) => new ServiceError('TILE_ERR_NOT_FOUND', `${what} is not served; enabled models: ${models.join(', ') || 'none'}`),
   badRequest: (reason: string) => new ServiceError('TILE_ERR_BAD_REQUEST', `malformed HTTP request: ${reason}`),
   /** Under /api and /health/ready the answer names the enabled models, the likely mistake being
    *  a model's name. */

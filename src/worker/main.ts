@@ -68,7 +68,7 @@ async function main(): Promise<void> {
     });
     channel.on('message', (message) => {
       if (message.type === 'cancel') link.cancel(message.ids);
-      else void link.accept(message.id, message.job, message.deadline);
+      else for (const { id, job } of message.tiles) void link.accept(id, job, message.deadline);
     });
   });
 

@@ -11,7 +11,7 @@ import { loadConfig, type ServiceConfig } from '../../src/config/config.js';
 import { buildApp } from '../../src/front/app.js';
 import { unavailable, type ModelBackend, type Ticket } from '../../src/front/backend.js';
 import type { InferResult, ModelState, ModelView, TileJob, UsageReport } from '../../src/ipc/protocol.js';
-import { errors } from '../../src/lib/errors.js';
+import { errors, ServiceError } from '../../src/lib/errors.js';
 import { readManifest } from '../../src/model-package/model-package.js';
 import { MODELS, ROOT } from './server.js';
 
@@ -91,6 +91,11 @@ export class FakeBackend implements ModelBackend {
     const embedding = values(manifest.embedding_dim ?? 4);
     const output = job.task === 'embedding' ? embedding : values(manifest.genes?.output.length ?? 2);
     return { type: 'result', id: 0, output: { role: job.task === 'embedding' ? 'embedding' : 'prediction', values: output }, embedding: job.withEmbedding ? embedding : null, tissueFraction: null, batchSize: 1, times, load };
+  }
+
+  /** Each tile as infer runs it. */
+  async inferBatch(model: string, jobs: TileJob[]): Promise<(InferResult | ServiceError)[]> {
+    return Promise.all(jobs.map((job) => this.infer(model, job).catch((err: unknown) => ServiceError.from(err))));
   }
 
   async diagnostics(categories: string[]): Promise<unknown> {

@@ -36,7 +36,7 @@ const CLOSE_ARRAY = 0x5d;
 
 /** Throws where `body` nests deeper than MAX_JSON_DEPTH, as JSON.parse throws on malformed text.
  *  `skip`, a string's contents already read (no quote or backslash in it), is not scanned. */
-function checkDepth(body: Buffer, skip: [number, number] = [body.length, body.length]): void {
+export function checkDepth(body: Buffer, skip: [number, number] = [body.length, body.length]): void {
   let depth = 0;
   let inString = false;
   for (let at = 0; at < body.length; at++) {

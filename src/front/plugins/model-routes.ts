@@ -57,7 +57,7 @@ declare module 'fastify' {
 /** The body's bytes count against the front's budget as they arrive, not as declared: a slow or
  *  stalled upload holds only what it has sent. A chunk past the budget fails the request (503
  *  TILE_ERR_FRONT_BUSY), so the bound on the front's memory stays. */
-const countBytes = async (request: FastifyRequest, _reply: FastifyReply, payload: Readable) => {
+export const countBytes = async (request: FastifyRequest, _reply: FastifyReply, payload: Readable) => {
   const { ticket } = request.tile!;
   const counted = new Transform({
     transform(chunk: Buffer, _encoding, callback) {
@@ -72,6 +72,17 @@ const countBytes = async (request: FastifyRequest, _reply: FastifyReply, payload
   payload.on('error', (err) => counted.destroy(err));
   return payload.pipe(counted);
 };
+
+/** The request keeps its ticket until the response is done; a client that leaves first aborts
+ *  the request's signal, which cancels its tiles. */
+export function holdTicket(request: FastifyRequest, reply: FastifyReply, ticket: Ticket): void {
+  const left = new AbortController();
+  request.tile = { ticket, signal: left.signal };
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableEnded) left.abort();
+    ticket.release();
+  });
+}
 
 async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelRoutesOptions): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
@@ -102,13 +113,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
      *  place is held until the response is done and the worker has finished or dropped its tile;
      *  a client that leaves first cancels the tile. */
     const admit = async (request: FastifyRequest, reply: FastifyReply) => {
-      const ticket = backend.admit(name);
-      const left = new AbortController();
-      request.tile = { ticket, signal: left.signal };
-      reply.raw.once('close', () => {
-        if (!reply.raw.writableEnded) left.abort();
-        ticket.release();
-      });
+      holdTicket(request, reply, backend.admit(name));
     };
 
     /** Checks the tile, has a worker run it and writes the response (JSON, or the output tensor
