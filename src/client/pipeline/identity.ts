@@ -9,6 +9,7 @@ import { closeSync, existsSync, openSync, readFileSync, readSync, rmSync, statSy
 import { join, resolve } from 'node:path';
 import { CodedError } from '../../lib/errors.js';
 import { writeFileAtomic } from './outputs.js';
+import { dicomKind, dicomSeries } from '../slide/dicom/open-dicom.js';
 
 const MIB = 1 << 20;
 
@@ -29,6 +30,10 @@ export interface DoneRecord {
 }
 
 export function fingerprint(path: string): SlideIdentity {
+  // A DICOM slide is its series, whose UID changes with its content (DICOM's rule), wherever
+  // the copy lies: a folder of files or a DICOMweb URL.
+  const series = dicomSeries(path);
+  if (series) return { path: dicomKind(path) === 'dicomweb' ? path : resolve(path), size: 0, mtimeMs: 0, sha256: createHash('sha256').update(`DICOM series ${series}\n`).digest('hex') };
   const abs = resolve(path);
   const st = statSync(abs);
   const hash = createHash('sha256').update(`${st.size}\n`);
@@ -80,8 +85,8 @@ export class SlideRecords {
     const done = this.read<DoneRecord>(this.donePath);
     const owner = this.read<SlideIdentity>(this.ownerPath);
     if (!done || !owner || done.sha256 !== owner.sha256) return null;
-    const st = statSync(path);
-    if (owner.path === resolve(path) && owner.size === st.size && owner.mtimeMs === st.mtimeMs) return done;
+    const st = statSync(path, { throwIfNoEntry: false }); // none for a URL
+    if (st?.isFile() && owner.path === resolve(path) && owner.size === st.size && owner.mtimeMs === st.mtimeMs) return done;
     return identity?.().sha256 === done.sha256 ? done : null;
   }
 
