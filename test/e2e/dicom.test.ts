@@ -11,7 +11,7 @@ import { parse } from 'csv-parse/sync';
 import h5wasm from 'h5wasm/node';
 import t from 'tap';
 import { writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
-import { dicomize, startOrthanc, uidsOf, type Orthanc } from '../helpers/orthanc.js';
+import { dicomize, startOrthanc, uidsOf, type Orthanc } from '../../tools/orthanc.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { freePort, outputs, tileInfer } from '../helpers/tile-infer.js';
 

@@ -1,13 +1,13 @@
 // A real Orthanc (Debian's orthanc) with its DICOMweb plugin (orthanc-dicomweb), started on a free
 // port with its own configuration and storage (no service manager), and DICOM WSI made from the
-// synthetic TIFFs by OrthancWSIDicomizer (orthanc-wsi).
+// synthetic TIFFs by OrthancWSIDicomizer (orthanc-wsi). The DICOM tests and bench:slide use it.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { waitFor } from './server.js';
-import { freePort } from './tile-infer.js';
+import { createServer } from 'node:net';
+import { waitFor } from './service-process.js';
 
 /** Debian's orthanc-dicomweb puts the plugin here (its /etc/orthanc/orthanc.json loads the
  *  folder /usr/share/orthanc/plugins/). */
@@ -21,6 +21,15 @@ export interface Orthanc {
   /** Stores DICOM files (Orthanc's REST POST /instances). */
   upload(files: string[]): Promise<void>;
   stop(): Promise<void>;
+}
+
+/** A port nothing listens on now. */
+async function freePort(): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
 }
 
 /** `users`: HTTP basic credentials the server demands (none: open). */
@@ -69,6 +78,7 @@ export async function startOrthanc(users?: Record<string, string>): Promise<Orth
     async stop() {
       proc.kill('SIGTERM');
       await exited;
+      rmSync(dir, { recursive: true, force: true });
     },
   };
 }
