@@ -51,6 +51,9 @@ t.before(async () => {
   // Made the way the converter's options read (width, height): its PixelSpacing is not square.
   folders.wrong = join(dir, 'wrong');
   await dicomize(tiff, folders.wrong, [SPEC.widthUm / 1000, SPEC.heightUm / 1000]);
+  // JPEG 2000 (lossless), re-encoded by the converter: its own pyramid below level 0.
+  folders.j2k = join(dir, 'j2k');
+  await dicomize(tiff, folders.j2k, SWAPPED, ['--compression', 'jpeg2000', '--reencode', '1', '--max-size', '0']);
   const locked_ = join(dir, 'locked-source');
   await dicomize(tiff, locked_, SWAPPED);
   // Damaged copies: a second series beside the first; another SOP class; NumberOfFrames one
@@ -101,7 +104,7 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
   const wrongWithMpp = copyFolder(folders.wrong, 'wrong-given-mpp');
   const rows = [
     [tiff, ''],
-    ...['full', 'split', 'wrong', 'two-series', 'not-wsi', 'missing-frame', 'truncated'].map((k) => [folders[k], '']),
+    ...['full', 'split', 'j2k', 'wrong', 'two-series', 'not-wsi', 'missing-frame', 'truncated'].map((k) => [folders[k], '']),
     [wrongWithMpp, '0.5'],
     [urls.series, ''],
     [urls.study, ''],
@@ -142,6 +145,24 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     t.ok(Buffer.from(got.features.buffer).equals(Buffer.from(expected.features.buffer)), `${stemOf(slide)}: features bit for bit`);
     t.ok(readFileSync(join(out, `tissue/${stemOf(slide)}.png`)).equals(mask), `${stemOf(slide)}: tissue mask`);
   }
+
+  // JPEG 2000: level 0 holds the TIFF's pixels losslessly, so a tile in both grids has the same
+  // features bit for bit; the grid itself may differ at the tissue's edge, the overview being
+  // made from the converter's own lower levels.
+  t.equal(summary.get(folders.j2k)?.status, 'done', reason(folders.j2k));
+  const j2k = await h5(join(out, 'features_gene-expr/j2k.h5'));
+  const dim = expected.features.length / (expected.coords.length / 2);
+  const rowOf = new Map(Array.from({ length: expected.coords.length / 2 }, (_, k) => [`${expected.coords[k * 2]},${expected.coords[k * 2 + 1]}`, k]));
+  let common = 0;
+  let same = 0;
+  for (let k = 0; k < j2k.coords.length / 2; k++) {
+    const row = rowOf.get(`${j2k.coords[k * 2]},${j2k.coords[k * 2 + 1]}`);
+    if (row === undefined) continue;
+    common++;
+    if (Buffer.from(j2k.features.buffer, k * dim * 4, dim * 4).equals(Buffer.from(expected.features.buffer, row * dim * 4, dim * 4))) same++;
+  }
+  t.ok(common / (rowOf.size + j2k.coords.length / 2 - common) >= 0.9, `JPEG 2000: ${common} tiles in both grids of ${rowOf.size} and ${j2k.coords.length / 2}`);
+  t.equal(same, common, 'JPEG 2000: the common tiles have the same features');
 
   // A rerun skips the finished series, and a token opens the locked server.
   const rerun = await tileInfer(args([folders.full, urls.series, urls.locked], out), { env: { TILE_INFER_DICOMWEB_AUTHORIZATION: `Basic ${Buffer.from('reader:secret').toString('base64')}` } });

@@ -94,7 +94,7 @@ export interface BandJob {
   };
   /** DICOM: each tile's frame, in a file or fetched already; null where the series has no frame
    *  (background). */
-  frames?: { coding: 'jpeg' | 'raw'; tiles: (FrameBytes | null)[] };
+  frames?: { coding: 'jpeg' | 'j2k' | 'raw'; tiles: (FrameBytes | null)[] };
 }
 
 export type FrameBytes = { path: string; offset: number; length: number } | { bytes: Uint8Array };

@@ -99,8 +99,9 @@ export async function seriesInstances(url: string): Promise<WebInstance[]> {
     const attrs = jsonAttrs(set);
     const where = `${url}/instances/${attrs.text('00080018')}`;
     // The stored transfer syntax: the file meta's, which some servers add, or the one they offer
-    // (AvailableTransferSyntaxUID); else JPEG baseline for frames that say ISO_10918_1.
-    const jpeg = attrs.text('00282114') === 'ISO_10918_1' ? JPEG_BASELINE : attrs.text('00282110') === '00' ? EXPLICIT_LE : undefined;
+    // (AvailableTransferSyntaxUID); else JPEG baseline for frames that say ISO_10918_1 (Orthanc
+    // gives neither). Nothing else is guessed: asked for the wrong one, a server transcodes.
+    const jpeg = attrs.text('00282114') === 'ISO_10918_1' ? JPEG_BASELINE : undefined;
     return { attrs, where, url: where, transferSyntax: attrs.text('00020010') ?? attrs.text('00083002') ?? jpeg };
   });
 }
@@ -112,11 +113,13 @@ export async function studySeries(u: DicomWebUrl): Promise<string[]> {
   return sets.map((s) => jsonAttrs(s).text('0020000E')).filter((uid): uid is string => !!uid).map((uid) => seriesUrl(u, uid));
 }
 
+/** What to ask frames for: their own transfer syntax (PS3.18 8.7.3). */
+const acceptFor = (syntax: string) => `multipart/related; type="${syntax === JPEG_BASELINE ? 'image/jpeg' : syntax === EXPLICIT_LE ? 'application/octet-stream' : 'image/jp2'}"; transfer-syntax=${syntax}`;
+
 /** Frames over WADO-RS, the frames of one instance in one request. */
 export class DicomWebFrames implements FrameSource {
   constructor(
     private readonly instances: WebInstance[],
-    private readonly coding: (instance: number) => 'jpeg' | 'raw',
   ) {}
 
   async frames(at: FrameAt[]): Promise<FrameBytes[]> {
@@ -126,7 +129,7 @@ export class DicomWebFrames implements FrameSource {
     await Promise.all(
       [...byInstance].map(async ([instance, ks]) => {
         const url = `${this.instances[instance].url}/frames/${ks.map((k) => at[k].frame + 1).join(',')}`;
-        const accept = this.coding(instance) === 'jpeg' ? `multipart/related; type="image/jpeg"; transfer-syntax=${JPEG_BASELINE}` : `multipart/related; type="application/octet-stream"; transfer-syntax=${EXPLICIT_LE}`;
+        const accept = acceptFor(this.instances[instance].transferSyntax!);
         const response = await get(url, accept);
         const parts = multipartParts(Buffer.from(await response.arrayBuffer()), response.headers.get('content-type') ?? '', url);
         if (parts.length !== ks.length) throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: ${parts.length} frames in the answer, asked for ${ks.length}`);

@@ -65,6 +65,5 @@ export async function openDicom(path: string): Promise<DicomSlide> {
   }
   const instances = wsiInstances(series, await seriesInstances(series));
   const pyramid = buildPyramid(series, instances);
-  const coding = new Map(pyramid.levels.flatMap((l) => l.members.map((k) => [k, l.coding] as const)));
-  return new DicomSlide(path, 'dicomweb', pyramid, new DicomWebFrames(instances, (k) => coding.get(k)!));
+  return new DicomSlide(path, 'dicomweb', pyramid, new DicomWebFrames(instances));
 }

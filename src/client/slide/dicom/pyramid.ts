@@ -37,8 +37,9 @@ const SYNTAX_NAMES: Record<string, string> = {
   '1.2.840.10008.1.2.5': 'RLE Lossless',
 };
 
-/** How a level's frames are coded: JPEG baseline streams, or RGB pixels as they are. */
-export type FrameCoding = 'jpeg' | 'raw';
+/** How a level's frames are coded: JPEG baseline or JPEG 2000 codestreams, or RGB pixels. */
+export type FrameCoding = 'jpeg' | 'j2k' | 'raw';
+const J2K = new Set(['1.2.840.10008.1.2.4.90', '1.2.840.10008.1.2.4.91']);
 
 const TAG = {
   sopClass: '00080016',
@@ -131,6 +132,7 @@ function coding(i: Instance, label: string): FrameCoding {
   const syntax = i.transferSyntax;
   const a = i.attrs;
   if (syntax === JPEG_BASELINE) return 'jpeg';
+  if (syntax && J2K.has(syntax)) return 'j2k';
   if (syntax === EXPLICIT_LE) {
     const photometric = a.text(TAG.photometric);
     if (a.number(TAG.samples) !== 3 || photometric !== 'RGB' || a.number(TAG.bitsAllocated) !== 8 || (a.number(TAG.planar) ?? 0) !== 0) {
@@ -139,7 +141,7 @@ function coding(i: Instance, label: string): FrameCoding {
     return 'raw';
   }
   const name = syntax ? `${syntax}${SYNTAX_NAMES[syntax] ? ` (${SYNTAX_NAMES[syntax]})` : ''}` : 'none given';
-  return fail('TILE_ERR_SLIDE_FORMAT', `${label}: ${i.where}: transfer syntax ${name} is not read; tile-infer reads ${JPEG_BASELINE} (JPEG Baseline) and ${EXPLICIT_LE} (Explicit VR Little Endian)`);
+  return fail('TILE_ERR_SLIDE_FORMAT', `${label}: ${i.where}: transfer syntax ${name} is not read; tile-infer reads ${JPEG_BASELINE} (JPEG Baseline), ${[...J2K].join(' and ')} (JPEG 2000) and ${EXPLICIT_LE} (Explicit VR Little Endian)`);
 }
 
 /** Where each frame of an instance lies in its level's tile grid: from PlanePositionSlideSequence
