@@ -37,6 +37,8 @@ export interface Slide {
    *  reader pool decodes each tile once. Other readers read tiles' regions on the pool. */
   bandSource?(level: number): BandSource;
   bandJob?(level: number, ty: number, tx0: number, tx1: number): Promise<BandJob>;
+  /** The bands bandJob will be asked for, in order: a remote slide fetches ahead in batches. */
+  prefetch?(level: number, bands: readonly { ty: number; tx0: number; tx1: number }[]): void;
   close(): Promise<void>;
 }
 

@@ -17,6 +17,8 @@ export interface FrameAt {
 export interface FrameSource {
   /** The frames' bytes, or where they lie in files, in order. */
   frames(at: FrameAt[]): Promise<FrameBytes[]>;
+  /** The frames to be asked for, in order. */
+  prefetch?(at: FrameAt[]): void;
   close(): Promise<void>;
 }
 
@@ -48,13 +50,24 @@ export class DicomSlide implements Slide {
     return { width, height, tileWidth, tileHeight, tilesAcross, tilesDown };
   }
 
-  async bandJob(level: number, ty: number, tx0: number, tx1: number): Promise<BandJob> {
+  /** The frames of tiles [tx0, tx1) of tile row `ty`; null where there is none. */
+  private framesAt(level: number, ty: number, tx0: number, tx1: number): (FrameAt | null)[] {
     const l = this.pyramid.levels[level];
     const at: (FrameAt | null)[] = [];
     for (let tx = tx0; tx < tx1; tx++) {
       const i = ty * l.tilesAcross + tx;
       at.push(l.instance[i] < 0 ? null : { instance: l.instance[i], frame: l.frame[i] });
     }
+    return at;
+  }
+
+  prefetch(level: number, bands: readonly { ty: number; tx0: number; tx1: number }[]): void {
+    this.source.prefetch?.(bands.flatMap((b) => this.framesAt(level, b.ty, b.tx0, b.tx1).filter((a) => a !== null)));
+  }
+
+  async bandJob(level: number, ty: number, tx0: number, tx1: number): Promise<BandJob> {
+    const l = this.pyramid.levels[level];
+    const at = this.framesAt(level, ty, tx0, tx1);
     const fetched = await this.source.frames(at.filter((a) => a !== null));
     const tiles = at.map((a) => (a ? fetched.shift()! : null));
     const left = tx0 * l.tileWidth;

@@ -116,13 +116,59 @@ export async function studySeries(u: DicomWebUrl): Promise<string[]> {
 /** What to ask frames for: their own transfer syntax (PS3.18 8.7.3). */
 const acceptFor = (syntax: string) => `multipart/related; type="${syntax === JPEG_BASELINE ? 'image/jpeg' : syntax === EXPLICIT_LE ? 'application/octet-stream' : 'image/jp2'}"; transfer-syntax=${syntax}`;
 
-/** Frames over WADO-RS, the frames of one instance in one request. */
+/** Frames a request asks for at most, and prefetched requests in flight: a WADO-RS frames request
+ *  costs the server (Orthanc) about as much for 1 frame as for 32 (it reads the instance). */
+const BATCH = 48;
+const BATCHES_AHEAD = 3;
+
+/** Frames over WADO-RS, the frames of one instance in one request. Told the frames to come
+ *  (prefetch), it fetches them in batches ahead of their bands. */
 export class DicomWebFrames implements FrameSource {
-  constructor(
-    private readonly instances: WebInstance[],
-  ) {}
+  /** Prefetched frames by "instance/frame", and the batches planned, in order. */
+  private readonly ahead = new Map<string, Promise<FrameBytes>>();
+  private batches: FrameAt[][] = [];
+  private next = 0;
+
+  constructor(private readonly instances: WebInstance[]) {}
+
+  prefetch(at: FrameAt[]): void {
+    this.batches = [];
+    this.next = 0;
+    for (const a of at) {
+      const last = this.batches[this.batches.length - 1];
+      if (last && last.length < BATCH && last[0].instance === a.instance) last.push(a);
+      else this.batches.push([a]);
+    }
+  }
+
+  /** Starts the batches up to BATCHES_AHEAD past the one holding `at`. */
+  private fetchAhead(at: FrameAt): void {
+    const k = this.batches.findIndex((b) => b.some((a) => a.instance === at.instance && a.frame === at.frame));
+    if (k < 0) return;
+    for (; this.next <= k + BATCHES_AHEAD && this.next < this.batches.length; this.next++) {
+      const batch = this.batches[this.next];
+      const fetched = this.fetch(batch);
+      fetched.catch(() => {}); // awaited by the bands that need it
+      batch.forEach((a, j) => this.ahead.set(`${a.instance}/${a.frame}`, fetched.then((bytes) => bytes[j])));
+    }
+  }
 
   async frames(at: FrameAt[]): Promise<FrameBytes[]> {
+    if (at.length) this.fetchAhead(at[0]);
+    const key = (a: FrameAt) => `${a.instance}/${a.frame}`;
+    const rest = at.filter((a) => !this.ahead.has(key(a)));
+    const fetched = rest.length ? this.fetch(rest) : Promise.resolve([]);
+    return Promise.all(
+      at.map(async (a) => {
+        const early = this.ahead.get(key(a));
+        if (!early) return (await fetched)[rest.indexOf(a)];
+        this.ahead.delete(key(a));
+        return early;
+      }),
+    );
+  }
+
+  private async fetch(at: FrameAt[]): Promise<FrameBytes[]> {
     const byInstance = new Map<number, number[]>();
     at.forEach((a, k) => byInstance.set(a.instance, [...(byInstance.get(a.instance) ?? []), k]));
     const out: FrameBytes[] = new Array(at.length);
