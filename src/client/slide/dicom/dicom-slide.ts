@@ -36,11 +36,6 @@ export class DicomSlide implements Slide {
     ({ mpp: this.mpp, mppError: this.mppError, mppErrorCode: this.mppErrorCode } = pyramid);
   }
 
-  /** The series' UID: what the slide is, wherever its copy lies. */
-  get series(): string {
-    return this.pyramid.series;
-  }
-
   get levels(): SlideLevel[] {
     return this.pyramid.levels.map(({ width, height, downsample }) => ({ width, height, downsample }));
   }

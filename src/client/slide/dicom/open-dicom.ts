@@ -1,9 +1,8 @@
 // DICOM WSI slides: a folder of DICOM files, one instance of a series (its series, from the
 // instances in its folder), or a DICOMweb series or study URL. A slide's identity is its series'
 // UID, so that resumes and reruns know it wherever its copy lies.
-import { statSync } from 'node:fs';
+import { readdirSync, statSync } from 'node:fs';
 import { extname, join } from 'node:path';
-import { readdirSync } from 'node:fs';
 import { SlideError } from '../slide.js';
 import { DicomSlide } from './dicom-slide.js';
 import { DicomWebFrames, parseDicomWebUrl, seriesInstances, seriesUrl, studySeries } from './dicomweb.js';

@@ -43,9 +43,7 @@ const J2K = new Set(['1.2.840.10008.1.2.4.90', '1.2.840.10008.1.2.4.91']);
 
 const TAG = {
   sopClass: '00080016',
-  sopInstance: '00080018',
   imageType: '00080008',
-  study: '0020000D',
   series: '0020000E',
   concatenationOffset: '00209228',
   samples: '00280002',
@@ -92,7 +90,6 @@ export interface DicomLevel extends SlideLevel {
 
 export interface Pyramid {
   series: string;
-  study: string;
   levels: DicomLevel[];
   /** LABEL, OVERVIEW and THUMBNAIL images: not tiled. */
   associated: { type: string; instance: number }[];
@@ -106,7 +103,6 @@ const fail = (code: CodesOf<'SLIDE'>, message: string): never => {
 };
 
 export const seriesOf = (i: Instance) => i.attrs.text(TAG.series) ?? '';
-export const sopInstanceOf = (i: Instance) => i.attrs.text(TAG.sopInstance) ?? '';
 
 /** The series' instances as one slide (`label`, for messages): the instances of other SOP
  *  classes left out, one series only. */
@@ -235,7 +231,7 @@ export function buildPyramid(label: string, instances: Instance[]): Pyramid {
   levels.sort((x, y) => y.width - x.width);
   const [base] = levels;
   for (const l of levels) l.downsample = (base.width / l.width + base.height / l.height) / 2;
-  return { series: seriesOf(instances[0]), study: instances[0].attrs.text(TAG.study) ?? '', levels, associated, ...mppOf(instances[base.members[0]], label) };
+  return { series: seriesOf(instances[0]), levels, associated, ...mppOf(instances[base.members[0]], label) };
 }
 
 /** Frames an instance says it holds. */
