@@ -7,6 +7,8 @@
 //      pool, posting) and for the whole pipeline, on that slide and on a 0.25 MPP SVS;
 //   3. slides/hour for a cohort of 8 synthetic slides (0.5 and 0.25 MPP, TIFF and SVS), and its
 //      tile rate against the same slides run one at a time.
+//   4. the TIFF's tiles from its DICOM copies (OrthancWSIDicomizer's, whole levels and levels
+//      split) and from a local Orthanc's DICOMweb, against the TIFF's rate around them.
 // --smoke runs it all on small slides (a cohort of 4) for seconds: CI's check that it works.
 // `npm run bench:slide -- [--concurrency=16] [--seconds=8] [--repeats=3] [--smoke]`.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
@@ -29,6 +31,7 @@ import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { drive, type BenchBody, type Span } from './load.js';
 import { writeNullPackage } from './null-models.js';
+import { dicomCopies } from './dicom-copies.js';
 
 const MODEL = 'null-224';
 const PATH = `/api/predict/${MODEL}`;
@@ -63,6 +66,14 @@ export interface StageCosts {
   pipeline: number;
 }
 
+export interface SourceRate {
+  source: string;
+  tiles: number;
+  tilesPerSec: number;
+  clientCpuMsPerTile: number;
+  ratio: number;
+}
+
 export interface SlideBench {
   concurrency: number;
   threads: number;
@@ -73,6 +84,8 @@ export interface SlideBench {
   ratio: number;
   clientCpuMsPerTile: number;
   stages: StageCosts[];
+  /** The TIFF's tiles from other sources, each against the TIFF (run before and after them). */
+  sources: SourceRate[];
   cohort: { slides: number; tiles: number; seconds: number; slidesPerHour: number; tilesPerSec: number; oneAtATimeTilesPerSec: number; ratio: number; slidesInFlight: number };
 }
 
@@ -109,6 +122,23 @@ async function timedCohort(setup: Setup, slides: CohortSlide[], outDir: string, 
   await runCohort(run, slides, inFlight, summary, { slideDone: () => {} });
   if (summary.failed) throw new Error(`${summary.failed} slides failed:\n${readFileSync(summary.path, 'utf8')}`);
   return { tiles: stage.tiles, seconds: (performance.now() - started) / 1000, tilesPerSec: stage.tiles / ((stage.end - stage.start) / 1000), cpuMsPerTile: (stage.cpuEnd - stage.cpu) / stage.tiles };
+}
+
+/** The TIFF, then each copy of it, then the TIFF again, one slide at a time: tiles/s and client CPU
+ *  per tile over the tile stage, each source's rate over the mean of the TIFF's two. */
+async function sourceRates(setup: Setup, tiff: CohortSlide, copies: { source: string; slide: CohortSlide }[], dir: string, smoke: boolean): Promise<SourceRate[]> {
+  // The smoke checks that each source runs, once: its time is CI's.
+  const runs = [{ source: 'TIFF', slide: tiff }, ...copies, ...(smoke ? [] : [{ source: 'TIFF, again', slide: tiff }])];
+  const rates: SourceRate[] = [];
+  for (const [k, { source, slide }] of runs.entries()) {
+    const r = await timedCohort(setup, [slide], join(dir, `source-${k}`), 1);
+    rates.push({ source, tiles: r.tiles, tilesPerSec: r.tilesPerSec, clientCpuMsPerTile: r.cpuMsPerTile, ratio: 0 });
+  }
+  const tiffs = rates.filter((r) => r.source.startsWith('TIFF'));
+  const base = tiffs.reduce((n, r) => n + r.tilesPerSec, 0) / tiffs.length;
+  for (const r of rates) r.ratio = r.tilesPerSec / base;
+  for (const r of rates) console.error(`${r.source}: ${r.tilesPerSec.toFixed(1)} tiles/s (${r.ratio.toFixed(2)} of the TIFF's), client ${r.clientCpuMsPerTile.toFixed(2)} CPU ms/tile`);
+  return rates;
 }
 
 /** The request bodies of a slide's tiles (the grid from a finished run's tissue mask). */
@@ -226,6 +256,14 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
       const stages = [await stageCosts(setup, tiff, 0.5, warm, concurrency, median(runs.map((r) => r.clientCpuMsPerTile))), await stageCosts(setup, svs, 0.25, warm, concurrency, svsRun.cpuMsPerTile)];
       for (const s of stages) console.error(`${s.slide}: CPU ms/tile decode ${s.decode.toFixed(2)}, encode ${s.encode.toFixed(2)}, post ${s.post.toFixed(2)}; pipeline ${s.pipeline.toFixed(2)}`);
 
+      const copies = await dicomCopies(tiff.path, [(6144 * scale) / 1000, (4096 * scale) / 1000], dir);
+      let sources: SourceRate[];
+      try {
+        sources = await sourceRates(setup, tiff, smoke ? copies.copies.filter((c) => !c.source.includes('split')) : copies.copies, dir, smoke);
+      } finally {
+        await copies.stop();
+      }
+
       // The cohort one slide at a time, then all of it with slides in flight.
       let oneTiles = 0;
       let oneSeconds = 0;
@@ -248,6 +286,7 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
         ratio: mid.ratio,
         clientCpuMsPerTile: mid.clientCpuMsPerTile,
         stages,
+        sources,
         cohort: { slides: cohort.length, tiles: all.tiles, seconds: all.seconds, slidesPerHour: (cohort.length / all.seconds) * 3600, tilesPerSec: cohortRate, oneAtATimeTilesPerSec: oneAtATime, ratio: cohortRate / oneAtATime, slidesInFlight: inFlight },
       };
     } finally {
@@ -269,6 +308,10 @@ export function slideMarkdown(b: SlideBench): string {
     '| slide | tiles | decode | rest of read + encode | post | pipeline (CPU ms/tile) |',
     '|---|---|---|---|---|---|',
     ...b.stages.map((s) => `| ${s.slide} | ${s.tiles} | ${f(s.decode, 2)} | ${f(s.encode, 2)} | ${f(s.post, 2)} | ${f(s.pipeline, 2)} |`),
+    '',
+    '| source of the same slide | tiles/s | of the TIFF\'s | client CPU ms/tile |',
+    '|---|---|---|---|',
+    ...b.sources.map((s) => `| ${s.source} | ${f(s.tilesPerSec)} | ${f(s.ratio, 2)} | ${f(s.clientCpuMsPerTile, 2)} |`),
     '',
     `Cohort of ${b.cohort.slides} slides (0.5 and 0.25 MPP, TIFF and SVS; ${b.cohort.slidesInFlight} in flight): ${b.cohort.tiles} tiles in ${f(b.cohort.seconds)} s, ${f(b.cohort.slidesPerHour, 0)} slides/hour, ${f(b.cohort.tilesPerSec)} tiles/s against ${f(b.cohort.oneAtATimeTilesPerSec)} one slide at a time (ratio ${f(b.cohort.ratio, 2)}).`,
   ].join('\n');

@@ -14,6 +14,7 @@ import { createReadStream, existsSync, readFileSync, rmSync, statSync } from 'no
 import { join, resolve } from 'node:path';
 import { CodedError } from '../../lib/errors.js';
 import { writeFileAtomic } from './outputs.js';
+import { dicomKind, dicomSeries } from '../slide/dicom/open-dicom.js';
 
 /** How a slide source says what a slide is. */
 export interface SourceIdentity {
@@ -42,8 +43,19 @@ export function fileIdentity(path: string): SourceIdentity {
   };
 }
 
+/** A DICOM slide (a folder or file of a series, a DICOMweb URL) is its series, whose UID changes
+ *  with its content (DICOM's rule), wherever the copy lies. A study URL that could not be expanded,
+ *  or a folder without a series, is its location: it fails at opening, with the reason. */
+export function dicomIdentity(path: string): SourceIdentity | null {
+  const kind = dicomKind(path);
+  if (!kind) return null;
+  const location = kind === 'dicomweb' ? path : resolve(path);
+  const said = `DICOM series ${dicomSeries(path) ?? `at ${location}`}`;
+  return { location, quick: async () => said, digest: async () => createHash('sha256').update(`${said}\n`).digest('hex') };
+}
+
 /** The sources asked in order, each taking the locations it knows (a URL scheme, ...); files last. */
-export const IDENTITY_SOURCES: ((location: string) => SourceIdentity | null)[] = [];
+export const IDENTITY_SOURCES: ((location: string) => SourceIdentity | null)[] = [dicomIdentity];
 
 export const identityOf = (location: string): SourceIdentity => IDENTITY_SOURCES.reduce<SourceIdentity | null>((found, source) => found ?? source(location), null) ?? fileIdentity(location);
 

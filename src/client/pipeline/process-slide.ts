@@ -91,7 +91,7 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
   const slide = await openSlide(path);
   try {
     const mpp0 = asked.mpp ?? slide.mpp;
-    if (!mpp0) throw new SlideError(slide.mppError ? 'TILE_ERR_SLIDE_MPP_RANGE' : 'TILE_ERR_SLIDE_NO_MPP', slide.mppError ?? `${entry.label}: the slide records no MPP; give it with --mpp`);
+    if (!mpp0) throw new SlideError(slide.mppError ? (slide.mppErrorCode ?? 'TILE_ERR_SLIDE_MPP_RANGE') : 'TILE_ERR_SLIDE_NO_MPP', slide.mppError ?? `${entry.label}: the slide records no MPP; give it with --mpp`);
     const l0 = slide.levels[0];
     if (l0.width * mpp0 > MAX_SLIDE_UM || l0.height * mpp0 > MAX_SLIDE_UM) {
       throw new SlideError('TILE_ERR_SLIDE_TOO_LARGE', `${entry.label}: ${l0.width}x${l0.height} pixels at ${mpp0} µm/px is ${((l0.width * mpp0) / 1000).toFixed(0)} x ${((l0.height * mpp0) / 1000).toFixed(0)} mm, larger than any glass slide; is the MPP right? (--mpp)`);

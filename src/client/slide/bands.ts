@@ -87,7 +87,7 @@ export const bandBytes = (job: BandJob) => job.tiles * job.tileWidth * job.tileH
 
 /** Open files of this thread, a few at a time (slides in flight). */
 const files = new Map<string, number>();
-function fileOf(path: string): number {
+export function fileOf(path: string): number {
   let fd = files.get(path);
   if (fd === undefined) {
     fd = openSync(path, 'r');

@@ -3,6 +3,7 @@
 // is missing, a folder or unreadable is said so before any reader is asked.
 import { accessSync, constants, statSync } from 'node:fs';
 import { extname } from 'node:path';
+import { dicomKind, openDicom } from './dicom/open-dicom.js';
 import { OpenSlideSlide, openSlideLibrary } from './openslide-slide.js';
 import { SlideError, type Slide } from './slide.js';
 import { TiffSlide } from './tiff-slide.js';
@@ -11,6 +12,7 @@ const TIFF_EXTENSIONS = new Set(['.tif', '.tiff', '.svs']);
 
 /** Why a path cannot be a slide file, or null when it is a readable file. */
 export function unreadable(path: string): string | null {
+  if (dicomKind(path)) return null; // a DICOM folder, or a DICOMweb URL
   try {
     if (!statSync(path).isFile()) return 'not a file';
     accessSync(path, constants.R_OK);
@@ -22,6 +24,7 @@ export function unreadable(path: string): string | null {
 }
 
 export async function openSlide(path: string): Promise<Slide> {
+  if (dicomKind(path)) return openDicom(path);
   const problem = unreadable(path);
   if (problem) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${path}: ${problem}`);
   let tiffError: Error | null = null;
