@@ -6,6 +6,7 @@ import { basename, dirname, extname, resolve } from 'node:path';
 import { parse } from 'csv-parse/sync';
 import { stringify } from 'csv-stringify/sync';
 import { writeFileAtomic } from './outputs.js';
+import { isRemote } from '../slide/remote/open-source.js';
 import { mppInRange, MPP_RANGE } from '../slide/slide.js';
 import { UsageError } from '../usage-error.js';
 
@@ -20,7 +21,14 @@ export interface CohortSlide {
   mpp?: number;
 }
 
-export const stemOf = (path: string) => basename(path, extname(path));
+/** A URL's stem is its path's (no query string). */
+export const stemOf = (path: string) => {
+  const name = isRemote(path) ? decodeURIComponent(new URL(path).pathname) : path;
+  return basename(name, extname(name));
+};
+
+/** Where a slide named relative to `dir` is (a URL is where it says). */
+const locate = (dir: string, slide: string) => (isRemote(slide) ? slide : resolve(dir, slide));
 
 function readManifest(csv: string): CohortSlide[] {
   let rows: Record<string, string>[];
@@ -33,7 +41,7 @@ function readManifest(csv: string): CohortSlide[] {
   if (!('wsi' in rows[0])) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: no "wsi" column (TRIDENT's manifest: a wsi column of slide paths relative to the CSV, optionally mpp)`);
   return rows.map((row, k) => {
     if (!row.wsi) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: line ${k + 2}: the wsi cell is empty`);
-    const slide: CohortSlide = { label: row.wsi, path: resolve(dirname(csv), row.wsi), stem: stemOf(row.wsi) };
+    const slide: CohortSlide = { label: row.wsi, path: locate(dirname(csv), row.wsi), stem: stemOf(row.wsi) };
     if (row.mpp) {
       const mpp = Number(row.mpp);
       if (!mppInRange(mpp)) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: line ${k + 2}: mpp "${row.mpp}" is not a slide's microns per pixel (${MPP_RANGE[0]} to ${MPP_RANGE[1]})`);
@@ -49,7 +57,7 @@ export function readCohort(inputs: string[]): CohortSlide[] {
   const slides: CohortSlide[] = [];
   const seen = new Set<string>();
   for (const input of inputs) {
-    const found = extname(input).toLowerCase() === '.csv' ? readManifest(input) : [{ label: input, path: resolve(input), stem: stemOf(input) }];
+    const found = extname(input).toLowerCase() === '.csv' ? readManifest(input) : [{ label: input, path: locate('.', input), stem: stemOf(input) }];
     for (const s of found) {
       if (seen.has(s.path)) continue;
       seen.add(s.path);

@@ -45,6 +45,9 @@ export function fingerprint(path: string): SlideIdentity {
   return { path: abs, size: st.size, mtimeMs: st.mtimeMs, sha256: hash.digest('hex') };
 }
 
+/** A remote slide's identity: its URL, ETag and size (its content is not read for it). */
+export const remoteIdentity = ({ url, etag, size }: { url: string; etag: string; size: number }): SlideIdentity => ({ path: url, size, mtimeMs: 0, sha256: createHash('sha256').update(`${url}\n${etag}\n${size}`).digest('hex') });
+
 /** A slide whose outputs' name an earlier run gave another slide in the same output folder. */
 export class NameClashError extends CodedError<'TILE_ERR_COHORT_NAME_CLASH'> {
   override name = 'NameClashError';
@@ -75,13 +78,13 @@ export class SlideRecords {
 
   /** The done record, when the slide at `path` is the one that finished here and has not
    *  changed: from its size and modification time alone (no read of the slide), else from its
-   *  fingerprint (a copy or a touched file with the same content). */
-  finished(path: string, identity?: () => SlideIdentity): DoneRecord | null {
+   *  fingerprint (a copy or a touched file with the same content). `st` null: a remote slide,
+   *  known by its identity alone. */
+  finished(path: string, identity?: () => SlideIdentity, st: { size: number; mtimeMs: number } | null = statSync(path)): DoneRecord | null {
     const done = this.read<DoneRecord>(this.donePath);
     const owner = this.read<SlideIdentity>(this.ownerPath);
     if (!done || !owner || done.sha256 !== owner.sha256) return null;
-    const st = statSync(path);
-    if (owner.path === resolve(path) && owner.size === st.size && owner.mtimeMs === st.mtimeMs) return done;
+    if (st && owner.path === resolve(path) && owner.size === st.size && owner.mtimeMs === st.mtimeMs) return done;
     return identity?.().sha256 === done.sha256 ? done : null;
   }
 

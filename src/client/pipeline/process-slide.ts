@@ -9,7 +9,7 @@ import type { ModelMetadataBody, TileClient } from '../tile-client.js';
 import type { CohortSlide } from './cohort.js';
 import { tissueGeoJson } from './geojson.js';
 import { tileGrid } from './grid.js';
-import { fingerprint, SlideRecords } from './identity.js';
+import { fingerprint, remoteIdentity, SlideRecords } from './identity.js';
 import { runTiles, writeModelOutputs, type ModelPlan, type Progress } from './inference.js';
 import { Journal } from './journal.js';
 import { writeFileAtomic } from './outputs.js';
@@ -18,6 +18,7 @@ import type { ReaderPool } from './reader-pool.js';
 import { tileBodies } from './tile-reader.js';
 import { MAX_SLIDE_UM, SlideError } from '../slide/slide.js';
 import { openSlide, unreadable } from '../slide/open.js';
+import { isRemote, openSource } from '../slide/remote/open-source.js';
 import { TISSUE_MPP, detectTissue, readOverview, readTissueMask, type TissueMask } from './tissue.js';
 
 /** What every slide of a run shares. */
@@ -52,7 +53,9 @@ export interface SlideResult {
 export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<SlideResult> {
   const { stem, path } = entry;
   const meta = run.model;
-  const problem = unreadable(path);
+  // A remote slide is known by its URL, ETag and size, from its first range request.
+  const source = isRemote(path) ? await openSource(path) : null;
+  const problem = source ? null : unreadable(path);
   if (problem) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${entry.label}: ${problem}`);
   const journalDir = join(run.outDir, '.journal');
   const tissueDir = join(run.outDir, 'tissue');
@@ -62,13 +65,14 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
   const geojsonPath = join(tissueDir, `${stem}.geojson`);
   const journalPath = join(journalDir, `${stem}.${meta.model}.jsonl`);
   const records = new SlideRecords(journalDir, stem, meta.model);
-  const finished = records.finished(path, () => fingerprint(path));
+  const identity = () => (source ? remoteIdentity(source) : fingerprint(path));
+  const finished = source ? records.finished(path, identity, null) : records.finished(path, identity);
   if (finished) return { stem, tiles: finished.tiles, files: finished.files, skipped: true, seconds: finished.seconds };
-  const id = fingerprint(path);
+  const id = identity();
   records.claim(id, [maskPath, geojsonPath, journalPath]);
   const started = performance.now();
 
-  const slide = await openSlide(path);
+  const slide = await openSlide(path, source ?? undefined);
   try {
     const mpp0 = entry.mpp ?? run.mpp ?? slide.mpp;
     if (!mpp0) throw new SlideError(slide.mppError ? 'TILE_ERR_SLIDE_MPP_RANGE' : 'TILE_ERR_SLIDE_NO_MPP', slide.mppError ?? `${entry.label}: the slide records no MPP; give it with --mpp`);

@@ -73,6 +73,8 @@ export interface BandSource {
 export interface BandJob {
   path: string;
   page: number;
+  /** The level's SubIFD in the page (OME-TIFF), or -1. */
+  subifd: number;
   tileWidth: number;
   tileHeight: number;
   /** TIFF tiles in the band. */
@@ -88,5 +90,7 @@ export interface BandJob {
     ranges: number[];
     /** What the TIFF's photometric interpretation says the streams hold. */
     colorspace: 'ycbcr' | 'rgb';
+    /** A remote slide's streams, fetched (the ranges then only size them). */
+    streams?: Uint8Array[];
   };
 }
