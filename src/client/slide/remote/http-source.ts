@@ -23,7 +23,7 @@ export class HttpTransport implements RangeTransport {
   static async open(url: string): Promise<HttpTransport> {
     const res = await send(url, { range: `bytes=0-${BLOCK - 1}` });
     if (res.statusCode === 200) {
-      res.body.destroy();
+      drop(res);
       throw new SlideError('TILE_ERR_SLIDE_NO_RANGES', `${url}: the server answers a range request with the whole file (200, not 206 Partial Content): it does not serve byte ranges, and the slide is not downloaded whole; serve it from a server that does (nginx, Apache, S3) or copy it here`);
     }
     const data = await body(url, res, 206);
@@ -50,7 +50,7 @@ async function send(url: string, headers: Record<string, string>): Promise<Answe
     try {
       const res = await request(url, { headers });
       if (res.statusCode < 500) return res;
-      res.body.destroy();
+      drop(res);
       failure = `HTTP ${res.statusCode}`;
     } catch (err) {
       failure = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
@@ -60,12 +60,19 @@ async function send(url: string, headers: Record<string, string>): Promise<Answe
   }
 }
 
+/** Closes an answer's connection without reading its body (a destroyed body's error is
+ *  expected, not a crash). */
+function drop(res: Answer): void {
+  res.body.on('error', () => {});
+  res.body.destroy();
+}
+
 /** The body of an answer that should have `status`, else the error it means. */
 async function body(url: string, res: Answer, status: number): Promise<Uint8Array> {
   if (res.statusCode === status) return new Uint8Array(await res.body.arrayBuffer());
   // A plain-text or XML error says why (S3-compatible servers, proxies); an HTML page does not.
   const html = /html/i.test(String(res.headers['content-type'] ?? ''));
-  const text = html ? (res.body.destroy(), '') : (await res.body.text().catch(() => '')).slice(0, 200).replace(/\s+/g, ' ').trim();
+  const text = html ? (drop(res), '') : (await res.body.text().catch(() => '')).slice(0, 200).replace(/\s+/g, ' ').trim();
   const said = `HTTP ${res.statusCode}${text ? `: ${text}` : ''}`;
   if (res.statusCode === 404 || res.statusCode === 410) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${url}: not found (${said})`);
   if (res.statusCode === 401 || res.statusCode === 403) throw new SlideError('TILE_ERR_SLIDE_DENIED', `${url}: the server refuses it (${said})`);
