@@ -25,6 +25,8 @@ t.test('npm run bench -- --smoke', async (t) => {
   for (const r of report.ceiling) t.ok(r.tilesPerSec > 0 && r.errors === 0, `ceiling ${r.system} ${r.body} ${r.size}px: tiles served, no errors`);
   for (const system of systems) t.same([...new Set(report.ceiling.filter((r: { system: string }) => r.system === system).map((r: { body: string }) => r.body))], ['json', 'png', 'raw'], `${system}: every body type`);
   t.ok(report.slide.tiles > 0 && report.slide.ratio > 0 && report.slide.clientCpuMsPerTile > 0, 'the whole-slide row: tiles, ratio and client CPU');
+  t.same(report.slide.sources.map((r: { source: string }) => r.source), ['OME-TIFF (tifffile)', 'HTTP ranges (nginx)', 'S3 (s3rver)'], 'the source rows');
+  t.ok(report.slide.sources[1].fetchedBytes > 0 && report.slide.sources[1].tileBytes > 0, 'bytes fetched over HTTP and the bytes of the tiles used');
   const md = readFileSync(join(out, 'smoke.md'), 'utf8');
   t.match(md, /\| endpoint \| provider \| conc\. \| tiles\/s/);
   t.match(md, /\| system \| body \| tile \| conc\. \| tiles\/s \| of JSON \| of irreducible/);
