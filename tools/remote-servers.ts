@@ -15,6 +15,7 @@ export interface Started {
   stop(): Promise<void>;
 }
 
+/** A port nothing listens on now. */
 export async function freePort(): Promise<number> {
   const srv = createServer();
   await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
