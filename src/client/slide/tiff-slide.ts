@@ -174,8 +174,17 @@ export class TiffSlide implements Slide {
     const jpeg: BandJob['jpeg'] = { tables: l.jpegTables, ranges, colorspace: l.photometric === YCBCR ? 'ycbcr' : 'rgb' };
     if (this.source) {
       const wanted = Array.from({ length: tx1 - tx0 }, (_, k) => [ranges[2 * k], ranges[2 * k + 1]] as const);
-      jpeg.streams = await this.source.readRanges(wanted);
-      this.tileBytes += wanted.reduce((n, [, length]) => n + length, 0);
+      const fetched = await this.source.readRanges(wanted);
+      // In shared memory, so that the thread decoding them reads them where they are instead of
+      // a copy serialised into its task.
+      const total = wanted.reduce((n, [, length]) => n + length, 0);
+      const shared = new Uint8Array(new SharedArrayBuffer(total));
+      let at = 0;
+      jpeg.streams = fetched.map((stream) => {
+        shared.set(stream, at);
+        return shared.subarray(at, (at += stream.length));
+      });
+      this.tileBytes += total;
     }
     return { ...job, jpeg };
   }

@@ -12,8 +12,8 @@ export interface RangeTransport {
   readonly size: number;
   /** The object's version as the server names it (ETag), or '' when it gives none. */
   readonly etag: string;
-  /** The object's first bytes, fetched when it was opened. */
-  readonly first?: Uint8Array;
+  /** The object's first bytes (up to BLOCK), fetched when it was opened. */
+  readonly first: Uint8Array;
   fetch(offset: number, length: number): Promise<Uint8Array>;
   close(): void;
 }
@@ -43,8 +43,8 @@ export class ByteSource {
     readonly transport: RangeTransport,
     private readonly cacheBytes = CACHE_BYTES,
   ) {
-    if (transport.first) this.keep(0, transport.first);
-    this.fetched = transport.first?.length ?? 0;
+    this.keep(0, transport.first);
+    this.fetched = transport.first.length;
     this.requests = 1;
   }
 
