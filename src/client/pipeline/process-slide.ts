@@ -66,7 +66,7 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
   const journalPath = join(journalDir, `${stem}.${meta.model}.jsonl`);
   const records = new SlideRecords(journalDir, stem, meta.model);
   const identity = () => (source ? remoteIdentity(source) : fingerprint(path));
-  const finished = source ? records.finished(path, identity, null) : records.finished(path, identity);
+  const finished = records.finished(path, identity, source ? null : undefined);
   if (finished) return { stem, tiles: finished.tiles, files: finished.files, skipped: true, seconds: finished.seconds };
   const id = identity();
   records.claim(id, [maskPath, geojsonPath, journalPath]);
