@@ -24,8 +24,9 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
-/** Waits until a TCP connection to the port succeeds, or the process exits. */
-async function listening(proc: ChildProcess, port: number, log: () => string, timeoutMs = 15000): Promise<void> {
+/** Waits until the port answers HTTP, or the process exits (a minute: s3rver loads slowly on a
+ *  busy machine). */
+async function listening(proc: ChildProcess, port: number, log: () => string, timeoutMs = 60000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`${proc.spawnfile} exited with ${proc.exitCode}: ${log()}`);
