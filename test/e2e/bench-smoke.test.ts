@@ -26,6 +26,9 @@ t.test('npm run bench -- --smoke', async (t) => {
   for (const system of systems) t.same([...new Set(report.ceiling.filter((r: { system: string }) => r.system === system).map((r: { body: string }) => r.body))], ['json', 'png', 'raw'], `${system}: every body type`);
   t.ok(report.slide.tiles > 0 && report.slide.ratio > 0 && report.slide.clientCpuMsPerTile > 0, 'the whole-slide row: tiles, ratio and client CPU');
   t.ok(report.overload.soloTilesPerSec > 0 && report.overload.worker.startedLate === 0, 'the overload section: solo capacity, and no tile started after its deadline');
+  t.same(report.slide.sources.map((r: { source: string }) => r.source.replace(/ \(\d+ instances\)/, '')), ['OME-TIFF (tifffile)', 'HTTP ranges (nginx)', 'S3 (s3rver)', 'DICOM files, levels split', 'DICOMweb, local Orthanc'], 'the source rows');
+  t.ok(report.slide.sources.every((r: { tiles: number; ratio: number }) => r.tiles > 0 && r.ratio > 0), 'every source: tiles, and a ratio to the TIFF');
+  t.ok(report.slide.sources[1].fetchedBytes > 0 && report.slide.sources[1].tileBytes > 0, 'bytes fetched over HTTP and the bytes of the tiles used');
   const md = readFileSync(join(out, 'smoke.md'), 'utf8');
   t.match(md, /Overload, one gene-expr worker, 300 ms deadline/);
   t.match(md, /\| endpoint \| provider \| conc\. \| tiles\/s/);

@@ -8,6 +8,7 @@ import { stringify } from 'csv-stringify/sync';
 import { writeFileAtomic } from './outputs.js';
 import { expandStudy } from '../slide/dicom/open-dicom.js';
 import { parseDicomWebUrl } from '../slide/dicom/dicomweb.js';
+import { isRemote } from '../slide/remote/open-source.js';
 import { mppInRange, MPP_RANGE } from '../slide/slide.js';
 import { UsageError } from '../usage-error.js';
 
@@ -24,8 +25,14 @@ export interface CohortSlide {
   from: string;
 }
 
-/** A DICOMweb series is named by its UID, anything else by its file name less its extension. */
-export const stemOf = (path: string) => parseDicomWebUrl(path)?.series ?? basename(path, extname(path));
+/** A DICOMweb series is named by its UID, a URL by its path's file name (no query string), a file
+ *  by its name; less the extension. */
+export const stemOf = (path: string) => {
+  const series = parseDicomWebUrl(path)?.series;
+  if (series) return series;
+  const name = isRemote(path) ? decodeURIComponent(new URL(path).pathname) : path;
+  return basename(name, extname(name));
+};
 
 /** A manifest cell or an argument: a URL as it is, else a path from `dir`. */
 const locate = (dir: string, slide: string) => (/^[a-z][a-z0-9+.-]*:\/\//i.test(slide) ? slide : resolve(dir, slide));

@@ -15,6 +15,8 @@ import { join, resolve } from 'node:path';
 import { CodedError } from '../../lib/errors.js';
 import { writeFileAtomic } from './outputs.js';
 import { dicomKind, dicomSeries } from '../slide/dicom/open-dicom.js';
+import { isRemote, openSource } from '../slide/remote/open-source.js';
+import type { ByteSource } from '../slide/remote/source.js';
 
 /** How a slide source says what a slide is. */
 export interface SourceIdentity {
@@ -24,6 +26,8 @@ export interface SourceIdentity {
   quick(): Promise<string>;
   /** A digest of the whole content (hex). */
   digest(): Promise<string>;
+  /** A remote slide's bytes, opened once for its identity and handed on to its reader. */
+  bytes?: () => Promise<ByteSource>;
 }
 
 /** A file on a file system: the path, its stat, a SHA-256 streamed over the whole file. */
@@ -54,8 +58,22 @@ export function dicomIdentity(path: string): SourceIdentity | null {
   return { location, quick: async () => said, digest: async () => createHash('sha256').update(`${said}\n`).digest('hex') };
 }
 
-/** The sources asked in order, each taking the locations it knows (a URL scheme, ...); files last. */
-export const IDENTITY_SOURCES: ((location: string) => SourceIdentity | null)[] = [dicomIdentity];
+/** An http(s) or s3 slide is its URL, ETag and size, from its first range request (its content is
+ *  not read for it; a server that gives no ETag leaves the URL and size). */
+export function remoteIdentity(location: string): SourceIdentity | null {
+  if (!isRemote(location)) return null;
+  let opened: Promise<ByteSource> | undefined;
+  const bytes = () => (opened ??= openSource(location));
+  const quick = async () => {
+    const { etag, size } = await bytes();
+    return `ETag ${etag || '(none)'}, ${size} bytes`;
+  };
+  return { location, quick, digest: async () => createHash('sha256').update(`${location}\n${await quick()}`).digest('hex'), bytes };
+}
+
+/** The sources asked in order, each taking the locations it knows (a URL scheme, ...); files last.
+ *  DICOMweb URLs are http(s): DICOM comes first. */
+export const IDENTITY_SOURCES: ((location: string) => SourceIdentity | null)[] = [dicomIdentity, remoteIdentity];
 
 export const identityOf = (location: string): SourceIdentity => IDENTITY_SOURCES.reduce<SourceIdentity | null>((found, source) => found ?? source(location), null) ?? fileIdentity(location);
 

@@ -78,6 +78,8 @@ export interface BandSource {
 export interface BandJob {
   path: string;
   page: number;
+  /** The level's SubIFD in the page (OME-TIFF), or -1. */
+  subifd: number;
   tileWidth: number;
   tileHeight: number;
   /** TIFF tiles in the band. */
@@ -93,6 +95,8 @@ export interface BandJob {
     ranges: number[];
     /** What the TIFF's photometric interpretation says the streams hold. */
     colorspace: 'ycbcr' | 'rgb';
+    /** A remote slide's streams, fetched (the ranges then only size them). */
+    streams?: Uint8Array[];
   };
   /** DICOM: each tile's frame, in a file or fetched already; null where the series has no frame
    *  (background). */

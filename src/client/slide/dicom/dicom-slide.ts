@@ -67,7 +67,7 @@ export class DicomSlide implements Slide {
     const tiles = at.map((a) => (a ? fetched.shift()! : null));
     const left = tx0 * l.tileWidth;
     const top = ty * l.tileHeight;
-    return { path: this.path, page: level, tileWidth: l.tileWidth, tileHeight: l.tileHeight, tiles: tx1 - tx0, left, top, width: Math.min(tx1 * l.tileWidth, l.width) - left, height: Math.min(l.tileHeight, l.height - top), frames: { coding: l.coding, tiles } };
+    return { path: this.path, page: level, subifd: -1, tileWidth: l.tileWidth, tileHeight: l.tileHeight, tiles: tx1 - tx0, left, top, width: Math.min(tx1 * l.tileWidth, l.width) - left, height: Math.min(l.tileHeight, l.height - top), frames: { coding: l.coding, tiles } };
   }
 
   async readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
