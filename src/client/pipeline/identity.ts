@@ -8,7 +8,8 @@
 // A slide's content is read whole (streamed) unless its source can say cheaply that it has not
 // changed: a file whose device, inode, size, mtime and ctime are those recorded has not been
 // written since (any write sets ctime, which no system call sets back). Other slide sources
-// (DICOMweb, HTTP) add their own SourceIdentity to IDENTITY_SOURCES.
+// add their own SourceIdentity to IDENTITY_SOURCES: a DICOM series is its UID, an http(s) or s3
+// slide its URL, ETag and size.
 import { createHash } from 'node:crypto';
 import { createReadStream, existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
