@@ -6,12 +6,19 @@
 //   2. the client's CPU ms per tile by stage (decode, the rest of reading and encoding on the
 //      pool, posting) and for the whole pipeline, on that slide and on a 0.25 MPP SVS;
 //   3. slides/hour for a cohort of 8 synthetic slides (0.5 and 0.25 MPP, TIFF and SVS), and its
-//      tile rate against the same slides run one at a time.
+//      tile rate against the same slides run one at a time;
+//   4. the 0.5 MPP TIFF from other sources, each run beside the local TIFF: as an OME-TIFF written
+//      by tifffile (the same JPEG tiles), over HTTP range requests from nginx (the bytes fetched
+//      against the bytes of the JPEG tiles used), from an S3-compatible server (s3rver), as
+//      OrthancWSIDicomizer's DICOM copies (whole levels, levels split) and from a local Orthanc's
+//      DICOMweb.
 // --smoke runs it all on small slides (a cohort of 4) for seconds: CI's check that it works.
 // `npm run bench:slide -- [--concurrency=16] [--seconds=8] [--repeats=3] [--smoke]`.
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
+import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { TileClient } from '../src/client/tile-client.js';
 import { tileQuery, type MadeBody } from '../src/client/tile-body.js';
 import { tileGrid } from '../src/client/pipeline/grid.js';
@@ -20,15 +27,18 @@ import type { SlideRun } from '../src/client/pipeline/process-slide.js';
 import { ReaderPool } from '../src/client/pipeline/reader-pool.js';
 import { defaultSlidesInFlight, runCohort } from '../src/client/pipeline/run-cohort.js';
 import { tileBodies } from '../src/client/pipeline/tile-reader.js';
-import { readTissueMask } from '../src/client/pipeline/tissue.js';
+import { readOverview, readTissueMask } from '../src/client/pipeline/tissue.js';
 import { Summary, stemOf, type CohortSlide } from '../src/client/pipeline/cohort.js';
 import { planBands, TILES_PER_BAND } from '../src/client/slide/bands.js';
 import { openSlide } from '../src/client/slide/open.js';
 import { tileRegion } from '../src/client/slide/region.js';
+import type { TiffSlide } from '../src/client/slide/tiff-slide.js';
+import { startNginx, startS3rver } from '../tools/remote-servers.js';
 import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { drive, type BenchBody, type Span } from './load.js';
 import { writeNullPackage } from './null-models.js';
+import { dicomCopies } from './dicom-copies.js';
 
 const MODEL = 'null-224';
 const PATH = `/api/predict/${MODEL}`;
@@ -74,6 +84,24 @@ export interface SlideBench {
   clientCpuMsPerTile: number;
   stages: StageCosts[];
   cohort: { slides: number; tiles: number; seconds: number; slidesPerHour: number; tilesPerSec: number; oneAtATimeTilesPerSec: number; ratio: number; slidesInFlight: number };
+  sources: SourceRow[];
+}
+
+/** The 0.5 MPP TIFF read from another source, against the local TIFF run just before it (--smoke:
+ *  the one TIFF run before them all). */
+export interface SourceRow {
+  source: string;
+  tiles: number;
+  tilesPerSec: number;
+  tiffTilesPerSec: number;
+  /** tilesPerSec / tiffTilesPerSec. */
+  ratio: number;
+  cpuMsPerTile: number;
+  tiffCpuMsPerTile: number;
+  /** HTTP: bytes the server sent for the slide (its access log), and the bytes of the JPEG tiles
+   *  the pipeline decodes (the overview's level and the tiles' bands). */
+  fetchedBytes?: number;
+  tileBytes?: number;
 }
 
 const cpuMs = () => {
@@ -152,6 +180,57 @@ async function stageCosts(setup: Setup, slide: CohortSlide, mpp: number, warmDir
   return { slide: slide.label, tiles: n, decode: decode / n, encode: (readEncode - decode) / n, post: post / n, pipeline: pipelineCpu };
 }
 
+/** The 0.5 MPP TIFF from each other source, each against the local TIFF run just before it
+ *  (--smoke: one TIFF run before them all, and one DICOM copy: it checks that each kind runs). */
+async function sourceRows(setup: Setup, tiff: CohortSlide, dir: string, warm: string, smoke: boolean, scale: number): Promise<SourceRow[]> {
+  const name = basename(tiff.path);
+  const served = join(dir, 'served');
+  mkdirSync(join(served, 'ome'), { recursive: true });
+  symlinkSync(tiff.path, join(served, name));
+  const ome = join(served, 'ome', name);
+  execFileSync('/usr/bin/python3', [join(ROOT, 'tools/synthetic/ome-tiff.py'), tiff.path, ome, '0.5']);
+  const nginx = await startNginx(served);
+  const s3 = await startS3rver('bench');
+  const dicom = await dicomCopies(tiff.path, [(6144 * scale) / 1000, (4096 * scale) / 1000], dir, smoke);
+  const saved = Object.fromEntries(Object.keys(s3.env).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, s3.env);
+  try {
+    const put = new S3Client({ forcePathStyle: true });
+    await put.send(new PutObjectCommand({ Bucket: 'bench', Key: name, Body: readFileSync(tiff.path) }));
+    put.destroy();
+    const url = `${nginx.url}/${name}`;
+    const at = (path: string): CohortSlide => ({ label: path, path, stem: tiff.stem, from: 'the bench' });
+    const sources = [{ source: 'OME-TIFF (tifffile)', slide: at(ome) }, { source: 'HTTP ranges (nginx)', slide: at(url) }, { source: 'S3 (s3rver)', slide: at(`s3://bench/${name}`) }, ...dicom.copies];
+    const rows: SourceRow[] = [];
+    let local = await timedCohort(setup, [tiff], join(dir, 'beside-0'), 1);
+    for (const { source, slide } of sources) {
+      if (!smoke && rows.length) local = await timedCohort(setup, [tiff], join(dir, `beside-${rows.length}`), 1);
+      const logged = nginx.log().length;
+      const other = await timedCohort(setup, [slide], join(dir, `source-${rows.length}`), 1);
+      const row: SourceRow = { source, tiles: other.tiles, tilesPerSec: other.tilesPerSec, tiffTilesPerSec: local.tilesPerSec, ratio: other.tilesPerSec / local.tilesPerSec, cpuMsPerTile: other.cpuMsPerTile, tiffCpuMsPerTile: local.cpuMsPerTile };
+      if (slide.path === url) {
+        row.fetchedBytes = nginx.log().slice(logged).reduce((n, line) => n + Number(line.split(' ')[1]), 0);
+        // The same reads in this process, counting the JPEG tiles' bytes they decode.
+        const { slide: opened, read } = await slideBodies(setup, at(url), 0.5, warm);
+        await readOverview(opened, 0.5);
+        for await (const _ of read());
+        row.tileBytes = (opened as TiffSlide).tileBytes;
+        await opened.close();
+      }
+      rows.push(row);
+    }
+    return rows;
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    await nginx.stop();
+    await s3.stop();
+    await dicom.stop();
+  }
+}
+
 export interface SlideBenchOptions {
   concurrency?: number;
   span?: Span;
@@ -226,6 +305,9 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
       const stages = [await stageCosts(setup, tiff, 0.5, warm, concurrency, median(runs.map((r) => r.clientCpuMsPerTile))), await stageCosts(setup, svs, 0.25, warm, concurrency, svsRun.cpuMsPerTile)];
       for (const s of stages) console.error(`${s.slide}: CPU ms/tile decode ${s.decode.toFixed(2)}, encode ${s.encode.toFixed(2)}, post ${s.post.toFixed(2)}; pipeline ${s.pipeline.toFixed(2)}`);
 
+      const sources = await sourceRows(setup, tiff, dir, warm, smoke, scale);
+      for (const r of sources) console.error(`${r.source}: ${r.tilesPerSec.toFixed(1)} tiles/s against the TIFF's ${r.tiffTilesPerSec.toFixed(1)} (ratio ${r.ratio.toFixed(2)}); client ${r.cpuMsPerTile.toFixed(2)} CPU ms/tile (TIFF ${r.tiffCpuMsPerTile.toFixed(2)})${r.fetchedBytes ? `; fetched ${r.fetchedBytes} bytes for ${r.tileBytes} bytes of tiles (${(r.fetchedBytes / r.tileBytes!).toFixed(3)}x)` : ''}`);
+
       // The cohort one slide at a time, then all of it with slides in flight.
       let oneTiles = 0;
       let oneSeconds = 0;
@@ -249,6 +331,7 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
         clientCpuMsPerTile: mid.clientCpuMsPerTile,
         stages,
         cohort: { slides: cohort.length, tiles: all.tiles, seconds: all.seconds, slidesPerHour: (cohort.length / all.seconds) * 3600, tilesPerSec: cohortRate, oneAtATimeTilesPerSec: oneAtATime, ratio: cohortRate / oneAtATime, slidesInFlight: inFlight },
+        sources,
       };
     } finally {
       await pool.close();
@@ -269,6 +352,10 @@ export function slideMarkdown(b: SlideBench): string {
     '| slide | tiles | decode | rest of read + encode | post | pipeline (CPU ms/tile) |',
     '|---|---|---|---|---|---|',
     ...b.stages.map((s) => `| ${s.slide} | ${s.tiles} | ${f(s.decode, 2)} | ${f(s.encode, 2)} | ${f(s.post, 2)} | ${f(s.pipeline, 2)} |`),
+    '',
+    '| source | tiles/s | local TIFF tiles/s (run before it) | ratio | client CPU ms/tile (TIFF) | bytes fetched / bytes of tiles used |',
+    '|---|---|---|---|---|---|',
+    ...b.sources.map((r) => `| ${r.source} | ${f(r.tilesPerSec)} | ${f(r.tiffTilesPerSec)} | ${f(r.ratio, 2)} | ${f(r.cpuMsPerTile, 2)} (${f(r.tiffCpuMsPerTile, 2)}) | ${r.fetchedBytes ? `${r.fetchedBytes} / ${r.tileBytes} = ${f(r.fetchedBytes / r.tileBytes!, 3)}` : ''} |`),
     '',
     `Cohort of ${b.cohort.slides} slides (0.5 and 0.25 MPP, TIFF and SVS; ${b.cohort.slidesInFlight} in flight): ${b.cohort.tiles} tiles in ${f(b.cohort.seconds)} s, ${f(b.cohort.slidesPerHour, 0)} slides/hour, ${f(b.cohort.tilesPerSec)} tiles/s against ${f(b.cohort.oneAtATimeTilesPerSec)} one slide at a time (ratio ${f(b.cohort.ratio, 2)}).`,
   ].join('\n');

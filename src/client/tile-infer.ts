@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { TileClient } from './tile-client.js';
 import { errorLine } from '../lib/errors.js';
-import { inShard, readCohort, shardOf, Summary, summaryName, type CohortSlide } from './pipeline/cohort.js';
+import { expandStudies, inShard, readCohort, shardOf, Summary, summaryName, type CohortSlide } from './pipeline/cohort.js';
 import { modelPlan } from './pipeline/inference.js';
 import type { SlideRun } from './pipeline/process-slide.js';
 import { defaultSlidesInFlight, runCohort } from './pipeline/run-cohort.js';
@@ -32,8 +32,11 @@ size and MPP from /api/metadata/MODEL) over it, posts the tiles with tissue, and
   thumbnails/SLIDE.png          overview with the tissue outline and the tile grid
   heatmaps_MODEL/SLIDE_GENE.png with --heatmap GENE
   summary.csv                   slide,status,tiles,seconds,reason as slides finish
-SLIDE is the file name less its extension; two slides with one name are refused. A MANIFEST is a
-CSV with a wsi column (paths relative to the CSV) and optionally mpp (TRIDENT's convention). A
+A slide is a TIFF, SVS or OpenSlide file, a folder of DICOM WSI files (one series), or a
+DICOMweb series or study URL (…/studies/UID[/series/UID]; Authorization from
+TILE_INFER_DICOMWEB_AUTHORIZATION). SLIDE is the file or folder name less its extension, a
+DICOMweb series' UID; two slides with one name are refused. A MANIFEST is a CSV with a wsi
+column (paths relative to the CSV, or URLs) and optionally mpp (TRIDENT's convention). A
 slide that fails (unreadable, no MPP, no tissue) is recorded in the summary and the others go on.
 tiles: PNG tiles at MODEL's size; x and y from the names (x<N>_y<N> or <N>_<N>.png) or from a
 CSV plan with file,x,y columns. Writes the features/predictions files named after DIR; a damaged
@@ -143,7 +146,7 @@ async function main(): Promise<number> {
   if (values.mpp !== undefined && mpp === undefined) usage(`--mpp must be ${MPP_RANGE[0]} to ${MPP_RANGE[1]}`);
   const deadline = number(values.deadline, 'deadline', 300, (v) => v > 0);
   const shard = shardOf(values.shard, values.shards);
-  const cohort = command === 'slide' ? inShard(readCohort(inputs), shard) : inputs.map((dir): CohortSlide => ({ label: dir, path: dir, stem: dir, from: 'the command line' }));
+  const cohort = command === 'slide' ? inShard(await expandStudies(readCohort(inputs)), shard) : inputs.map((dir): CohortSlide => ({ label: dir, path: dir, stem: dir, from: 'the command line' }));
   const outDir = values.out;
 
   const client = new TileClient({ servers, concurrency, deadlineMs: deadline * 1000 });

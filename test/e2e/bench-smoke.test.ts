@@ -29,6 +29,9 @@ t.test('npm run bench -- --smoke', async (t) => {
   t.same(report.v2.map((r: { system: string; batch: number }) => `${r.system} ${r.batch}`), ['raw-body route 1', 'v2 JSON 1', 'v2 binary 1', 'v2 binary 8', 'v2 binary 32', 'gRPC 1', 'gRPC 32'], 'the v2 section: each system');
   // v2 JSON (150,528 numbers a tile) may hold the front's event loop past its pressure limit: 503s.
   for (const r of report.v2) t.ok(r.tilesPerSec > 0 && (r.errors === 0 || r.system === 'v2 JSON') && r.clientCpuMsPerTile > 0, `v2 section ${r.system} batch ${r.batch}: tiles served, no errors, client CPU`);
+  t.same(report.slide.sources.map((r: { source: string }) => r.source.replace(/ \(\d+ instances\)/, '')), ['OME-TIFF (tifffile)', 'HTTP ranges (nginx)', 'S3 (s3rver)', 'DICOM files, levels split', 'DICOMweb, local Orthanc'], 'the source rows');
+  t.ok(report.slide.sources.every((r: { tiles: number; ratio: number }) => r.tiles > 0 && r.ratio > 0), 'every source: tiles, and a ratio to the TIFF');
+  t.ok(report.slide.sources[1].fetchedBytes > 0 && report.slide.sources[1].tileBytes > 0, 'bytes fetched over HTTP and the bytes of the tiles used');
   const md = readFileSync(join(out, 'smoke.md'), 'utf8');
   t.match(md, /Overload, one gene-expr worker, 300 ms deadline/);
   t.match(md, /\| endpoint \| provider \| conc\. \| tiles\/s/);

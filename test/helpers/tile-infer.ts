@@ -2,7 +2,6 @@
 // build's command instead (to check that a test fails on an older checkout).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join, relative } from 'node:path';
 import { ROOT } from './server.js';
 
@@ -57,10 +56,4 @@ export function summaryRows(path: string): { slide: string; status: string; tile
 }
 
 /** A port nothing listens on now (a server that must come back on the same port uses it). */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
+export { freePort } from '../../tools/remote-servers.js';

@@ -6,6 +6,9 @@ import { basename, dirname, extname, resolve } from 'node:path';
 import { parse } from 'csv-parse/sync';
 import { stringify } from 'csv-stringify/sync';
 import { writeFileAtomic } from './outputs.js';
+import { expandStudy } from '../slide/dicom/open-dicom.js';
+import { parseDicomWebUrl } from '../slide/dicom/dicomweb.js';
+import { isRemote } from '../slide/remote/open-source.js';
 import { mppInRange, MPP_RANGE } from '../slide/slide.js';
 import { UsageError } from '../usage-error.js';
 
@@ -22,7 +25,17 @@ export interface CohortSlide {
   from: string;
 }
 
-export const stemOf = (path: string) => basename(path, extname(path));
+/** A DICOMweb series is named by its UID, a URL by its path's file name (no query string), a file
+ *  by its name; less the extension. */
+export const stemOf = (path: string) => {
+  const series = parseDicomWebUrl(path)?.series;
+  if (series) return series;
+  const name = isRemote(path) ? decodeURIComponent(new URL(path).pathname) : path;
+  return basename(name, extname(name));
+};
+
+/** A manifest cell or an argument: a URL as it is, else a path from `dir`. */
+const locate = (dir: string, slide: string) => (/^[a-z][a-z0-9+.-]*:\/\//i.test(slide) ? slide : resolve(dir, slide));
 
 function readManifest(csv: string): CohortSlide[] {
   let rows: Record<string, string>[];
@@ -35,7 +48,7 @@ function readManifest(csv: string): CohortSlide[] {
   if (!('wsi' in rows[0])) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: no "wsi" column (TRIDENT's manifest: a wsi column of slide paths relative to the CSV, optionally mpp)`);
   return rows.map((row, k) => {
     if (!row.wsi) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: line ${k + 2}: the wsi cell is empty`);
-    const slide: CohortSlide = { label: row.wsi, path: resolve(dirname(csv), row.wsi), stem: stemOf(row.wsi), from: `${csv} line ${k + 2}` };
+    const slide: CohortSlide = { label: row.wsi, path: locate(dirname(csv), row.wsi), stem: stemOf(row.wsi), from: `${csv} line ${k + 2}` };
     if (row.mpp) {
       const mpp = Number(row.mpp);
       if (!mppInRange(mpp)) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: line ${k + 2}: mpp "${row.mpp}" is not a slide's microns per pixel (${MPP_RANGE[0]} to ${MPP_RANGE[1]})`);
@@ -51,7 +64,7 @@ export function readCohort(inputs: string[]): CohortSlide[] {
   const slides: CohortSlide[] = [];
   const seen = new Map<string, CohortSlide>();
   for (const input of inputs) {
-    const found = extname(input).toLowerCase() === '.csv' ? readManifest(input) : [{ label: input, path: resolve(input), stem: stemOf(input), from: 'the command line' }];
+    const found = extname(input).toLowerCase() === '.csv' ? readManifest(input) : [{ label: input, path: locate('.', input), stem: stemOf(input), from: 'the command line' }];
     for (const s of found) {
       const first = seen.get(s.path);
       if (first) throw new UsageError('TILE_ERR_COHORT_DUPLICATE', `${s.path} is named twice: ${first.from}${first.mpp === undefined ? '' : ` (mpp ${first.mpp})`} and ${s.from}${s.mpp === undefined ? '' : ` (mpp ${s.mpp})`}; keep one`);
@@ -67,6 +80,20 @@ export function readCohort(inputs: string[]): CohortSlide[] {
     throw new UsageError('TILE_ERR_COHORT_NAME_CLASH', `slides with the same file name would write the same outputs: ${list}. Rename them, or run them into different --out folders`);
   }
   return slides;
+}
+
+/** The cohort with each DICOMweb study URL replaced by its slide series (modality SM), named by
+ *  their UIDs; a study whose server cannot say stays as it is, and fails as a slide. */
+export async function expandStudies(slides: CohortSlide[]): Promise<CohortSlide[]> {
+  const expanded = await Promise.all(
+    slides.map(async (s) => {
+      const url = parseDicomWebUrl(s.path);
+      if (!url || url.series) return [s];
+      const series = await expandStudy(s.path).catch(() => [s.path]);
+      return series.map((path) => (path === s.path ? s : { ...s, label: path, path, stem: stemOf(path) }));
+    }),
+  );
+  return expanded.flat();
 }
 
 export interface Shard {

@@ -8,12 +8,16 @@
 // A slide's content is read whole (streamed) unless its source can say cheaply that it has not
 // changed: a file whose device, inode, size, mtime and ctime are those recorded has not been
 // written since (any write sets ctime, which no system call sets back). Other slide sources
-// (DICOMweb, HTTP) add their own SourceIdentity to IDENTITY_SOURCES.
+// add their own SourceIdentity to IDENTITY_SOURCES: a DICOM series is its UID, an http(s) or s3
+// slide its URL, ETag and size.
 import { createHash } from 'node:crypto';
 import { createReadStream, existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { CodedError } from '../../lib/errors.js';
 import { writeFileAtomic } from './outputs.js';
+import { dicomKind, dicomSeries } from '../slide/dicom/open-dicom.js';
+import { isRemote, openSource } from '../slide/remote/open-source.js';
+import type { ByteSource } from '../slide/remote/source.js';
 
 /** How a slide source says what a slide is. */
 export interface SourceIdentity {
@@ -23,6 +27,8 @@ export interface SourceIdentity {
   quick(): Promise<string>;
   /** A digest of the whole content (hex). */
   digest(): Promise<string>;
+  /** A remote slide's bytes, opened once for its identity and handed on to its reader. */
+  bytes?: () => Promise<ByteSource>;
 }
 
 /** A file on a file system: the path, its stat, a SHA-256 streamed over the whole file. */
@@ -42,8 +48,33 @@ export function fileIdentity(path: string): SourceIdentity {
   };
 }
 
-/** The sources asked in order, each taking the locations it knows (a URL scheme, ...); files last. */
-export const IDENTITY_SOURCES: ((location: string) => SourceIdentity | null)[] = [];
+/** A DICOM slide (a folder or file of a series, a DICOMweb URL) is its series, whose UID changes
+ *  with its content (DICOM's rule), wherever the copy lies. A study URL that could not be expanded,
+ *  or a folder without a series, is its location: it fails at opening, with the reason. */
+export function dicomIdentity(path: string): SourceIdentity | null {
+  const kind = dicomKind(path);
+  if (!kind) return null;
+  const location = kind === 'dicomweb' ? path : resolve(path);
+  const said = `DICOM series ${dicomSeries(path) ?? `at ${location}`}`;
+  return { location, quick: async () => said, digest: async () => createHash('sha256').update(`${said}\n`).digest('hex') };
+}
+
+/** An http(s) or s3 slide is its URL, ETag and size, from its first range request (its content is
+ *  not read for it; a server that gives no ETag leaves the URL and size). */
+export function remoteIdentity(location: string): SourceIdentity | null {
+  if (!isRemote(location)) return null;
+  let opened: Promise<ByteSource> | undefined;
+  const bytes = () => (opened ??= openSource(location));
+  const quick = async () => {
+    const { etag, size } = await bytes();
+    return `ETag ${etag || '(none)'}, ${size} bytes`;
+  };
+  return { location, quick, digest: async () => createHash('sha256').update(`${location}\n${await quick()}`).digest('hex'), bytes };
+}
+
+/** The sources asked in order, each taking the locations it knows (a URL scheme, ...); files last.
+ *  DICOMweb URLs are http(s): DICOM comes first. */
+export const IDENTITY_SOURCES: ((location: string) => SourceIdentity | null)[] = [dicomIdentity, remoteIdentity];
 
 export const identityOf = (location: string): SourceIdentity => IDENTITY_SOURCES.reduce<SourceIdentity | null>((found, source) => found ?? source(location), null) ?? fileIdentity(location);
 

@@ -65,7 +65,10 @@ function askedPlan(run: SlideRun, entry: CohortSlide): SlidePlan {
 export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<SlideResult> {
   const { stem, path } = entry;
   const meta = run.model;
-  const problem = unreadable(path);
+  const id = identityOf(path);
+  // A remote slide's first range request: its identity (URL, ETag, size), then its reader's.
+  const source = id.bytes ? await id.bytes() : null;
+  const problem = source ? null : unreadable(path);
   if (problem) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${entry.label}: ${problem}`);
   const journalDir = join(run.outDir, '.journal');
   const tissueDir = join(run.outDir, 'tissue');
@@ -75,7 +78,7 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
   const geojsonPath = join(tissueDir, `${stem}.geojson`);
   const journalPath = join(journalDir, `${stem}.${meta.model}.jsonl`);
   const records = new SlideRecords(journalDir, stem, meta.model);
-  const sha256 = await records.claim(identityOf(path), [maskPath, geojsonPath, journalPath]);
+  const sha256 = await records.claim(id, [maskPath, geojsonPath, journalPath]);
   const asked = askedPlan(run, entry);
   const finished = records.done(sha256);
   if (finished) {
@@ -88,10 +91,10 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
   }
   const started = performance.now();
 
-  const slide = await openSlide(path);
+  const slide = await openSlide(path, source ?? undefined);
   try {
     const mpp0 = asked.mpp ?? slide.mpp;
-    if (!mpp0) throw new SlideError(slide.mppError ? 'TILE_ERR_SLIDE_MPP_RANGE' : 'TILE_ERR_SLIDE_NO_MPP', slide.mppError ?? `${entry.label}: the slide records no MPP; give it with --mpp`);
+    if (!mpp0) throw new SlideError(slide.mppError ? (slide.mppErrorCode ?? 'TILE_ERR_SLIDE_MPP_RANGE') : 'TILE_ERR_SLIDE_NO_MPP', slide.mppError ?? `${entry.label}: the slide records no MPP; give it with --mpp`);
     const l0 = slide.levels[0];
     if (l0.width * mpp0 > MAX_SLIDE_UM || l0.height * mpp0 > MAX_SLIDE_UM) {
       throw new SlideError('TILE_ERR_SLIDE_TOO_LARGE', `${entry.label}: ${l0.width}x${l0.height} pixels at ${mpp0} µm/px is ${((l0.width * mpp0) / 1000).toFixed(0)} x ${((l0.height * mpp0) / 1000).toFixed(0)} mm, larger than any glass slide; is the MPP right? (--mpp)`);

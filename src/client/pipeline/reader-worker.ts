@@ -3,6 +3,7 @@
 // is the client's per-tile CPU: several threads do it while the main thread only posts.
 import { move, transferableSymbol, valueSymbol } from 'piscina';
 import { cutRows, decodeBand, type BandView } from '../slide/bands.js';
+import { decodeFrames } from '../slide/dicom/frames.js';
 import type { BandJob } from '../slide/slide.js';
 import { OpenSlideSlide } from '../slide/openslide-slide.js';
 import { bufferRows, resampledRows, type RegionRows } from '../slide/region.js';
@@ -36,7 +37,7 @@ export interface Bodies {
 }
 
 export async function decode(task: DecodeTask): Promise<void> {
-  await decodeBand(task.job, new Uint8Array(task.into));
+  await (task.job.frames ? decodeFrames : decodeBand)(task.job, new Uint8Array(task.into));
 }
 
 const slides = new Map<string, OpenSlideSlide>();

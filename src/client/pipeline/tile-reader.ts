@@ -48,6 +48,7 @@ export async function* tileBodies<T extends TileAt>(
   }
   const source = slide.bandSource?.(level);
   const plan = source ? planBands(source, chunks.map((c) => c.map((p): Region => p.region))) : null;
+  if (plan) slide.prefetch?.(level, plan.bands);
   const users = new Int32Array(plan?.bands.length ?? 0);
   for (const uses of plan?.uses ?? []) for (const b of uses) users[b]++;
   const decoded = new Map<number, Promise<BandView>>();

@@ -87,7 +87,7 @@ export const bandBytes = (job: BandJob) => job.tiles * job.tileWidth * job.tileH
 
 /** Open files of this thread, a few at a time (slides in flight). */
 const files = new Map<string, number>();
-function fileOf(path: string): number {
+export function fileOf(path: string): number {
   let fd = files.get(path);
   if (fd === undefined) {
     fd = openSync(path, 'r');
@@ -113,7 +113,9 @@ function readStream(job: BandJob, k: number): Buffer {
   if (!(length >= 4 && length <= job.tileWidth * job.tileHeight * 3 + 65536)) throw new Error(`a JPEG stream of ${length} bytes`);
   const head = tables ? tables.length - 4 : 0;
   if (scratch.length < head + length) scratch = Buffer.allocUnsafe(2 * (head + length));
-  if (readSync(fileOf(job.path), scratch, head, length, offset) !== length) throw new Error('the file ends before its JPEG stream does (a file cut short)');
+  const fetched = job.jpeg!.streams?.[k];
+  if (fetched) scratch.set(fetched, head);
+  else if (readSync(fileOf(job.path), scratch, head, length, offset) !== length) throw new Error('the file ends before its JPEG stream does (a file cut short)');
   if (scratch[head] !== 0xff || scratch[head + 1] !== 0xd8) throw new Error('not a JPEG stream');
   if (tables) scratch.set(tables.subarray(0, tables.length - 2), 0);
   return scratch.subarray(0, head + length);
@@ -121,7 +123,8 @@ function readStream(job: BandJob, k: number): Buffer {
 
 /** Decodes a band into `into` (bandBytes(job) bytes): JPEG tiles by libturbojpeg, each straight
  *  into place, when it is installed and each stream holds what the TIFF says it does; else
- *  libvips' TIFF reader. */
+ *  libvips' TIFF reader (a remote slide's fetched streams: libvips' JPEG reader, stream by
+ *  stream). */
 export async function decodeBand(job: BandJob, into: Uint8Array): Promise<void> {
   const stride = job.tiles * job.tileWidth * 3;
   const tx0 = Math.floor(job.left / job.tileWidth);
@@ -141,10 +144,19 @@ export async function decodeBand(job: BandJob, into: Uint8Array): Promise<void> 
       }
     }
     if (k === job.tiles) return;
+    if (job.jpeg.streams) throw new Error(`tile ${k} of the band: its JPEG stream's colour space is not the ${job.jpeg.colorspace.toUpperCase()} the TIFF's photometric tag says; only libvips' TIFF reader reconciles them, and it reads local files: copy the slide here`);
   }
   let data: Buffer;
   try {
-    data = await sharp(job.path, { page: job.page, limitInputPixels: false }).extract({ left: job.left, top: job.top, width: job.width, height: job.height }).removeAlpha().raw().toBuffer();
+    if (job.jpeg?.streams) {
+      for (let k = 0; k < job.tiles; k++) {
+        const tile = await sharp(readStream(job, k)).removeAlpha().raw().toBuffer({ resolveWithObject: true });
+        if (tile.info.width !== job.tileWidth || tile.info.height !== job.tileHeight) throw new Error(`tile ${k} of the band: JPEG of ${tile.info.width}x${tile.info.height}, expected ${job.tileWidth}x${job.tileHeight}`);
+        for (let y = 0; y < job.tileHeight; y++) tile.data.copy(into, y * stride + k * job.tileWidth * 3, y * job.tileWidth * 3, (y + 1) * job.tileWidth * 3);
+      }
+      return;
+    }
+    data = await sharp(job.path, { page: job.page, limitInputPixels: false, ...(job.subifd >= 0 && { tiff: { subifd: job.subifd } }) }).extract({ left: job.left, top: job.top, width: job.width, height: job.height }).removeAlpha().raw().toBuffer();
   } catch (err) {
     throw new Error(`TIFF tiles columns ${tx0} to ${tx0 + job.tiles - 1}, row ${ty} (directory ${job.page}): ${(err as Error).message}`);
   }

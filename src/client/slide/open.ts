@@ -3,7 +3,11 @@
 // is missing, a folder or unreadable is said so before any reader is asked.
 import { accessSync, constants, statSync } from 'node:fs';
 import { extname } from 'node:path';
+import { dicomKind, openDicom } from './dicom/open-dicom.js';
 import { OpenSlideSlide, openSlideLibrary } from './openslide-slide.js';
+import { openRemoteSlide } from './remote/open-remote.js';
+import { isRemote, openSource } from './remote/open-source.js';
+import type { ByteSource } from './remote/source.js';
 import { SlideError, type Slide } from './slide.js';
 import { TiffSlide } from './tiff-slide.js';
 
@@ -11,6 +15,7 @@ const TIFF_EXTENSIONS = new Set(['.tif', '.tiff', '.svs']);
 
 /** Why a path cannot be a slide file, or null when it is a readable file. */
 export function unreadable(path: string): string | null {
+  if (dicomKind(path)) return null; // a DICOM folder, or a DICOMweb URL
   try {
     if (!statSync(path).isFile()) return 'not a file';
     accessSync(path, constants.R_OK);
@@ -21,7 +26,11 @@ export function unreadable(path: string): string | null {
   }
 }
 
-export async function openSlide(path: string): Promise<Slide> {
+/** `source`: a remote slide's bytes, when the caller opened them already (http, https, s3). A
+ *  DICOMweb URL is http(s) too: DICOM is asked first. */
+export async function openSlide(path: string, source?: ByteSource): Promise<Slide> {
+  if (dicomKind(path)) return openDicom(path);
+  if (source ?? isRemote(path)) return openRemoteSlide(path, source ?? (await openSource(path)));
   const problem = unreadable(path);
   if (problem) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${path}: ${problem}`);
   let tiffError: Error | null = null;

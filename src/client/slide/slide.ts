@@ -18,22 +18,27 @@ export interface Region {
 
 export interface Slide {
   path: string;
-  /** Which reader opened it: the built-in TIFF reader or libopenslide. */
-  reader: 'tiff' | 'openslide';
+  /** Which reader opened it: the built-in TIFF reader, libopenslide, or the DICOM reader (files
+   *  or DICOMweb). */
+  reader: 'tiff' | 'openslide' | 'dicom' | 'dicomweb';
   /** Largest first; levels[0] is full resolution. */
   levels: SlideLevel[];
   /** Level-0 microns per pixel from the slide's metadata; null when it records none or records
    *  one no scanner produces (then mppError says which tag and what it read). */
   mpp: number | null;
   mppError: string | null;
+  /** mppError's code, when it is not TILE_ERR_SLIDE_MPP_RANGE. */
+  mppErrorCode?: CodesOf<'SLIDE'> | null;
   /** RGB of the w x h block at (x, y) in `level`'s own pixels; white past the slide's edges. */
   readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array>;
   /** A whole level as width x height RGB (resized with a linear kernel when the sizes differ). */
   overview(level: number, width: number, height: number): Promise<Buffer>;
-  /** TIFF and SVS: the level's tile layout and how to decode a band of it, so that the reader
-   *  pool decodes each TIFF tile once. Other readers read tiles' regions on the pool. */
+  /** TIFF, SVS and DICOM: the level's tile layout and how to decode a band of it, so that the
+   *  reader pool decodes each tile once. Other readers read tiles' regions on the pool. */
   bandSource?(level: number): BandSource;
   bandJob?(level: number, ty: number, tx0: number, tx1: number): Promise<BandJob>;
+  /** The bands bandJob will be asked for, in order: a remote slide fetches ahead in batches. */
+  prefetch?(level: number, bands: readonly { ty: number; tx0: number; tx1: number }[]): void;
   close(): Promise<void>;
 }
 
@@ -73,6 +78,8 @@ export interface BandSource {
 export interface BandJob {
   path: string;
   page: number;
+  /** The level's SubIFD in the page (OME-TIFF), or -1. */
+  subifd: number;
   tileWidth: number;
   tileHeight: number;
   /** TIFF tiles in the band. */
@@ -88,5 +95,12 @@ export interface BandJob {
     ranges: number[];
     /** What the TIFF's photometric interpretation says the streams hold. */
     colorspace: 'ycbcr' | 'rgb';
+    /** A remote slide's streams, fetched (the ranges then only size them). */
+    streams?: Uint8Array[];
   };
+  /** DICOM: each tile's frame, in a file or fetched already; null where the series has no frame
+   *  (background). */
+  frames?: { coding: 'jpeg' | 'j2k' | 'raw'; tiles: (FrameBytes | null)[] };
 }
+
+export type FrameBytes = { path: string; offset: number; length: number } | { bytes: Uint8Array };

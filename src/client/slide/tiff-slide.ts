@@ -1,13 +1,19 @@
-// Pyramidal TIFF and Aperio SVS with no system library: geotiff.js parses the IFDs and tags (the
-// pyramid, MPP, compression, where each tile's bytes lie). Tiles are decoded in bands of several
-// TIFF tiles of one tile row (bands.ts, on the reader pool): JPEG tiles by libturbojpeg when it is
-// installed, anything else by libvips' own TIFF reader in sharp. The overview is streamed through
-// libvips, so no whole level is ever held in memory.
+// Pyramidal TIFF, Aperio SVS and OME-TIFF with no system library: geotiff.js parses the IFDs and
+// tags (the pyramid, MPP, compression, where each tile's bytes lie). Tiles are decoded in bands of
+// several TIFF tiles of one tile row (bands.ts, on the reader pool): JPEG tiles by libturbojpeg
+// when it is installed, anything else by libvips' own TIFF reader in sharp. The overview is
+// streamed through libvips, so no whole level is ever held in memory. A remote slide (a
+// ByteSource: HTTP, S3) is read the same way, but its tiles' bytes are fetched here and carried
+// to the threads with the band, and its overview and regions are decoded from its JPEG tiles
+// (libvips reads files only).
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
-import { fromFile, type GeoTIFF, type GeoTIFFImage } from 'geotiff';
+import { fromFile, GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp from 'sharp';
 import { JPEG } from './bands.js';
+import { isOmeXml, omeMpp, subImages } from './ome-tiff.js';
+import type { ByteSource } from './remote/source.js';
 import { checkedMpp, SlideError, type BandJob, type BandSource, type Slide, type SlideLevel } from './slide.js';
+import { readTiled } from './tiled-read.js';
 
 const RGB = 2;
 const YCBCR = 6;
@@ -74,8 +80,10 @@ function cutDirectories(path: string, size: number): string | null {
 const truncated = (path: string, size: number, where: string) => new SlideError('TILE_ERR_SLIDE_TRUNCATED', `${path}: the file is cut short: it is ${size} bytes, and ${where}; copy it again`);
 
 interface Level extends SlideLevel {
-  /** The level's directory in the file (libvips' `page`). */
+  /** The level's directory in the file (libvips' `page`), and its SubIFD there (OME-TIFF's
+   *  reduced levels; -1 for the directory itself). */
   page: number;
+  subifd: number;
   tileWidth: number;
   tileHeight: number;
   /** Tile columns and rows (edge tiles included). */
@@ -86,6 +94,7 @@ interface Level extends SlideLevel {
    *  markers are checked against as they are decoded. */
   photometric: number;
   jpegTables: Uint8Array | null;
+  image: GeoTIFFImage;
   /** Where each tile's bytes lie, loaded on first use. */
   ranges?: Promise<{ offsets: ArrayLike<number | bigint>; counts: ArrayLike<number | bigint> }>;
 }
@@ -93,44 +102,60 @@ interface Level extends SlideLevel {
 export class TiffSlide implements Slide {
   readonly reader = 'tiff' as const;
 
+  /** Bytes of the JPEG tiles fetched for decoding (remote slides). */
+  tileBytes = 0;
+
   private constructor(
     readonly path: string,
     private readonly tiff: GeoTIFF,
     private readonly pyramid: Level[],
     readonly mpp: number | null,
     readonly mppError: string | null,
+    /** Where a remote slide's bytes come from; null for a local file. */
+    readonly source: ByteSource | null,
   ) {}
 
   get levels(): SlideLevel[] {
     return this.pyramid.map(({ width, height, downsample }) => ({ width, height, downsample }));
   }
 
-  static async open(path: string): Promise<TiffSlide> {
-    const size = statSync(path).size;
-    const cut = cutDirectories(path, size);
+  static async open(path: string, source: ByteSource | null = null): Promise<TiffSlide> {
+    const size = source ? source.size : statSync(path).size;
+    const cut = source ? null : cutDirectories(path, size);
     if (cut) throw truncated(path, size, cut);
     let tiff: GeoTIFF;
-    let images: GeoTIFFImage[];
+    /** Each image with its directory and SubIFD. */
+    let images: { image: GeoTIFFImage; page: number; subifd: number }[];
+    let description: string | undefined;
     try {
-      tiff = await fromFile(path);
+      tiff = source ? await GeoTIFF.fromSource(geotiffSource(source)) : await fromFile(path);
       const count = await tiff.getImageCount();
-      images = await Promise.all(Array.from({ length: count }, (_, i) => tiff.getImage(i)));
+      const main = await Promise.all(Array.from({ length: count }, (_, i) => tiff.getImage(i)));
+      images = main.map((image, page) => ({ image, page, subifd: -1 }));
+      const first = main[0].fileDirectory;
+      description = first.hasTag('ImageDescription') ? String(await first.loadValue('ImageDescription')) : undefined;
+      // OME-TIFF: the first image's pyramid is its SubIFDs; the other directories are its other
+      // planes and series (label, macro).
+      const reduced = isOmeXml(description) ? await subImages(tiff, main[0]) : [];
+      if (reduced.length) images = [images[0], ...reduced.map((image, subifd) => ({ image, page: 0, subifd }))];
     } catch (err) {
+      if (err instanceof SlideError) throw err;
       throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: not a readable TIFF (${(err as Error).message})`);
     }
     // Pyramid levels are the tiled RGB images with level 0's aspect ratio; SVS thumbnails, labels
     // and macro images are stripped and are left out.
-    const tiled = images.filter((im) => im.isTiled && im.getSamplesPerPixel() >= 3);
+    const tiled = images.filter(({ image: im }) => im.isTiled && im.getSamplesPerPixel() >= 3);
     if (!tiled.length) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: no tiled RGB image in this TIFF (a flat image is not a slide pyramid)`);
-    const base = tiled[0];
+    const base = tiled[0].image;
     const aspect = base.getWidth() / base.getHeight();
     const pyramid: Level[] = [];
-    for (const image of tiled) {
+    for (const { image, page, subifd } of tiled) {
       if (Math.abs(image.getWidth() / image.getHeight() - aspect) > 0.02 * aspect && image !== base) continue;
       const dir = image.fileDirectory;
       const photometric = Number(await dir.loadValue('PhotometricInterpretation'));
       const compression = Number(dir.hasTag('Compression') ? await dir.loadValue('Compression') : 1);
       if (!DECODED.has(compression)) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: TIFF compression ${compression} (JPEG 2000 is 33003/33005) needs libopenslide0`);
+      if (source && compression !== JPEG) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: TIFF compression ${compression}: remote slides are read with JPEG tiles only (what scanners and vips write); copy this one here to read it`);
       if (photometric !== RGB && !(photometric === YCBCR && compression === JPEG)) {
         throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: photometric interpretation ${photometric} is not RGB; install libopenslide0 to read it through OpenSlide`);
       }
@@ -139,7 +164,9 @@ export class TiffSlide implements Slide {
       const tileHeight = image.getTileHeight();
       if (!(tileWidth >= 16 && tileHeight >= 16 && tileWidth <= MAX_TILE_SIDE && tileHeight <= MAX_TILE_SIDE)) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: TIFF tiles of ${tileWidth}x${tileHeight} (expected 16 to ${MAX_TILE_SIDE} on a side)`);
       pyramid.push({
-        page: images.indexOf(image),
+        page,
+        subifd,
+        image,
         width: image.getWidth(),
         height: image.getHeight(),
         downsample: (base.getWidth() / image.getWidth() + base.getHeight() / image.getHeight()) / 2,
@@ -153,11 +180,12 @@ export class TiffSlide implements Slide {
       });
     }
     pyramid.sort((a, b) => a.downsample - b.downsample);
-    const description = base.fileDirectory.hasTag('ImageDescription') ? String(await base.fileDirectory.loadValue('ImageDescription')) : undefined;
+    if (base !== images[0].image) description = base.fileDirectory.hasTag('ImageDescription') ? String(await base.fileDirectory.loadValue('ImageDescription')) : undefined;
+    const ome = isOmeXml(description) ? omeMpp(description!, path) : null;
     const aperio = aperioMpp(description);
     const found = aperio !== null ? { mpp: aperio, source: `the ImageDescription's MPP = ${aperio}` } : await resolutionMpp(base);
-    const mpp = found ? checkedMpp(found.mpp, found.source, path) : { mpp: null, error: null };
-    const slide = new TiffSlide(path, tiff, pyramid, mpp.mpp, mpp.error);
+    const mpp = ome ?? (found ? checkedMpp(found.mpp, found.source, path) : { mpp: null, error: null });
+    const slide = new TiffSlide(path, tiff, pyramid, mpp.mpp, mpp.error, source);
     // Every level's tiles in the file: a copy cut short is said so, not found tile by tile.
     for (const l of pyramid) {
       const { offsets, counts } = await slide.ranges(l);
@@ -178,7 +206,7 @@ export class TiffSlide implements Slide {
   async bandJob(level: number, ty: number, tx0: number, tx1: number): Promise<BandJob> {
     const l = this.pyramid[level];
     const region = { left: tx0 * l.tileWidth, top: ty * l.tileHeight, width: Math.min(tx1 * l.tileWidth, l.width) - tx0 * l.tileWidth, height: Math.min(l.tileHeight, l.height - ty * l.tileHeight) };
-    const job: BandJob = { path: this.path, page: l.page, tileWidth: l.tileWidth, tileHeight: l.tileHeight, tiles: tx1 - tx0, ...region };
+    const job: BandJob = { path: this.path, page: l.page, subifd: l.subifd, tileWidth: l.tileWidth, tileHeight: l.tileHeight, tiles: tx1 - tx0, ...region };
     if (l.compression !== JPEG) return job;
     const dir = await this.ranges(l);
     const ranges: number[] = [];
@@ -186,13 +214,27 @@ export class TiffSlide implements Slide {
       const i = ty * l.tilesAcross + tx;
       ranges.push(Number(dir.offsets[i]), Number(dir.counts[i]));
     }
-    return { ...job, jpeg: { tables: l.jpegTables, ranges, colorspace: l.photometric === YCBCR ? 'ycbcr' : 'rgb' } };
+    const jpeg: BandJob['jpeg'] = { tables: l.jpegTables, ranges, colorspace: l.photometric === YCBCR ? 'ycbcr' : 'rgb' };
+    if (this.source) {
+      const wanted = Array.from({ length: tx1 - tx0 }, (_, k) => [ranges[2 * k], ranges[2 * k + 1]] as const);
+      const fetched = await this.source.readRanges(wanted);
+      // In shared memory, so that the thread decoding them reads them where they are instead of
+      // a copy serialised into its task.
+      const total = wanted.reduce((n, [, length]) => n + length, 0);
+      const shared = new Uint8Array(new SharedArrayBuffer(total));
+      let at = 0;
+      jpeg.streams = fetched.map((stream) => {
+        shared.set(stream, at);
+        return shared.subarray(at, (at += stream.length));
+      });
+      this.tileBytes += total;
+    }
+    return { ...job, jpeg };
   }
 
   private ranges(l: Level) {
     l.ranges ??= (async () => {
-      const image = await this.tiff.getImage(l.page);
-      const dir = image.fileDirectory;
+      const dir = l.image.fileDirectory;
       const offsets = (await dir.loadValue('TileOffsets')) as ArrayLike<number | bigint>;
       const counts = (await dir.loadValue('TileByteCounts')) as ArrayLike<number | bigint>;
       if (offsets.length < l.tilesAcross * l.tilesDown || counts.length !== offsets.length) throw new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: directory ${l.page} lists ${offsets.length} tiles, expected ${l.tilesAcross * l.tilesDown}`);
@@ -201,9 +243,20 @@ export class TiffSlide implements Slide {
     return l.ranges;
   }
 
+  /** libvips' reader of a level of a local file. */
+  private vips(l: Level) {
+    return sharp(this.path, { page: l.page, limitInputPixels: false, ...(l.subifd >= 0 && { tiff: { subifd: l.subifd } }) });
+  }
+
   async overview(level: number, width: number, height: number): Promise<Buffer> {
     const l = this.pyramid[level];
-    let image = sharp(this.path, { page: l.page, limitInputPixels: false });
+    if (this.source) {
+      if (l.width * l.height > MAX_REMOTE_OVERVIEW) throw new SlideError('TILE_ERR_SLIDE_TOO_LARGE', `${this.path}: the level nearest 8 µm/px is ${l.width}x${l.height} pixels, too large to fetch whole (the slide has no smaller pyramid level)`);
+      const rgb = await readTiled(this, level, { x: 0, y: 0, w: l.width, h: l.height });
+      const image = sharp(rgb, { raw: { width: l.width, height: l.height, channels: 3 } });
+      return l.width === width && l.height === height ? Buffer.from(rgb) : image.resize(width, height, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
+    }
+    let image = this.vips(l);
     if (l.width !== width || l.height !== height) image = image.resize(width, height, { kernel: 'linear', fit: 'fill' });
     try {
       return await image.removeAlpha().raw().toBuffer();
@@ -220,9 +273,10 @@ export class TiffSlide implements Slide {
     const right = Math.min(l.width, x + w);
     const bottom = Math.min(l.height, y + h);
     if (right <= left || bottom <= top) return out;
+    if (this.source) return readTiled(this, level, { x, y, w, h });
     let data: Buffer;
     try {
-      data = await sharp(this.path, { page: l.page, limitInputPixels: false }).extract({ left, top, width: right - left, height: bottom - top }).removeAlpha().raw().toBuffer();
+      data = await this.vips(l).extract({ left, top, width: right - left, height: bottom - top }).removeAlpha().raw().toBuffer();
     } catch (err) {
       throw new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: directory ${l.page}, ${right - left}x${bottom - top} at ${left},${top}: ${(err as Error).message}`);
     }
@@ -232,6 +286,20 @@ export class TiffSlide implements Slide {
   }
 
   async close(): Promise<void> {
-    this.tiff.close();
+    if (this.source) this.source.close();
+    else this.tiff.close();
   }
+}
+
+/** The largest level a remote slide's overview is decoded from (OpenSlide's bound too). */
+const MAX_REMOTE_OVERVIEW = 2 ** 28;
+
+/** geotiff's view of a ByteSource: its reads (headers, directories, tag values) come through
+ *  the source's block cache. */
+function geotiffSource(source: ByteSource): Parameters<typeof GeoTIFF.fromSource>[0] {
+  return {
+    fetch: (slices: { offset: number; length: number }[]) => Promise.all(slices.map(async ({ offset, length }) => (await source.read(offset, length)).slice().buffer)),
+    fileSize: source.size,
+    close: async () => {},
+  } as unknown as Parameters<typeof GeoTIFF.fromSource>[0];
 }

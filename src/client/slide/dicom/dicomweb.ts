@@ -1,0 +1,190 @@
+// DICOMweb (PS3.18): a slide is a series URL, …/studies/UID/series/UID. Its instances' metadata by
+// WADO-RS …/metadata (application/dicom+json), its frames by …/instances/UID/frames/N,M,...
+// (multipart/related, JPEG asked for in its own transfer syntax so that the server sends the
+// stored bytes, never transcoded), a band's frames of one instance in one request. A study URL
+// expands to its series of modality SM by QIDO-RS. Requests carry
+// TILE_INFER_DICOMWEB_AUTHORIZATION as their Authorization header when it is set; 5xx answers and
+// connection errors are retried with backoff; 401, 403 and 404 fail at once, naming the URL.
+import type { CodesOf } from '../../../lib/errors.js';
+import { SlideError, type FrameBytes } from '../slide.js';
+import { jsonAttrs, type JsonDataSet } from './attributes.js';
+import type { FrameAt, FrameSource } from './dicom-slide.js';
+import { EXPLICIT_LE, JPEG_BASELINE, type Instance } from './pyramid.js';
+
+export const AUTH_ENV = 'TILE_INFER_DICOMWEB_AUTHORIZATION';
+const URL_PATTERN = /^(https?:\/\/.+?)\/studies\/([^/?#]+)(?:\/series\/([^/?#]+))?\/?$/;
+/** Tries of a request that fails with a 5xx or a connection error, and the first wait between. */
+const TRIES = 5;
+const BACKOFF_MS = 200;
+
+export interface DicomWebUrl {
+  base: string;
+  study: string;
+  series: string | null;
+}
+
+export function parseDicomWebUrl(url: string): DicomWebUrl | null {
+  const m = URL_PATTERN.exec(url);
+  return m ? { base: m[1], study: decodeURIComponent(m[2]), series: m[3] ? decodeURIComponent(m[3]) : null } : null;
+}
+
+export const seriesUrl = (u: DicomWebUrl, series: string) => `${u.base}/studies/${u.study}/series/${series}`;
+
+const failure = (code: CodesOf<'SLIDE'>, message: string) => new SlideError(code, message);
+
+/** GET with the Authorization header, retried on 5xx and connection errors. */
+export async function get(url: string, accept: string): Promise<Response> {
+  const headers: Record<string, string> = { accept };
+  const auth = process.env[AUTH_ENV];
+  if (auth) headers.authorization = auth;
+  let last = '';
+  for (let attempt = 0; attempt < TRIES; attempt++) {
+    if (attempt) await new Promise((r) => setTimeout(r, BACKOFF_MS * 2 ** (attempt - 1)));
+    let response: Response;
+    try {
+      response = await fetch(url, { headers });
+    } catch (err) {
+      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      last = cause?.code ?? cause?.message ?? (err as Error).message;
+      continue;
+    }
+    if (response.ok) return response;
+    const status = `${response.status} ${response.statusText}`.trim();
+    await response.body?.cancel();
+    if (response.status >= 500) {
+      last = status;
+      continue;
+    }
+    if (response.status === 401 || response.status === 403) {
+      throw failure('TILE_ERR_SLIDE_DICOMWEB_AUTH', `${url}: ${status}: the DICOMweb server wants credentials; set ${AUTH_ENV} to the Authorization header it takes (e.g. "Bearer TOKEN")${auth ? ` (the one set was refused)` : ''}`);
+    }
+    if (response.status === 404) throw failure('TILE_ERR_SLIDE_DICOMWEB_NOT_FOUND', `${url}: ${status}: no such study, series, instance or frame on the DICOMweb server`);
+    throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: ${status} (asked for ${accept})`);
+  }
+  throw failure('TILE_ERR_SLIDE_DICOMWEB_DOWN', `${url}: the DICOMweb server did not answer after ${TRIES} tries (${last})`);
+}
+
+/** The parts of a multipart/related body, in order (RFC 2046 framing). */
+export function multipartParts(body: Buffer, contentType: string, url: string): Buffer[] {
+  const boundary = /boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
+  if (!/^multipart\/related/i.test(contentType) || !boundary) throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: answered ${contentType || 'no content type'}, expected multipart/related`);
+  const delimiter = Buffer.from(`--${boundary[1] ?? boundary[2]}`);
+  const next = Buffer.from(`\r\n--${boundary[1] ?? boundary[2]}`);
+  const parts: Buffer[] = [];
+  let at = body.indexOf(delimiter);
+  while (at >= 0 && body.toString('latin1', at + delimiter.length, at + delimiter.length + 2) !== '--') {
+    const start = body.indexOf('\r\n\r\n', at) + 4;
+    const end = body.indexOf(next, start);
+    if (start < 4 || end < 0) throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: a multipart/related body cut short`);
+    parts.push(body.subarray(start, end));
+    at = end + 2;
+  }
+  return parts;
+}
+
+export interface WebInstance extends Instance {
+  url: string;
+}
+
+/** The series' instances, from its metadata. */
+export async function seriesInstances(url: string): Promise<WebInstance[]> {
+  const response = await get(`${url}/metadata`, 'application/dicom+json');
+  let sets: JsonDataSet[];
+  try {
+    sets = (await response.json()) as JsonDataSet[];
+  } catch (err) {
+    throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}/metadata: not DICOM JSON (${(err as Error).message})`);
+  }
+  return sets.map((set) => {
+    const attrs = jsonAttrs(set);
+    const where = `${url}/instances/${attrs.text('00080018')}`;
+    // The stored transfer syntax: the file meta's, which some servers add, or the one they offer
+    // (AvailableTransferSyntaxUID); else JPEG baseline for frames that say ISO_10918_1 (Orthanc
+    // gives neither). Nothing else is guessed: asked for the wrong one, a server transcodes.
+    const jpeg = attrs.text('00282114') === 'ISO_10918_1' ? JPEG_BASELINE : undefined;
+    return { attrs, where, url: where, transferSyntax: attrs.text('00020010') ?? attrs.text('00083002') ?? jpeg };
+  });
+}
+
+/** The series URLs of a study's slides (modality SM). */
+export async function studySeries(u: DicomWebUrl): Promise<string[]> {
+  const response = await get(`${u.base}/studies/${u.study}/series?Modality=SM`, 'application/dicom+json');
+  const sets = (await response.json()) as JsonDataSet[];
+  return sets.map((s) => jsonAttrs(s).text('0020000E')).filter((uid): uid is string => !!uid).map((uid) => seriesUrl(u, uid));
+}
+
+/** What to ask frames for: their own transfer syntax (PS3.18 8.7.3). */
+const acceptFor = (syntax: string) => `multipart/related; type="${syntax === JPEG_BASELINE ? 'image/jpeg' : syntax === EXPLICIT_LE ? 'application/octet-stream' : 'image/jp2'}"; transfer-syntax=${syntax}`;
+
+/** Frames a request asks for at most, and prefetched requests in flight: a WADO-RS frames request
+ *  costs the server (Orthanc) about as much for 1 frame as for 32 (it reads the instance). */
+const BATCH = 48;
+const BATCHES_AHEAD = 3;
+
+/** Frames over WADO-RS, the frames of one instance in one request. Told the frames to come
+ *  (prefetch), it fetches them in batches ahead of their bands. */
+export class DicomWebFrames implements FrameSource {
+  /** Prefetched frames by "instance/frame", and the batches planned, in order. */
+  private readonly ahead = new Map<string, Promise<FrameBytes>>();
+  private batches: FrameAt[][] = [];
+  private next = 0;
+
+  constructor(private readonly instances: WebInstance[]) {}
+
+  prefetch(at: FrameAt[]): void {
+    this.batches = [];
+    this.next = 0;
+    for (const a of at) {
+      const last = this.batches[this.batches.length - 1];
+      if (last && last.length < BATCH && last[0].instance === a.instance) last.push(a);
+      else this.batches.push([a]);
+    }
+  }
+
+  /** Starts the batches up to BATCHES_AHEAD past the one holding `at`. */
+  private fetchAhead(at: FrameAt): void {
+    const k = this.batches.findIndex((b) => b.some((a) => a.instance === at.instance && a.frame === at.frame));
+    if (k < 0) return;
+    for (; this.next <= k + BATCHES_AHEAD && this.next < this.batches.length; this.next++) {
+      const batch = this.batches[this.next];
+      const fetched = this.fetch(batch);
+      fetched.catch(() => {}); // awaited by the bands that need it
+      batch.forEach((a, j) => this.ahead.set(`${a.instance}/${a.frame}`, fetched.then((bytes) => bytes[j])));
+    }
+  }
+
+  async frames(at: FrameAt[]): Promise<FrameBytes[]> {
+    if (at.length) this.fetchAhead(at[0]);
+    const key = (a: FrameAt) => `${a.instance}/${a.frame}`;
+    const rest = at.filter((a) => !this.ahead.has(key(a)));
+    const fetched = rest.length ? this.fetch(rest) : Promise.resolve([]);
+    return Promise.all(
+      at.map(async (a) => {
+        const early = this.ahead.get(key(a));
+        if (!early) return (await fetched)[rest.indexOf(a)];
+        this.ahead.delete(key(a));
+        return early;
+      }),
+    );
+  }
+
+  private async fetch(at: FrameAt[]): Promise<FrameBytes[]> {
+    const byInstance = new Map<number, number[]>();
+    at.forEach((a, k) => byInstance.set(a.instance, [...(byInstance.get(a.instance) ?? []), k]));
+    const out: FrameBytes[] = new Array(at.length);
+    await Promise.all(
+      [...byInstance].map(async ([instance, ks]) => {
+        const url = `${this.instances[instance].url}/frames/${ks.map((k) => at[k].frame + 1).join(',')}`;
+        const accept = acceptFor(this.instances[instance].transferSyntax!);
+        const response = await get(url, accept);
+        const parts = multipartParts(Buffer.from(await response.arrayBuffer()), response.headers.get('content-type') ?? '', url);
+        if (parts.length !== ks.length) throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: ${parts.length} frames in the answer, asked for ${ks.length}`);
+        // Each its own copy: a view would take the whole body with it to the reader pool.
+        ks.forEach((k, j) => (out[k] = { bytes: new Uint8Array(parts[j]) }));
+      }),
+    );
+    return out;
+  }
+
+  async close(): Promise<void> {}
+}

@@ -1,0 +1,119 @@
+// DICOM Part 10 files: each instance's data set up to its pixel data, parsed by dicom-parser from
+// the head of the file (never the pixel data), and where each frame's bytes lie, from the item
+// headers of the encapsulated pixel data (or the frame size, uncompressed), so that the reader
+// pool reads each frame's bytes straight from the file, as it does TIFF tiles.
+import { closeSync, fstatSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
+import { extname, join } from 'node:path';
+import dicomParser from 'dicom-parser';
+import { SlideError } from '../slide.js';
+import { fileAttrs } from './attributes.js';
+import { framesOf, seriesOf, type Instance } from './pyramid.js';
+
+export interface FileInstance extends Instance {
+  path: string;
+  /** Byte offset and length of each frame in the file, filled in by locateFrames. */
+  frames?: Float64Array;
+  pixelData: { offset: number; length: number | null } | null;
+}
+
+const HEAD = 1 << 20;
+
+/** Whether the file starts as a DICOM Part 10 file does (128 bytes, then "DICM"). */
+export function isDicomFile(path: string): boolean {
+  let fd: number | undefined;
+  try {
+    fd = openSync(path, 'r');
+    const magic = Buffer.alloc(4);
+    return readSync(fd, magic, 0, 4, 128) === 4 && magic.toString('latin1') === 'DICM';
+  } catch {
+    return false;
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
+}
+
+const unreadable = (message: string) => new SlideError('TILE_ERR_SLIDE_UNREADABLE', message);
+
+/** An instance's data set from the head of its file, read in growing pieces until the pixel data
+ *  (or the file's end). */
+export function readInstance(path: string): FileInstance {
+  const fd = openSync(path, 'r');
+  try {
+    const size = fstatSync(fd).size;
+    for (let head = Math.min(size, HEAD); ; head = Math.min(size, head * 4)) {
+      const bytes = Buffer.allocUnsafe(head);
+      readSync(fd, bytes, 0, head, 0);
+      try {
+        const data = dicomParser.parseDicom(bytes, { untilTag: 'x7fe00010' });
+        const pixel = data.elements.x7fe00010;
+        return {
+          path,
+          where: path,
+          attrs: fileAttrs(data),
+          transferSyntax: data.string('x00020010')?.replace(/\0/g, '').trim(),
+          pixelData: pixel ? { offset: pixel.dataOffset, length: pixel.hadUndefinedLength ? null : pixel.length } : null,
+        };
+      } catch (err) {
+        if (head < size) continue;
+        const reason = err instanceof Error ? err.message : String(err);
+        throw unreadable(`${path}: not a readable DICOM instance (${/overread|beyond|past/i.test(reason) ? `truncated: the data set goes past the file's end at byte ${size}` : reason})`);
+      }
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The frames' byte ranges: one fragment a frame after the basic offset table (encapsulated), or
+ *  frames of rows x columns x 3 bytes one after another (uncompressed). A fragment past the
+ *  file's end is a truncated instance; fewer fragments than NumberOfFrames, a missing frame. */
+export function locateFrames(i: FileInstance): Float64Array {
+  if (i.frames) return i.frames;
+  const count = framesOf(i);
+  const frames = new Float64Array(count * 2);
+  if (!i.pixelData) throw unreadable(`${i.path}: no pixel data`);
+  const fd = openSync(i.path, 'r');
+  try {
+    const size = fstatSync(fd).size;
+    const { offset, length } = i.pixelData;
+    if (length !== null) {
+      const bytes = i.attrs.number('00280010')! * i.attrs.number('00280011')! * 3;
+      const held = Math.floor(Math.min(length, size - offset) / bytes);
+      if (held < count) throw unreadable(`${i.path}: holds ${held} of its ${count} frames (NumberOfFrames): ${length > size - offset ? `truncated at byte ${size}` : `frame ${held + 1} is missing`}`);
+      for (let f = 0; f < count; f++) frames.set([offset + f * bytes, bytes], f * 2);
+      return (i.frames = frames);
+    }
+    const header = Buffer.alloc(8);
+    let at = offset;
+    let fragment = -1; // the basic offset table comes first
+    while (fragment < count) {
+      if (readSync(fd, header, 0, 8, at) < 8) break;
+      const [group, element, len] = [header.readUInt16LE(0), header.readUInt16LE(2), header.readUInt32LE(4)];
+      if (group !== 0xfffe || element !== 0xe000) break; // the sequence delimiter, or damage
+      if (at + 8 + len > size) throw unreadable(`${i.path}: truncated: frame ${fragment + 1} of ${count} goes past the file's end at byte ${size}`);
+      if (fragment >= 0) frames.set([at + 8, len], fragment * 2);
+      fragment++;
+      at += 8 + len;
+    }
+    if (fragment < count) throw unreadable(`${i.path}: holds ${Math.max(0, fragment)} of its ${count} frames (NumberOfFrames): frame ${Math.max(0, fragment) + 1} is missing${at >= size ? ` (the file ends at byte ${size})` : ''}`);
+    if (readSync(fd, header, 0, 8, at) === 8 && header.readUInt16LE(0) === 0xfffe && header.readUInt16LE(2) === 0xe000) {
+      throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${i.path}: more pixel data fragments than its ${count} frames: frames split across fragments are not read`);
+    }
+    return (i.frames = frames);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** The DICOM files of a slide given as a folder (every DICOM file in it), or as one instance
+ *  (the instances of its series in its folder). */
+export function seriesFiles(path: string): FileInstance[] {
+  const folder = statSync(path).isDirectory();
+  const dir = folder ? path : join(path, '..');
+  const names = readdirSync(dir).sort();
+  const files = names.map((n) => join(dir, n)).filter((p) => (extname(p).toLowerCase() === '.dcm' || isDicomFile(p)) && statSync(p).isFile());
+  const instances = files.map(readInstance);
+  if (folder) return instances;
+  const series = seriesOf(readInstance(path));
+  return instances.filter((i) => seriesOf(i) === series);
+}

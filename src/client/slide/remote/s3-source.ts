@@ -1,0 +1,64 @@
+// A slide at s3://bucket/key, read by ranged GetObject through the AWS SDK: its own credential
+// chain (environment, profiles, SSO, instance and container roles) and endpoint settings
+// (AWS_ENDPOINT_URL or AWS_ENDPOINT_URL_S3 for S3-compatible stores, which are then addressed
+// path-style: bucket names are rarely in their DNS). Ranges carry IfMatch with the ETag the first
+// one saw, so an object replaced mid-run fails instead of mixing versions.
+import { GetObjectCommand, S3Client, S3ServiceException } from '@aws-sdk/client-s3';
+import { SlideError } from '../slide.js';
+import { BLOCK, type RangeTransport } from './source.js';
+
+let shared: S3Client | null = null;
+
+/** One client for every slide: its connections and credentials are reused. */
+function client(): S3Client {
+  shared ??= new S3Client({
+    forcePathStyle: Boolean(process.env.AWS_ENDPOINT_URL_S3 ?? process.env.AWS_ENDPOINT_URL),
+    followRegionRedirects: true,
+    maxAttempts: 4,
+  });
+  return shared;
+}
+
+export class S3Transport implements RangeTransport {
+  private constructor(
+    readonly url: string,
+    private readonly bucket: string,
+    private readonly key: string,
+    readonly size: number,
+    readonly etag: string,
+    readonly first: Uint8Array,
+  ) {}
+
+  static async open(url: string): Promise<S3Transport> {
+    const m = /^s3:\/\/([^/]+)\/(.+)$/.exec(url);
+    if (!m) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${url}: not an S3 object URL (expected s3://BUCKET/KEY)`);
+    const [, bucket, key] = m;
+    const res = await get(url, bucket, key, `bytes=0-${BLOCK - 1}`);
+    const total = /\/(\d+)$/.exec(res.ContentRange ?? '');
+    if (!total) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: a ranged GetObject without the object's size (Content-Range ${res.ContentRange})`);
+    return new S3Transport(url, bucket, key, Number(total[1]), res.ETag ?? '', await res.Body!.transformToByteArray());
+  }
+
+  async fetch(offset: number, length: number): Promise<Uint8Array> {
+    const res = await get(this.url, this.bucket, this.key, `bytes=${offset}-${offset + length - 1}`, this.etag || undefined);
+    const data = await res.Body!.transformToByteArray();
+    if (data.length !== length) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${this.url}: asked for ${length} bytes at ${offset}, got ${data.length}`);
+    return data;
+  }
+
+  close(): void {}
+}
+
+async function get(url: string, bucket: string, key: string, range: string, etag?: string) {
+  try {
+    return await client().send(new GetObjectCommand({ Bucket: bucket, Key: key, Range: range, IfMatch: etag }));
+  } catch (err) {
+    if (!(err instanceof S3ServiceException)) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${(err as Error).message}`);
+    const status = err.$metadata.httpStatusCode;
+    const said = `S3 ${err.name}${status ? ` (HTTP ${status})` : ''}: ${err.message}`;
+    if (status === 404) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${url}: not found (${said})`);
+    if (status === 401 || status === 403) throw new SlideError('TILE_ERR_SLIDE_DENIED', `${url}: access refused (${said}); credentials come from the AWS SDK's chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, roles)`);
+    if (status === 412) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: the object changed while it was read (IfMatch: its ETag is no longer ${etag}); run again`);
+    throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${said}`);
+  }
+}

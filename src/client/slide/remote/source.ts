@@ -1,0 +1,139 @@
+// A slide's bytes where they live, read by byte range: what a reader needs of a remote file
+// (HTTP, S3) so that it reads only the bytes it uses. Every reader can take one (the TIFF reader
+// does; a DICOM reader can). Reads go through a bounded cache of fetched extents: small reads
+// (headers, directories, tag values) fetch a whole aligned block around them, so that parsing a
+// file's directories costs a few requests; large ones (tiles) fetch exactly what they ask.
+
+/** How a transport fetches: [offset, offset + length) of the object, checked to be the version
+ *  it first saw (`etag`), else an error. */
+export interface RangeTransport {
+  /** The URL as the user gave it. */
+  readonly url: string;
+  readonly size: number;
+  /** The object's version as the server names it (ETag), or '' when it gives none. */
+  readonly etag: string;
+  /** The object's first bytes (up to BLOCK), fetched when it was opened. */
+  readonly first: Uint8Array;
+  fetch(offset: number, length: number): Promise<Uint8Array>;
+  close(): void;
+}
+
+/** Reads below this are rounded out to aligned blocks of it (and cached). */
+export const BLOCK = 64 * 1024;
+/** Fetched bytes kept, per slide. */
+export const CACHE_BYTES = 32 * 1024 * 1024;
+/** Ranges with less than this between them are fetched in one request (the gap is read). */
+const MERGE_GAP = 2048;
+
+interface Extent {
+  offset: number;
+  data: Uint8Array;
+}
+
+export class ByteSource {
+  /** Bytes fetched from the server so far. */
+  fetched = 0;
+  /** Requests made so far. */
+  requests = 0;
+  /** Extents in last-used order (a Map keeps insertion order). */
+  private readonly cache = new Map<number, Extent>();
+  private cached = 0;
+
+  constructor(
+    readonly transport: RangeTransport,
+    private readonly cacheBytes = CACHE_BYTES,
+  ) {
+    this.keep(0, transport.first);
+    this.fetched = transport.first.length;
+    this.requests = 1;
+  }
+
+  get url() {
+    return this.transport.url;
+  }
+
+  get size() {
+    return this.transport.size;
+  }
+
+  get etag() {
+    return this.transport.etag;
+  }
+
+  /** [offset, offset + length) clipped to the object: from the cache, else fetched. */
+  async read(offset: number, length: number): Promise<Uint8Array> {
+    const end = Math.min(this.size, offset + length);
+    if (end <= offset) return new Uint8Array(0);
+    const hit = this.lookup(offset, end);
+    if (hit) return hit;
+    const from = end - offset < BLOCK ? Math.floor(offset / BLOCK) * BLOCK : offset;
+    const to = end - offset < BLOCK ? Math.min(this.size, Math.ceil(end / BLOCK) * BLOCK) : end;
+    const data = await this.fetch(from, to - from);
+    return data.subarray(offset - from, end - from);
+  }
+
+  /** Several ranges, each fetched at most once; neighbours share a request. */
+  async readRanges(ranges: readonly (readonly [number, number])[]): Promise<Uint8Array[]> {
+    const order = ranges.map((_, i) => i).sort((a, b) => ranges[a][0] - ranges[b][0]);
+    const out: Uint8Array[] = new Array(ranges.length);
+    const runs: { from: number; to: number; members: number[] }[] = [];
+    for (const i of order) {
+      const [offset, length] = ranges[i];
+      const hit = this.lookup(offset, offset + length);
+      if (hit) {
+        out[i] = hit;
+        continue;
+      }
+      const last = runs[runs.length - 1];
+      if (last && offset - last.to <= MERGE_GAP) {
+        last.to = Math.max(last.to, offset + length);
+        last.members.push(i);
+      } else runs.push({ from: offset, to: offset + length, members: [i] });
+    }
+    await Promise.all(
+      runs.map(async ({ from, to, members }) => {
+        const data = await this.fetch(from, Math.min(this.size, to) - from);
+        for (const i of members) out[i] = data.subarray(ranges[i][0] - from, ranges[i][0] - from + ranges[i][1]);
+      }),
+    );
+    return out;
+  }
+
+  private lookup(offset: number, end: number): Uint8Array | null {
+    for (const [key, e] of this.cache) {
+      if (e.offset <= offset && end <= e.offset + e.data.length) {
+        this.cache.delete(key);
+        this.cache.set(key, e);
+        return e.data.subarray(offset - e.offset, end - e.offset);
+      }
+    }
+    return null;
+  }
+
+  private async fetch(offset: number, length: number): Promise<Uint8Array> {
+    this.requests++;
+    const data = await this.transport.fetch(offset, length);
+    this.fetched += data.length;
+    this.keep(offset, data);
+    return data;
+  }
+
+  private keep(offset: number, data: Uint8Array): void {
+    if (data.length <= this.cacheBytes) {
+      this.cached -= this.cache.get(offset)?.data.length ?? 0;
+      this.cache.delete(offset);
+      this.cache.set(offset, { offset, data });
+      this.cached += data.length;
+      for (const [key, e] of this.cache) {
+        if (this.cached <= this.cacheBytes) break;
+        this.cache.delete(key);
+        this.cached -= e.data.length;
+      }
+    }
+  }
+
+  close(): void {
+    this.cache.clear();
+    this.transport.close();
+  }
+}
