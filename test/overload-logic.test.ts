@@ -1,8 +1,10 @@
-// Admission by expected wait (src/front/admission.ts) and the batcher's deadlines
-// (src/worker/batcher.ts), in-process on an injected clock: milliseconds, no processes.
+// Admission by expected wait (src/front/admission.ts), the batcher's deadlines
+// (src/worker/batcher.ts) and the worker's lazy decode (src/worker/decode-window.ts), in-process
+// on an injected clock: milliseconds, no processes.
 import t from 'tap';
 import { Backlog, decide, expectedMs } from '../src/front/admission.js';
 import { Batcher } from '../src/worker/batcher.js';
+import { DecodeWindow } from '../src/worker/decode-window.js';
 
 function clock(start = 1_000_000) {
   let now = start;
@@ -94,4 +96,31 @@ t.test('batcher: tiles that cannot finish by their deadline are dropped, never r
 
   c.advance(6000);
   t.equal(batcher.batchMs, null, 'a batch time older than its window predicts nothing: the worker measures again');
+});
+
+t.test('decode window: tiles wait undecoded until the next batch needs them', async (t) => {
+  // Room for two tiles decoding or decoded ahead, as a worker with batches of one has.
+  let ahead = 0;
+  const started: number[] = [];
+  const window = new DecodeWindow<number>({ room: () => 2 - ahead, start: (n) => (started.push(n), ahead++) });
+  const tiles = Array.from({ length: 60 }, (_, i) => i);
+  for (const n of tiles) window.push(n);
+  t.same(started, [0, 1], 'of 60 arriving tiles only two start decoding');
+  t.equal(window.length, 58, 'the rest wait undecoded');
+  for (const n of tiles.slice(2, 59)) t.ok(window.remove(n), `waiting tile ${n} is cancelled`);
+  t.notOk(window.remove(0), 'a tile already started is not waiting');
+  t.equal(window.length, 1);
+  window.push(100);
+  ahead--;
+  window.pump();
+  t.same(started, [0, 1, 59], 'when a batch leaves, the oldest waiting tile starts');
+  ahead--;
+  window.pump();
+  t.same(started, [0, 1, 59, 100], 'and a new tile starts next: it never waits behind cancelled decodes');
+
+  // A start that drops its tile at once (expired) makes room within the same pump.
+  const dropped: number[] = [];
+  const dropping = new DecodeWindow<number>({ room: () => 1, start: (n) => (dropped.push(n), dropping.pump()) });
+  for (const n of [1, 2, 3]) dropping.push(n);
+  t.same(dropped, [1, 2, 3], 'expired tiles are dropped in turn without nesting');
 });
