@@ -94,6 +94,13 @@ t.test('batcher: tiles that cannot finish by their deadline are dropped, never r
   await step();
   t.notOk(ran.flat().includes(21), 'and never runs');
 
+  // An expired tile is reported once the queue no longer holds it (the worker then decodes more).
+  const seen: number[] = [];
+  const watched = new Batcher<{ deadline: number }>({ maxBatch: 1, maxDelayMs: 0, clock: c.now, deadline: (item) => item.deadline, expire: () => seen.push(watched.pending), run: async () => {} });
+  watched.push({ deadline: 0 });
+  await watched.idle();
+  t.same(seen, [0], 'the queue is empty when its expired tile is reported');
+
   c.advance(6000);
   t.equal(batcher.batchMs, null, 'a batch time older than its window predicts nothing: the worker measures again');
 });
