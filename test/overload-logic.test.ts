@@ -1,8 +1,10 @@
-// Admission by expected wait (src/front/admission.ts) and the batcher's deadlines
-// (src/worker/batcher.ts), in-process on an injected clock: milliseconds, no processes.
+// Admission by expected wait (src/front/admission.ts), the batcher's deadlines
+// (src/worker/batcher.ts) and the worker's lazy decode (src/worker/decode-window.ts), in-process
+// on an injected clock: milliseconds, no processes.
 import t from 'tap';
 import { Backlog, decide, expectedMs } from '../src/front/admission.js';
 import { Batcher } from '../src/worker/batcher.js';
+import { DecodeWindow } from '../src/worker/decode-window.js';
 
 function clock(start = 1_000_000) {
   let now = start;
@@ -92,6 +94,40 @@ t.test('batcher: tiles that cannot finish by their deadline are dropped, never r
   await step();
   t.notOk(ran.flat().includes(21), 'and never runs');
 
+  // An expired tile is reported once the queue no longer holds it (the worker then decodes more).
+  const seen: number[] = [];
+  const watched = new Batcher<{ deadline: number }>({ maxBatch: 1, maxDelayMs: 0, clock: c.now, deadline: (item) => item.deadline, expire: () => seen.push(watched.pending), run: async () => {} });
+  watched.push({ deadline: 0 });
+  await watched.idle();
+  t.same(seen, [0], 'the queue is empty when its expired tile is reported');
+
   c.advance(6000);
   t.equal(batcher.batchMs, null, 'a batch time older than its window predicts nothing: the worker measures again');
+});
+
+t.test('decode window: tiles wait undecoded until the next batch needs them', async (t) => {
+  // Room for two tiles decoding or decoded ahead, as a worker with batches of one has.
+  let ahead = 0;
+  const started: number[] = [];
+  const window = new DecodeWindow<number>({ room: () => 2 - ahead, start: (n) => (started.push(n), ahead++) });
+  const tiles = Array.from({ length: 60 }, (_, i) => i);
+  for (const n of tiles) window.push(n);
+  t.same(started, [0, 1], 'of 60 arriving tiles only two start decoding');
+  t.equal(window.length, 58, 'the rest wait undecoded');
+  for (const n of tiles.slice(2, 59)) t.ok(window.remove(n), `waiting tile ${n} is cancelled`);
+  t.notOk(window.remove(0), 'a tile already started is not waiting');
+  t.equal(window.length, 1);
+  window.push(100);
+  ahead--;
+  window.pump();
+  t.same(started, [0, 1, 59], 'when a batch leaves, the oldest waiting tile starts');
+  ahead--;
+  window.pump();
+  t.same(started, [0, 1, 59, 100], 'and a new tile starts next: it never waits behind cancelled decodes');
+
+  // A start that drops its tile at once (expired) makes room within the same pump.
+  const dropped: number[] = [];
+  const dropping = new DecodeWindow<number>({ room: () => 1, start: (n) => (dropped.push(n), dropping.pump()) });
+  for (const n of [1, 2, 3]) dropping.push(n);
+  t.same(dropped, [1, 2, 3], 'expired tiles are dropped in turn without nesting');
 });

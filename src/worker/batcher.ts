@@ -99,12 +99,17 @@ export class Batcher<T> {
   /** The next batch, after dropping every item that could no longer finish in time. */
   private next(): T[] {
     const finish = this.clock() + (this.batchMs ?? 0);
+    const expired: T[] = [];
     let kept = 0;
     for (const item of this.queue) {
-      if (this.options.deadline(item) < finish) this.options.expire(item);
+      if (this.options.deadline(item) < finish) expired.push(item);
       else this.queue[kept++] = item;
     }
     this.queue.length = kept;
-    return this.queue.splice(0, this.options.maxBatch);
+    const batch = this.queue.splice(0, this.options.maxBatch);
+    // Told once the queue is as it will be: `expire` may look at `pending` (the worker decodes
+    // more tiles when there is room).
+    for (const item of expired) this.options.expire(item);
+    return batch;
   }
 }

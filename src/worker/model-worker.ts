@@ -10,6 +10,7 @@ import { makePreprocessor, type Preprocessor } from './preprocess.js';
 import type { Pixels } from '../tile/png.js';
 import { writeBulk } from './bulk.js';
 import { Batcher } from './batcher.js';
+import { DecodeWindow } from './decode-window.js';
 import { float32ToFloat16 } from './float16.js';
 import { checkOutputShape, maskOf, maskTensor, numbersOf, rowOf } from './outputs.js';
 import type { WireTensor } from './session-thread.js';
@@ -26,11 +27,21 @@ interface Pending {
   /** Date.now() after which the answer is no longer wanted. */
   deadline: number;
   pixels: Pixels;
-  times: { receivedAt: number; decode: number; enqueuedAt: number };
+  times: { receivedAt: number; decode: number };
 }
 
-/** A tile the worker holds for a front: being decoded (cancelled: drop it once decoded), or queued. */
-type Held = { state: 'decoding'; cancelled: boolean } | { state: 'queued'; item: Pending };
+/** A tile received and not yet decoded. */
+interface Waiting {
+  id: number;
+  link: FrontLink;
+  job: TileJob;
+  deadline: number;
+  receivedAt: number;
+}
+
+/** A tile the worker holds for a front: waiting to be decoded, being decoded (cancelled: drop it
+ *  once decoded), or queued. */
+type Held = { state: 'waiting'; tile: Waiting } | { state: 'decoding'; cancelled: boolean } | { state: 'queued'; item: Pending };
 
 /** One front's channel as the worker sees it: tiles in with their deadlines, cancellations, and
  *  the answers back. */
@@ -110,6 +121,8 @@ export class ModelWorker {
   readonly stats = { batches: 0, tiles: 0, failures: 0, lastError: null as string | null, expired: 0, cancelled: 0, startedLate: 0, finishedLate: 0 };
   /** Tiles being decoded, from every front. */
   private decoding = 0;
+  /** Tiles received and not yet decoded, from every front. */
+  private readonly undecoded: DecodeWindow<Waiting>;
   /** Each front's answers, and the tiles the worker holds for it. */
   private readonly replies = new Map<FrontLink, { reply: Reply; held: Map<number, Held> }>();
   private readonly batcher: Batcher<Pending>;
@@ -139,11 +152,13 @@ export class ModelWorker {
       deadline: (item) => item.deadline,
       expire: (item) => this.drop(item.link, item.id, 'expired'),
     });
+    // Two batches decoded or decoding ahead: the next one is ready when the running one ends.
+    this.undecoded = new DecodeWindow<Waiting>({ room: () => 2 * this.batcher.maxBatch - this.decoding - this.batcher.pending, start: (tile) => void this.decode(tile) });
   }
 
   /** What every answer tells the fronts of this worker's queue and pace, for their admission. */
   load(): WorkerLoad {
-    return { queued: this.decoding + this.batcher.pending, batchMs: this.batcher.batchMs, maxBatch: this.batcher.maxBatch };
+    return { queued: this.undecoded.length + this.decoding + this.batcher.pending, batchMs: this.batcher.batchMs, maxBatch: this.batcher.maxBatch };
   }
 
   /** A front's channel: `reply` answers on it. */
@@ -151,36 +166,44 @@ export class ModelWorker {
     const held = new Map<number, Held>();
     const link: FrontLink = {
       accept: async (id, job, deadline) => {
-        const receivedAt = performance.now();
-        // Already too late: not even decoded.
-        if (Date.now() >= deadline) return this.drop(link, id, 'expired');
-        const decoding: Held = { state: 'decoding', cancelled: false };
-        held.set(id, decoding);
-        this.decoding++;
-        const decoded = await decodeTile(job);
-        this.decoding--;
-        if (decoding.cancelled) {
-          held.delete(id);
-          return this.drop(link, id, 'cancelled');
-        }
-        if ('errors' in decoded) {
-          held.delete(id);
-          return reply({ type: 'error', id, error: errors.tileInvalid(decoded.errors).toWire(), load: this.load() });
-        }
-        const item: Pending = { id, link, job, deadline, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs, enqueuedAt: performance.now() } };
-        held.set(id, { state: 'queued', item });
-        this.batcher.push(item);
+        const tile: Waiting = { id, link, job, deadline, receivedAt: performance.now() };
+        held.set(id, { state: 'waiting', tile });
+        this.undecoded.push(tile);
       },
       cancel: (ids) => {
         for (const id of ids) {
           const tile = held.get(id);
-          if (tile?.state === 'decoding') tile.cancelled = true;
+          if (tile?.state === 'waiting' && this.undecoded.remove(tile.tile)) this.drop(link, id, 'cancelled');
+          else if (tile?.state === 'decoding') tile.cancelled = true;
           else if (tile?.state === 'queued' && this.batcher.remove(tile.item)) this.drop(link, id, 'cancelled');
         }
       },
     };
     this.replies.set(link, { reply, held });
     return link;
+  }
+
+  /** Decodes a tile whose turn has come, unless it could no longer finish in time (then it is
+   *  dropped undecoded), and queues it for a batch. */
+  private async decode({ id, link, job, deadline, receivedAt }: Waiting): Promise<void> {
+    const held = this.replies.get(link)?.held;
+    if (!held) return;
+    if (Date.now() + (this.batcher.batchMs ?? 0) > deadline) return this.drop(link, id, 'expired');
+    const decoding: Held = { state: 'decoding', cancelled: false };
+    held.set(id, decoding);
+    this.decoding++;
+    const decoded = await decodeTile(job);
+    this.decoding--;
+    if (decoding.cancelled) {
+      this.drop(link, id, 'cancelled');
+    } else if ('errors' in decoded) {
+      this.answer(link, { type: 'error', id, error: errors.tileInvalid(decoded.errors).toWire(), load: this.load() });
+    } else {
+      const item: Pending = { id, link, job, deadline, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs } };
+      held.set(id, { state: 'queued', item });
+      this.batcher.push(item);
+    }
+    this.undecoded.pump();
   }
 
   /** The front hung up: nothing it sent is wanted any more. */
@@ -200,6 +223,7 @@ export class ModelWorker {
   private drop(link: FrontLink, id: number, reason: DropReason): void {
     this.stats[reason]++;
     this.answer(link, { type: 'dropped', id, reason, load: this.load() });
+    this.undecoded.pump();
   }
 
   /**
@@ -262,6 +286,8 @@ export class ModelWorker {
   }
 
   private async run(batch: Pending[]): Promise<void> {
+    // The batch has left the queue: the tiles after it may decode.
+    this.undecoded.pump();
     if (this.deviceFault) {
       // Not processed: the front retries on another instance or answers 503 loading.
       const error = errors.workerGone(`the device failed (${this.deviceFault}); this worker is restarting`).toWire();
@@ -347,7 +373,8 @@ export class ModelWorker {
       const times = {
         decode: item.times.decode,
         preprocess: preprocessMs / n,
-        queue: started - item.times.enqueuedAt,
+        // Waiting undecoded, then decoded in the batcher's queue.
+        queue: started - item.times.receivedAt - item.times.decode,
         inference: inferenceMs,
         worker: performance.now() - item.times.receivedAt,
       };
