@@ -38,14 +38,16 @@ module.exports = {
     {
       name: 'role-imports-another-role',
       severity: 'error',
-      comment: 'A process role (supervisor/, src/front, src/worker, src/client) imports only its own folder and shared modules.',
+      comment:
+        'A process role (supervisor/, src/front, src/worker, src/client) imports only its own folder and shared modules.',
       from: { path: '^(supervisor|src/front|src/worker|src/client)/' },
       to: { path: '^(supervisor|src/front|src/worker|src/client)/', pathNot: '^$1/' },
     },
     {
       name: 'client-imports-server-module',
       severity: 'error',
-      comment: 'The whole-slide client (tile-infer) needs only the HTTP contract, the tile codecs and lib of the shared modules.',
+      comment:
+        'The whole-slide client (tile-infer) needs only the HTTP contract, the tile codecs and lib of the shared modules.',
       from: { path: '^src/client/' },
       to: { path: folders(SHARED.filter((m) => !['contract', 'tile', 'lib'].includes(m))) },
     },
@@ -59,7 +61,8 @@ module.exports = {
     {
       name: 'runtime-imports-dev-dependency',
       severity: 'error',
-      comment: 'Code that runs in production imports no devDependency (npm ci --omit=dev leaves them out); types only are fine.',
+      comment:
+        'Code that runs in production imports no devDependency (npm ci --omit=dev leaves them out); types only are fine.',
       from: { path: '^(src|supervisor)/' },
       to: { dependencyTypes: ['npm-dev'], dependencyTypesNot: ['type-only'] },
     },
@@ -68,7 +71,10 @@ module.exports = {
     doNotFollow: { path: 'node_modules' },
     tsConfig: { fileName: 'tsconfig.json' },
     tsPreCompilationDeps: true,
-    enhancedResolveOptions: { exportsFields: ['exports'], conditionNames: ['import', 'require', 'node', 'default', 'types'] },
+    enhancedResolveOptions: {
+      exportsFields: ['exports'],
+      conditionNames: ['import', 'require', 'node', 'default', 'types'],
+    },
     reporterOptions: { text: { highlightFocused: true } },
   },
 };

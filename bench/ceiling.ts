@@ -46,10 +46,23 @@ const SIZES = [224, 512] as const;
 function bodiesFor(size: 224 | 512, count: number): Record<BodyType, BenchBody[]> {
   const bodies: Record<BodyType, BenchBody[]> = { json: [], png: [], raw: [] };
   for (let i = 0; i < count; i++) {
-    const tile: SyntheticTile = size === 224 ? cellularTile(1000 + i) : slideTile({ size: 512, seed: 2000 + i, stain: 'he', tissue: 0.5, pale: 0.4, fat: 0.2, dust: 20 });
+    const tile: SyntheticTile =
+      size === 224
+        ? cellularTile(1000 + i)
+        : slideTile({ size: 512, seed: 2000 + i, stain: 'he', tissue: 0.5, pale: 0.4, fat: 0.2, dust: 20 });
     const png = encodePng(tile);
-    const fields = { slide_name: 'bench-slide', x: i * size, y: 0, width: size, height: size, patch_idx: i, resolution: 0.5 };
-    const query = new URLSearchParams(Object.entries(fields).map(([k, v]): [string, string] => [k, String(v)])).toString();
+    const fields = {
+      slide_name: 'bench-slide',
+      x: i * size,
+      y: 0,
+      width: size,
+      height: size,
+      patch_idx: i,
+      resolution: 0.5,
+    };
+    const query = new URLSearchParams(
+      Object.entries(fields).map(([k, v]): [string, string] => [k, String(v)]),
+    ).toString();
     const rgb = Buffer.alloc(size * size * 3);
     for (let p = 0; p < size * size; p++) tile.rgba.copy(rgb, p * 3, p * 4, p * 4 + 3);
     bodies.json.push(JSON.stringify({ image_data: png.toString('base64'), ...fields }));
@@ -72,13 +85,26 @@ interface System {
 
 /** A fresh process compiles for seconds (V8 optimizes what gets hot): each server is first
  *  driven for a while at every size and body type, so its runs measure a server that has settled. */
-async function settle(system: System, bodies: Record<number, Record<BodyType, BenchBody[]>>, span: Span): Promise<void> {
+async function settle(
+  system: System,
+  bodies: Record<number, Record<BodyType, BenchBody[]>>,
+  span: Span,
+): Promise<void> {
   if (!('seconds' in span)) return;
-  for (const size of SIZES) for (const type of system.bodies) await fire(system.url, system.path(size), bodies[size][type], 16, { seconds: Math.min(3, span.seconds) });
+  for (const size of SIZES)
+    for (const type of system.bodies)
+      await fire(system.url, system.path(size), bodies[size][type], 16, { seconds: Math.min(3, span.seconds) });
 }
 
 /** Drives `path` and measures tiles/s and CPU per tile, `cpu()` read around the run. */
-async function measure(url: string, path: string, bodies: BenchBody[], c: number, span: Span, cpu: () => Record<string, number>) {
+async function measure(
+  url: string,
+  path: string,
+  bodies: BenchBody[],
+  c: number,
+  span: Span,
+  cpu: () => Record<string, number>,
+) {
   await fire(url, path, bodies, c, warmUp(span));
   const before = cpu();
   const load0 = process.cpuUsage();
@@ -90,12 +116,35 @@ async function measure(url: string, path: string, bodies: BenchBody[], c: number
   const perTile = (ms: number) => (ok ? ms / ok : 0);
   const cpuMsPerTile: Record<string, number> = { load: perTile((loadUs.user + loadUs.system) / 1000) };
   for (const key of Object.keys(after)) cpuMsPerTile[key] = perTile(after[key] - before[key]);
-  return { tilesPerSec: ok / seconds, p50: result.latency.p50, p99: result.latency.p99, errors: result.errors + result.non2xx + result.timeouts, cpuMsPerTile };
+  return {
+    tilesPerSec: ok / seconds,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.errors + result.non2xx + result.timeouts,
+    cpuMsPerTile,
+  };
 }
 
-async function startService(name: string, root: string, fronts: number, models: string, bodies: readonly BodyType[]): Promise<System> {
+async function startService(
+  name: string,
+  root: string,
+  fronts: number,
+  models: string,
+  bodies: readonly BodyType[],
+): Promise<System> {
   const service = await spawnService(
-    { fronts, model_repository: models, models: SIZES.map((size) => ({ name: `null-${size}`, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 256 })), supervisor: { drain_delay_ms: 0 } },
+    {
+      fronts,
+      model_repository: models,
+      models: SIZES.map((size) => ({
+        name: `null-${size}`,
+        instances: 2,
+        gpus: [],
+        intra_op_threads: 1,
+        max_queue: 256,
+      })),
+      supervisor: { drain_delay_ms: 0 },
+    },
     { root },
   );
   const pid = service.proc.pid!;
@@ -115,7 +164,10 @@ async function startService(name: string, root: string, fronts: number, models: 
 
 async function startIrreducible(): Promise<System> {
   const port = 19000 + Math.floor(Math.random() * 900);
-  const server = fork(join(ROOT, 'dist/bench/irreducible-server.js'), [String(port)], { execArgv: [], stdio: 'ignore' });
+  const server = fork(join(ROOT, 'dist/bench/irreducible-server.js'), [String(port)], {
+    execArgv: [],
+    stdio: 'ignore',
+  });
   const exited = new Promise((resolve) => server.once('exit', resolve));
   const url = `http://127.0.0.1:${port}`;
   const system: System = {
@@ -129,7 +181,18 @@ async function startIrreducible(): Promise<System> {
       await exited;
     },
   };
-  return started(system, async () => (await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: bodiesFor(224, 1).json[0] as string })).status === 200, 30000);
+  return started(
+    system,
+    async () =>
+      (
+        await fetch(url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: bodiesFor(224, 1).json[0] as string,
+        })
+      ).status === 200,
+    30000,
+  );
 }
 
 /** The system once `ready` holds; one that does not come up within `ms` is stopped, then the
@@ -150,12 +213,16 @@ export async function measureCeiling(options: CeilingOptions): Promise<CeilingRo
   const models = writeNullPackages();
   // The smoke run only has to work: one size.
   const sizes = options.smoke ? ([224] as const) : SIZES;
-  const bodies = { 224: bodiesFor(224, options.smoke ? 4 : 32), 512: options.smoke ? { json: [], png: [], raw: [] } : bodiesFor(512, 16) };
+  const bodies = {
+    224: bodiesFor(224, options.smoke ? 4 : 32),
+    512: options.smoke ? { json: [], png: [], raw: [] } : bodiesFor(512, 16),
+  };
   const systems: System[] = [];
   try {
     systems.push(await startIrreducible());
     if (options.baselineRoot) systems.push(await startService('baseline', options.baselineRoot, 1, models, ['json']));
-    for (const fronts of options.fronts) systems.push(await startService(`service fronts=${fronts}`, ROOT, fronts, models, BODY_TYPES));
+    for (const fronts of options.fronts)
+      systems.push(await startService(`service fronts=${fronts}`, ROOT, fronts, models, BODY_TYPES));
     for (const system of systems) await settle(system, bodies, options.span);
     const rows: CeilingRow[] = [];
     for (const size of sizes) {
@@ -164,7 +231,9 @@ export async function measureCeiling(options: CeilingOptions): Promise<CeilingRo
           for (const system of systems.filter((s) => s.bodies.includes(body))) {
             const r = await measure(system.url, system.path(size), bodies[size][body], c, options.span, system.cpu);
             rows.push({ system: system.name, body, size, concurrency: c, ...r });
-            console.log(`${system.name} ${body} ${size}px c=${c}: ${r.tilesPerSec.toFixed(0)} tiles/s, errors ${r.errors}, CPU ms/tile ${JSON.stringify(r.cpuMsPerTile, (_, v) => (typeof v === 'number' ? Math.round(v * 100) / 100 : v))}`);
+            console.log(
+              `${system.name} ${body} ${size}px c=${c}: ${r.tilesPerSec.toFixed(0)} tiles/s, errors ${r.errors}, CPU ms/tile ${JSON.stringify(r.cpuMsPerTile, (_, v) => (typeof v === 'number' ? Math.round(v * 100) / 100 : v))}`,
+            );
           }
         }
       }
@@ -179,7 +248,8 @@ export async function measureCeiling(options: CeilingOptions): Promise<CeilingRo
  *  and each binary row with its ratio to the same system's JSON row, at the same size and
  *  concurrency. */
 export function ceilingMarkdown(rows: CeilingRow[]): string {
-  const same = (r: CeilingRow, system: string, body: BodyType) => rows.find((x) => x.system === system && x.body === body && x.size === r.size && x.concurrency === r.concurrency);
+  const same = (r: CeilingRow, system: string, body: BodyType) =>
+    rows.find((x) => x.system === system && x.body === body && x.size === r.size && x.concurrency === r.concurrency);
   const f = (n: number | undefined, d = 2) => (n === undefined ? '' : n.toFixed(d));
   const ratio = (r: CeilingRow, other: CeilingRow | undefined) => (other ? f(r.tilesPerSec / other.tilesPerSec) : '');
   const cpu = (r: CeilingRow) => r.cpuMsPerTile;
@@ -190,7 +260,9 @@ export function ceilingMarkdown(rows: CeilingRow[]): string {
     '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...rows.map((r) => {
       const head = `| ${r.system} | ${r.body} | ${r.size} | ${r.concurrency} | ${f(r.tilesPerSec, 0)} | ${r.body === 'json' ? '1.00' : ratio(r, same(r, r.system, 'json'))} | ${ratio(r, same(r, 'irreducible', r.body))} | ${r.p50} | ${r.p99} | ${r.errors}`;
-      return r.system === 'irreducible' ? `${head} | ${f(cpu(r).server)} (server) | | | ${f(cpu(r).load)} |` : `${head} | ${f(cpu(r).fronts)} | ${f(cpu(r).supervisor)} | ${f(cpu(r).workers)} | ${f(cpu(r).load)} |`;
+      return r.system === 'irreducible'
+        ? `${head} | ${f(cpu(r).server)} (server) | | | ${f(cpu(r).load)} |`
+        : `${head} | ${f(cpu(r).fronts)} | ${f(cpu(r).supervisor)} | ${f(cpu(r).workers)} | ${f(cpu(r).load)} |`;
     }),
     '',
     'For a checkout without fronts (the baseline), HTTP is served by the supervisor: its CPU is under "supervisor".',

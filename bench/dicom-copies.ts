@@ -12,7 +12,12 @@ export interface SourceCopies {
 
 /** `size`: the slide's width and height in mm (given the converter swapped: its 1.1 computes
  *  PixelSpacing with them swapped). */
-export async function dicomCopies(tiff: string, size: [number, number], dir: string, smoke: boolean): Promise<SourceCopies> {
+export async function dicomCopies(
+  tiff: string,
+  size: [number, number],
+  dir: string,
+  smoke: boolean,
+): Promise<SourceCopies> {
   const whole = join(dir, 'dicom-whole');
   const split = join(dir, 'dicom-split');
   // The smoke checks that each kind of source runs: the split copy alone (Orthanc serves it).
@@ -25,8 +30,18 @@ export async function dicomCopies(tiff: string, size: [number, number], dir: str
     const url = `${orthanc.dicomWeb}/studies/${study}/series/${series}`;
     return {
       copies: [
-        ...(smoke ? [] : [{ source: 'DICOM files, whole levels', slide: { label: 'dicom-whole', path: whole, stem: 'dicom-whole', from: 'the bench' } }]),
-        { source: `DICOM files, levels split (${files.length} instances)`, slide: { label: 'dicom-split', path: split, stem: 'dicom-split', from: 'the bench' } },
+        ...(smoke
+          ? []
+          : [
+              {
+                source: 'DICOM files, whole levels',
+                slide: { label: 'dicom-whole', path: whole, stem: 'dicom-whole', from: 'the bench' },
+              },
+            ]),
+        {
+          source: `DICOM files, levels split (${files.length} instances)`,
+          slide: { label: 'dicom-split', path: split, stem: 'dicom-split', from: 'the bench' },
+        },
         { source: 'DICOMweb, local Orthanc', slide: { label: url, path: url, stem: series, from: 'the bench' } },
       ],
       stop: () => orthanc.stop(),

@@ -15,14 +15,29 @@ export interface Floor {
 }
 
 /** `provider`: the one the service's workers use (a floor on another would compare nothing). */
-export async function measureFloor(pkg: ModelPackage, pngs: Buffer[], batch: number, seconds: number, provider = 'cpu'): Promise<Floor> {
+export async function measureFloor(
+  pkg: ModelPackage,
+  pngs: Buffer[],
+  batch: number,
+  seconds: number,
+  provider = 'cpu',
+): Promise<Floor> {
   const { manifest } = pkg;
   const threads = availableParallelism();
-  const session = await ort.InferenceSession.create(pkg.modelPath, { intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all', executionMode: 'sequential', executionProviders: [provider] });
+  const session = await ort.InferenceSession.create(pkg.modelPath, {
+    intraOpNumThreads: threads,
+    interOpNumThreads: 1,
+    graphOptimizationLevel: 'all',
+    executionMode: 'sequential',
+    executionProviders: [provider],
+  });
   const tiles = await Promise.all(Array.from({ length: batch }, (_, i) => decodePng(pngs[i % pngs.length])));
   const feeds: Record<string, ort.Tensor> = { [manifest.tensors.image]: makePreprocessor(manifest).tensor(tiles) };
   if (manifest.tensors.bulk && manifest.genes) {
-    feeds[manifest.tensors.bulk] = new ort.Tensor('float32', new Float32Array(batch * manifest.genes.input.length), [batch, manifest.genes.input.length]);
+    feeds[manifest.tensors.bulk] = new ort.Tensor('float32', new Float32Array(batch * manifest.genes.input.length), [
+      batch,
+      manifest.genes.input.length,
+    ]);
   }
   for (let i = 0; i < 2; i++) await session.run(feeds);
   let runs = 0;

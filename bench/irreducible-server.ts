@@ -32,9 +32,17 @@ function readTile(type: string | undefined, url: string, body: Buffer): { fields
     return { fields, pixels: inflateSync(idat(Buffer.from(fields.image_data, 'base64'))).length };
   }
   const query = new URL(url, 'http://x').searchParams;
-  const fields: Fields = { slide_name: query.get('slide_name'), x: Number(query.get('x')), y: Number(query.get('y')), width: Number(query.get('width')), height: Number(query.get('height')), patch_idx: Number(query.get('patch_idx')) };
+  const fields: Fields = {
+    slide_name: query.get('slide_name'),
+    x: Number(query.get('x')),
+    y: Number(query.get('y')),
+    width: Number(query.get('width')),
+    height: Number(query.get('height')),
+    patch_idx: Number(query.get('patch_idx')),
+  };
   if (type === 'image/png') return { fields, pixels: inflateSync(idat(body)).length };
-  if (body.length !== (fields.width as number) * (fields.height as number) * 3) throw new Error('raw body of the wrong length');
+  if (body.length !== (fields.width as number) * (fields.height as number) * 3)
+    throw new Error('raw body of the wrong length');
   return { fields, pixels: body.length };
 }
 
@@ -51,7 +59,17 @@ if (cluster.isPrimary) {
     req.on('end', () => {
       const { fields, pixels } = readTile(req.headers['content-type'], req.url ?? '/', Buffer.concat(chunks));
       res.setHeader('content-type', 'application/json');
-      res.end(JSON.stringify({ output: [pixels], slide_name: fields.slide_name, x: fields.x, y: fields.y, width: fields.width, height: fields.height, patch_idx: fields.patch_idx }));
+      res.end(
+        JSON.stringify({
+          output: [pixels],
+          slide_name: fields.slide_name,
+          x: fields.x,
+          y: fields.y,
+          width: fields.width,
+          height: fields.height,
+          patch_idx: fields.patch_idx,
+        }),
+      );
     });
   }).listen(port, '127.0.0.1', () => process.send?.('listening'));
 }

@@ -47,12 +47,22 @@ export type Span = { seconds: number } | { perConnection: number };
  *  the query that carries its fields. */
 export type BenchBody = string | { type: string; body: Buffer; query: string };
 
-function request(path: string, body: BenchBody): { path: string; headers: Record<string, string>; body: string | Buffer } {
+function request(
+  path: string,
+  body: BenchBody,
+): { path: string; headers: Record<string, string>; body: string | Buffer } {
   if (typeof body === 'string') return { path, headers: { 'content-type': 'application/json' }, body };
   return { path: withQuery(path, body.query), headers: { 'content-type': body.type }, body: body.body };
 }
 
-export function fire(url: string, path: string, bodies: BenchBody[], concurrency: number, span: Span, headers: Record<string, string> = {}): Promise<autocannon.Result> {
+export function fire(
+  url: string,
+  path: string,
+  bodies: BenchBody[],
+  concurrency: number,
+  span: Span,
+  headers: Record<string, string> = {},
+): Promise<autocannon.Result> {
   let next = 0;
   return new Promise((resolve, reject) => {
     autocannon(
@@ -80,7 +90,15 @@ export function fire(url: string, path: string, bodies: BenchBody[], concurrency
 /** A short run first: JIT, batcher, caches. */
 export const warmUp = (span: Span): Span => ('seconds' in span ? { seconds: Math.min(2, span.seconds) } : span);
 
-export async function drive(url: string, model: string, path: string, bodies: BenchBody[], concurrency: number, span: Span, headers: Record<string, string> = {}): Promise<LoadResult> {
+export async function drive(
+  url: string,
+  model: string,
+  path: string,
+  bodies: BenchBody[],
+  concurrency: number,
+  span: Span,
+  headers: Record<string, string> = {},
+): Promise<LoadResult> {
   await fire(url, path, bodies, concurrency, warmUp(span), headers);
   const before = await scrape(url, model);
   const result = await fire(url, path, bodies, concurrency, span, headers);

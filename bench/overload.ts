@@ -21,7 +21,15 @@ export interface Answer {
 /** Distinct tile request bodies (JSON) of `size` pixels a side. */
 export function tileBodies(count: number, size = 224): string[] {
   return Array.from({ length: count }, (_, i) =>
-    JSON.stringify({ image_data: encodePng(cellularTile(100 + i, size)).toString('base64'), slide_name: 'overload', x: i * size, y: 0, width: size, height: size, patch_idx: i }),
+    JSON.stringify({
+      image_data: encodePng(cellularTile(100 + i, size)).toString('base64'),
+      slide_name: 'overload',
+      x: i * size,
+      y: 0,
+      width: size,
+      height: size,
+      patch_idx: i,
+    }),
   );
 }
 
@@ -30,22 +38,46 @@ export function post(url: string, path: string, body: string): Promise<Answer> {
   const { port } = new URL(url);
   const started = performance.now();
   return new Promise((resolve) => {
-    const req = request({ host: '127.0.0.1', port, path, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-      res.resume();
-      res.on('end', () => resolve({ status: res.statusCode!, ms: performance.now() - started, code: (res.headers['x-error-code'] as string) ?? null, retryAfter: (res.headers['retry-after'] as string) ?? null }));
-    });
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        path,
+        method: 'POST',
+        agent,
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      },
+      (res) => {
+        res.resume();
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode!,
+            ms: performance.now() - started,
+            code: (res.headers['x-error-code'] as string) ?? null,
+            retryAfter: (res.headers['retry-after'] as string) ?? null,
+          }),
+        );
+      },
+    );
     req.on('error', () => resolve({ status: 0, ms: performance.now() - started, code: null, retryAfter: null }));
     req.end(body);
   });
 }
 
 /** `concurrency` closed loops for `seconds`, rotating through `bodies`: every answer. */
-export async function closedLoop(url: string, path: string, bodies: string[], concurrency: number, seconds: number): Promise<Answer[]> {
+export async function closedLoop(
+  url: string,
+  path: string,
+  bodies: string[],
+  concurrency: number,
+  seconds: number,
+): Promise<Answer[]> {
   const results: Answer[] = [];
   const until = performance.now() + seconds * 1000;
   await Promise.all(
     Array.from({ length: concurrency }, async (_, c) => {
-      for (let i = c; performance.now() < until; i += concurrency) results.push(await post(url, path, bodies[i % bodies.length]));
+      for (let i = c; performance.now() < until; i += concurrency)
+        results.push(await post(url, path, bodies[i % bodies.length]));
     }),
   );
   return results;
@@ -64,13 +96,22 @@ export function rawSockets(url: string, count: number, head: string): Socket[] {
 
 /** `count` whole requests whose clients leave after `afterMs`. */
 export async function abandon(url: string, path: string, body: string, count: number, afterMs: number): Promise<void> {
-  const sockets = rawSockets(url, count, `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  const sockets = rawSockets(
+    url,
+    count,
+    `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
   await new Promise((resolve) => setTimeout(resolve, afterMs));
   for (const s of sockets) s.destroy();
 }
 
 /** `count` uploads declaring `bytes` that send their first bytes and stall; destroy them after. */
-export const stall = (url: string, path: string, count: number, bytes: number) => rawSockets(url, count, `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${bytes}\r\n\r\n{"image_data":"`);
+export const stall = (url: string, path: string, count: number, bytes: number) =>
+  rawSockets(
+    url,
+    count,
+    `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${bytes}\r\n\r\n{"image_data":"`,
+  );
 
 export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
 
@@ -86,7 +127,9 @@ export function statusCounts(answers: Answer[]): string {
 
 /** A worker's own probe (queue and counters) from /diagnostics. */
 export async function workerProbe(url: string, model: string): Promise<Record<string, number>> {
-  const { workers } = (await (await fetch(`${url}/diagnostics`)).json()) as { workers: { model: string; probe: Record<string, number> }[] };
+  const { workers } = (await (await fetch(`${url}/diagnostics`)).json()) as {
+    workers: { model: string; probe: Record<string, number> }[];
+  };
   return workers.find((w) => w.model === model)!.probe;
 }
 
@@ -112,14 +155,26 @@ async function started(config: Record<string, unknown>): Promise<ServiceProcess>
   return service;
 }
 
-export async function benchOverload({ smoke, modelRepository }: { smoke: boolean; modelRepository: string }): Promise<OverloadBench> {
+export async function benchOverload({
+  smoke,
+  modelRepository,
+}: {
+  smoke: boolean;
+  modelRepository: string;
+}): Promise<OverloadBench> {
   const burstSeconds = smoke ? 1 : 10;
   const bodies = tileBodies(16);
   const gene = '/api/predict/gene-expr';
-  const service = await started({ model_repository: modelRepository, fronts: 1, models: [{ name: 'gene-expr', instances: 1, request_timeout_ms: 300, max_queue: 256 }] });
+  const service = await started({
+    model_repository: modelRepository,
+    fronts: 1,
+    models: [{ name: 'gene-expr', instances: 1, request_timeout_ms: 300, max_queue: 256 }],
+  });
   try {
     await closedLoop(service.url, gene, bodies, 2, 1);
-    const solo = (await closedLoop(service.url, gene, bodies, 2, smoke ? 1 : 5)).filter((a) => a.status === 200).length / (smoke ? 1 : 5);
+    const solo =
+      (await closedLoop(service.url, gene, bodies, 2, smoke ? 1 : 5)).filter((a) => a.status === 200).length /
+      (smoke ? 1 : 5);
     const burst = await closedLoop(service.url, gene, bodies, 200, burstSeconds);
     const after = await post(service.url, gene, bodies[0]);
     const worker = await workerProbe(service.url, 'gene-expr');

@@ -25,13 +25,18 @@ import { benchV2, v2Markdown, type V2Row } from './v2.js';
 
 const args = process.argv.slice(2);
 const smoke = args.includes('--smoke');
-const option = (name: string, fallback: number) => Number(args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1] ?? fallback);
+const option = (name: string, fallback: number) =>
+  Number(args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1] ?? fallback);
 const seconds = option('seconds', 8);
 /** The smoke run counts requests, not seconds: on a loaded machine a 1 s window may hold none. */
 const span: Span = smoke ? { perConnection: 3 } : { seconds };
 
 const outDir = args.find((a) => a.startsWith('--out='))?.split('=')[1] ?? join(ROOT, 'bench/results');
-const list = (name: string) => args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1].split(',');
+const list = (name: string) =>
+  args
+    .find((a) => a.startsWith(`--${name}=`))
+    ?.split('=')[1]
+    .split(',');
 const concurrencies = list('concurrency')?.map(Number) ?? (smoke ? [1, 8] : [1, 8, 16, 32]);
 /** --only=tissue-seg,embed runs the endpoints whose path contains any of the words. */
 const only = list('only');
@@ -62,12 +67,33 @@ const TARGETS: Target[] = [
 
 function tiles(size: 224 | 512, count: number): Buffer[] {
   return Array.from({ length: count }, (_, i) =>
-    encodePng(size === 224 ? cellularTile(1000 + i) : slideTile({ size: 512, seed: 2000 + i, stain: i % 3 ? 'he' : 'ihc', tissue: 0.3 + (i % 5) * 0.1, pale: 0.4, fat: 0.2, dust: 20 })),
+    encodePng(
+      size === 224
+        ? cellularTile(1000 + i)
+        : slideTile({
+            size: 512,
+            seed: 2000 + i,
+            stain: i % 3 ? 'he' : 'ihc',
+            tissue: 0.3 + (i % 5) * 0.1,
+            pale: 0.4,
+            fat: 0.2,
+            dust: 20,
+          }),
+    ),
   );
 }
 
 function body(png: Buffer, i: number, size: number): string {
-  return JSON.stringify({ image_data: png.toString('base64'), slide_name: `bench-slide`, x: i * size, y: 0, width: size, height: size, patch_idx: i, resolution: size === 512 ? 8.0 : 0.5 });
+  return JSON.stringify({
+    image_data: png.toString('base64'),
+    slide_name: `bench-slide`,
+    x: i * size,
+    y: 0,
+    width: size,
+    height: size,
+    patch_idx: i,
+    resolution: size === 512 ? 8.0 : 0.5,
+  });
 }
 
 const label = (t: Target) => `${t.path}${t.tensor ? ' (tensor answer)' : ''}`;
@@ -87,7 +113,7 @@ async function main(): Promise<void> {
   const pngs = { 224: tiles(224, count), 512: tiles(512, smoke ? 4 : 16) };
   const bodies = { 224: pngs[224].map((p, i) => body(p, i, 224)), 512: pngs[512].map((p, i) => body(p, i, 512)) };
 
-  const mask = Uint8Array.from({ length: 512 * 512 }, (_, i) => ((i >> 9) + (i & 511)) % 7 < 3 ? 1 : 0);
+  const mask = Uint8Array.from({ length: 512 * 512 }, (_, i) => (((i >> 9) + (i & 511)) % 7 < 3 ? 1 : 0));
   // A 512x512 mask's answer: written by the front, read by a client, as JSON or as the tensor.
   const outcome = { output: { role: 'mask' as const, mask }, embedding: null, tissueRatio: 0.4 };
   const fields = { slide_name: 'bench-slide', x: 0, y: 0, width: 512, height: 512, patch_idx: 0, resolution: 8 };
@@ -98,37 +124,56 @@ async function main(): Promise<void> {
     jsonStringifyMs: median(() => JSON.stringify(Array.from(mask))),
     responseBytes: { json: response.length, tensor: tensor.bytes.length },
     tensorMs: median(() => outputTensor(outcome.output, 512, 512)),
-    clientParseMs: { json: median(() => JSON.parse(response.toString('utf8'))), tensor: median(() => new Uint8Array(Buffer.from(tensor.bytes))) },
+    clientParseMs: {
+      json: median(() => JSON.parse(response.toString('utf8'))),
+      tensor: median(() => new Uint8Array(Buffer.from(tensor.bytes))),
+    },
   };
 
   let ceiling: CeilingRow[] = [];
   if (sections.includes('ceiling')) {
     // The smoke run only has to work: one front count.
-    const fronts = list('fronts')?.map(Number) ?? (smoke ? [1] : [...new Set([1, frontCount(loadConfig({ CONFIG: configFile }, ROOT))])]);
+    const fronts =
+      list('fronts')?.map(Number) ??
+      (smoke ? [1] : [...new Set([1, frontCount(loadConfig({ CONFIG: configFile }, ROOT))])]);
     ceiling = await measureCeiling({ span, concurrencies: smoke ? [16] : [16, 64], fronts, baselineRoot, smoke });
   }
 
   // The service with its shipped configuration, and with --baseline the other checkout's beside it.
   const server = await spawnService(shippedConfig(configFile), { root: serviceRoot });
-  const baseline = baselineRoot && sections.includes('models') ? await spawnService(shippedConfig(configFile), { root: baselineRoot }) : null;
-  for (const s of [server, baseline]) if (s) await waitFor(async () => (await fetch(`${s.url}/health/ready`)).status === 200, 120000);
+  const baseline =
+    baselineRoot && sections.includes('models')
+      ? await spawnService(shippedConfig(configFile), { root: baselineRoot })
+      : null;
+  for (const s of [server, baseline])
+    if (s) await waitFor(async () => (await fetch(`${s.url}/health/ready`)).status === 200, 120000);
   // Each run's floor is measured right after it, with the service idle (its processes wait
   // for requests and take no CPU): on a shared host the machine's share drifts within minutes,
   // and a floor measured at the end of the section compared runs up to ten minutes apart.
   // The floor is one per model and batch size the server actually formed (rounded), plus batch 1
   // for the latency comparison.
   // The provider each model's workers really use, and the batch they run (padded to a shape).
-  const { models: served } = (await (await fetch(`${server.url}/api/models`)).json()) as { models: { name: string; workers: { provider: string | null; warmup: { batch_shapes: number[] } | null }[] }[] };
+  const { models: served } = (await (await fetch(`${server.url}/api/models`)).json()) as {
+    models: { name: string; workers: { provider: string | null; warmup: { batch_shapes: number[] } | null }[] }[];
+  };
   const workerOf = (model: string) => served.find((m) => m.name === model)?.workers[0];
   const floorFor = async (model: string, batch: number) => {
     const pkg = readPackage(join(MODELS, model));
     const shapes = workerOf(model)?.warmup?.batch_shapes;
     const formed = Math.max(1, Math.min(pkg.manifest.batch.max, Math.round(batch)));
     const b = shapes?.find((s) => s >= formed) ?? formed;
-    return measureFloor(pkg, pngs[pkg.manifest.tile.width as 224 | 512], b, smoke ? 1 : 5, workerOf(model)?.provider ?? 'cpu');
+    return measureFloor(
+      pkg,
+      pngs[pkg.manifest.tile.width as 224 | 512],
+      b,
+      smoke ? 1 : 5,
+      workerOf(model)?.provider ?? 'cpu',
+    );
   };
   const rows = [];
-  for (const target of TARGETS.filter((t) => sections.includes('models') && (!only || only.some((word) => t.path.includes(word))))) {
+  for (const target of TARGETS.filter(
+    (t) => sections.includes('models') && (!only || only.some((word) => t.path.includes(word))),
+  )) {
     // The tensor answer at the highest concurrency only: what it changes is per tile.
     for (const c of target.tensor ? concurrencies.slice(-1) : concurrencies) {
       // With a baseline the two take turns, twice, seconds apart: their ratio is this run's.
@@ -136,24 +181,45 @@ async function main(): Promise<void> {
       const accept: Record<string, string> = target.tensor ? { accept: 'application/octet-stream' } : {};
       let r = await drive(server.url, target.model, target.path, bodies[target.size], c, span, accept);
       for (let turn = 0; baseline && turn < (smoke ? 1 : 2); turn++) {
-        turns.before.push((await drive(baseline.url, target.model, target.path, bodies[target.size], c, span, accept)).tilesPerSec);
+        turns.before.push(
+          (await drive(baseline.url, target.model, target.path, bodies[target.size], c, span, accept)).tilesPerSec,
+        );
         if (turn > 0) r = await drive(server.url, target.model, target.path, bodies[target.size], c, span, accept);
         turns.after.push(r.tilesPerSec);
       }
       const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-      const vsBaseline = baseline ? { baselineTilesPerSec: mean(turns.before), vsBaseline: mean(turns.after) / mean(turns.before), turns } : {};
+      const vsBaseline = baseline
+        ? { baselineTilesPerSec: mean(turns.before), vsBaseline: mean(turns.after) / mean(turns.before), turns }
+        : {};
       const floor = await floorFor(target.model, r.meanBatch);
       const single = floor.batch === 1 ? floor : await floorFor(target.model, 1);
-      rows.push({ ...target, ...r, provider: workerOf(target.model)?.provider ?? 'cpu', floor: floor.tilesPerSec, floorBatch: floor.batch, ratio: r.tilesPerSec / floor.tilesPerSec, p50OverModel: r.p50 - single.msPerBatch, ...vsBaseline });
-      const versus = baseline ? `; baseline ${turns.before.map((x) => x.toFixed(1)).join('/')} vs ${turns.after.map((x) => x.toFixed(1)).join('/')}: ${(mean(turns.after) / mean(turns.before)).toFixed(2)}` : '';
-      console.log(`${label(target)} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}; floor ${floor.tilesPerSec.toFixed(1)} (batch ${floor.batch}): ${(r.tilesPerSec / floor.tilesPerSec).toFixed(2)}${versus}`);
+      rows.push({
+        ...target,
+        ...r,
+        provider: workerOf(target.model)?.provider ?? 'cpu',
+        floor: floor.tilesPerSec,
+        floorBatch: floor.batch,
+        ratio: r.tilesPerSec / floor.tilesPerSec,
+        p50OverModel: r.p50 - single.msPerBatch,
+        ...vsBaseline,
+      });
+      const versus = baseline
+        ? `; baseline ${turns.before.map((x) => x.toFixed(1)).join('/')} vs ${turns.after.map((x) => x.toFixed(1)).join('/')}: ${(mean(turns.after) / mean(turns.before)).toFixed(2)}`
+        : '';
+      console.log(
+        `${label(target)} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}; floor ${floor.tilesPerSec.toFixed(1)} (batch ${floor.batch}): ${(r.tilesPerSec / floor.tilesPerSec).toFixed(2)}${versus}`,
+      );
     }
   }
 
-  let soak: { seconds: number; concurrency: number; rssMb: number[]; tilesPerSec: number; errors: number } | null = null;
+  let soak: { seconds: number; concurrency: number; rssMb: number[]; tilesPerSec: number; errors: number } | null =
+    null;
   if (soakSeconds > 0) {
     const rss: number[] = [];
-    const sample = setInterval(() => void pidusage(server.proc.pid!).then((u) => rss.push(Math.round(u.memory / 1e6))), 10000);
+    const sample = setInterval(
+      () => void pidusage(server.proc.pid!).then((u) => rss.push(Math.round(u.memory / 1e6))),
+      10000,
+    );
     const r = await drive(server.url, 'gene-expr', '/api/predict/gene-expr', bodies[224], 32, { seconds: soakSeconds });
     clearInterval(sample);
     soak = { seconds: soakSeconds, concurrency: 32, rssMb: rss, tilesPerSec: r.tilesPerSec, errors: r.errors };
@@ -205,7 +271,22 @@ interface Serialization {
   clientParseMs: { json: number; tensor: number };
 }
 
-function markdown(report: { date: string; smoke: boolean; machine: string; seconds: number; serialization: Serialization; ceiling: CeilingRow[]; runs: any[]; slide: SlideBench | null; soak: any; overload: OverloadBench | null; v2: V2Row[] }, slideMd: string | null): string {
+function markdown(
+  report: {
+    date: string;
+    smoke: boolean;
+    machine: string;
+    seconds: number;
+    serialization: Serialization;
+    ceiling: CeilingRow[];
+    runs: any[];
+    slide: SlideBench | null;
+    soak: any;
+    overload: OverloadBench | null;
+    v2: V2Row[];
+  },
+  slideMd: string | null,
+): string {
   const f = (n: number, d = 1) => n.toFixed(d);
   const stageNames = ['parse', 'base64', 'decode', 'preprocess', 'ipc', 'queue', 'inference', 'serialize'];
   const lines = [
@@ -213,13 +294,18 @@ function markdown(report: { date: string; smoke: boolean; machine: string; secon
     '',
     '| endpoint | provider | conc. | tiles/s | p50 ms | p99 ms | errors | mean batch | floor tiles/s (batch) | server/floor | p50 - model ms |',
     '|---|---|---|---|---|---|---|---|---|---|---|',
-    ...report.runs.map((r) => `| ${label(r)} | ${r.provider} | ${r.concurrency} | ${f(r.tilesPerSec)} | ${r.p50} | ${r.p99} | ${r.errors} | ${f(r.meanBatch, 2)} | ${f(r.floor)} (${r.floorBatch}) | ${f(r.ratio, 2)} | ${f(r.p50OverModel)} |`),
+    ...report.runs.map(
+      (r) =>
+        `| ${label(r)} | ${r.provider} | ${r.concurrency} | ${f(r.tilesPerSec)} | ${r.p50} | ${r.p99} | ${r.errors} | ${f(r.meanBatch, 2)} | ${f(r.floor)} (${r.floorBatch}) | ${f(r.ratio, 2)} | ${f(r.p50OverModel)} |`,
+    ),
     '',
-    'Per-tile cost of each server stage, ms (inference is the tile\'s share of its batch\'s session.run; queue is time waiting for a batch):',
+    "Per-tile cost of each server stage, ms (inference is the tile's share of its batch's session.run; queue is time waiting for a batch):",
     '',
     `| endpoint | conc. | ${stageNames.join(' | ')} |`,
     `|---|---|${stageNames.map(() => '---').join('|')}|`,
-    ...report.runs.map((r) => `| ${label(r)} | ${r.concurrency} | ${stageNames.map((s) => f(r.stages[s] ?? 0, 2)).join(' | ')} |`),
+    ...report.runs.map(
+      (r) => `| ${label(r)} | ${r.concurrency} | ${stageNames.map((s) => f(r.stages[s] ?? 0, 2)).join(' | ')} |`,
+    ),
     '',
     `512x512 mask response: ${f(report.serialization.fastMs, 2)} ms with the response writer, ${f(report.serialization.jsonStringifyMs, 2)} ms with JSON.stringify.`,
     `The same answer as the output tensor (Accept: application/octet-stream): ${report.serialization.responseBytes.tensor} bytes instead of ${report.serialization.responseBytes.json}, ${f(report.serialization.tensorMs, 3)} ms to write; a Node client reads it in ${f(report.serialization.clientParseMs.tensor, 3)} ms where JSON.parse of the JSON answer takes ${f(report.serialization.clientParseMs.json, 2)} ms.`,
@@ -227,13 +313,28 @@ function markdown(report: { date: string; smoke: boolean; machine: string; secon
   if (report.ceiling.length) lines.unshift(ceilingMarkdown(report.ceiling), '');
   const compared = report.runs.filter((r) => r.vsBaseline !== undefined);
   if (compared.length) {
-    lines.push('', 'Against the baseline checkout (--baseline), the two services taking turns twice per row, tiles/s:', '', '| endpoint | conc. | baseline | this | this/baseline |', '|---|---|---|---|---|');
-    lines.push(...compared.map((r) => `| ${r.path} | ${r.concurrency} | ${r.turns.before.map((x: number) => f(x)).join(' / ')} | ${r.turns.after.map((x: number) => f(x)).join(' / ')} | ${f(r.vsBaseline, 2)} |`));
+    lines.push(
+      '',
+      'Against the baseline checkout (--baseline), the two services taking turns twice per row, tiles/s:',
+      '',
+      '| endpoint | conc. | baseline | this | this/baseline |',
+      '|---|---|---|---|---|',
+    );
+    lines.push(
+      ...compared.map(
+        (r) =>
+          `| ${r.path} | ${r.concurrency} | ${r.turns.before.map((x: number) => f(x)).join(' / ')} | ${r.turns.after.map((x: number) => f(x)).join(' / ')} | ${f(r.vsBaseline, 2)} |`,
+      ),
+    );
   }
   if (slideMd) lines.push('', slideMd);
   if (report.overload) lines.push('', overloadMarkdown(report.overload));
   if (report.v2.length) lines.push('', v2Markdown(report.v2));
-  if (report.soak) lines.push('', `Soak: ${report.soak.seconds} s at concurrency 32 on /api/predict/gene-expr, ${f(report.soak.tilesPerSec)} tiles/s, ${report.soak.errors} errors; supervisor RSS every 10 s (MB): ${report.soak.rssMb.join(', ')}.`);
+  if (report.soak)
+    lines.push(
+      '',
+      `Soak: ${report.soak.seconds} s at concurrency 32 on /api/predict/gene-expr, ${f(report.soak.tilesPerSec)} tiles/s, ${report.soak.errors} errors; supervisor RSS every 10 s (MB): ${report.soak.rssMb.join(', ')}.`,
+    );
   return lines.join('\n') + '\n';
 }
 

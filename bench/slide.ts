@@ -47,7 +47,13 @@ const islands = (w: number, h: number) => [
   { cx: w * 0.28, cy: h * 0.5, rx: w * 0.2, ry: h * 0.3 },
   { cx: w * 0.72, cy: h * 0.45, rx: w * 0.16, ry: h * 0.32 },
 ];
-const slideSpec = (format: 'tiff' | 'svs', mpp: number, widthUm: number, heightUm: number, seed: number): SlideSpec => ({ widthUm, heightUm, mpp, seed, format, islands: islands(widthUm, heightUm) });
+const slideSpec = (
+  format: 'tiff' | 'svs',
+  mpp: number,
+  widthUm: number,
+  heightUm: number,
+  seed: number,
+): SlideSpec => ({ widthUm, heightUm, mpp, seed, format, islands: islands(widthUm, heightUm) });
 
 export interface PipelineRun {
   tiles: number;
@@ -83,7 +89,16 @@ export interface SlideBench {
   ratio: number;
   clientCpuMsPerTile: number;
   stages: StageCosts[];
-  cohort: { slides: number; tiles: number; seconds: number; slidesPerHour: number; tilesPerSec: number; oneAtATimeTilesPerSec: number; ratio: number; slidesInFlight: number };
+  cohort: {
+    slides: number;
+    tiles: number;
+    seconds: number;
+    slidesPerHour: number;
+    tilesPerSec: number;
+    oneAtATimeTilesPerSec: number;
+    ratio: number;
+    slidesInFlight: number;
+  };
   sources: SourceRow[];
 }
 
@@ -110,7 +125,10 @@ const cpuMs = () => {
 };
 
 /** A made body as autocannon sends it (bench/load.ts). */
-const benchBody = (made: MadeBody): BenchBody => (made.type === 'application/json' ? made.bytes.toString('latin1') : { type: made.type, body: Buffer.from(made.bytes), query: tileQuery(made.fields) });
+const benchBody = (made: MadeBody): BenchBody =>
+  made.type === 'application/json'
+    ? made.bytes.toString('latin1')
+    : { type: made.type, body: Buffer.from(made.bytes), query: tileQuery(made.fields) };
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
@@ -136,7 +154,12 @@ async function timedCohort(setup: Setup, slides: CohortSlide[], outDir: string, 
   const started = performance.now();
   await runCohort(run, slides, inFlight, summary, { slideDone: () => {} });
   if (summary.failed) throw new Error(`${summary.failed} slides failed:\n${readFileSync(summary.path, 'utf8')}`);
-  return { tiles: stage.tiles, seconds: (performance.now() - started) / 1000, tilesPerSec: stage.tiles / ((stage.end - stage.start) / 1000), cpuMsPerTile: (stage.cpuEnd - stage.cpu) / stage.tiles };
+  return {
+    tiles: stage.tiles,
+    seconds: (performance.now() - started) / 1000,
+    tilesPerSec: stage.tiles / ((stage.end - stage.start) / 1000),
+    cpuMsPerTile: (stage.cpuEnd - stage.cpu) / stage.tiles,
+  };
 }
 
 /** The request bodies of a slide's tiles (the grid from a finished run's tissue mask). */
@@ -144,11 +167,32 @@ async function slideBodies(setup: Setup, slide: CohortSlide, mpp: number, outDir
   const s = await openSlide(slide.path);
   const mask = await readTissueMask(join(outDir, 'tissue', `${slide.stem}.png`));
   const grid = tileGrid(s.levels[0].width, s.levels[0].height, mpp, 224, 0.5, mask, 0.25);
-  const fields = (t: (typeof grid.tiles)[number]) => ({ slide_name: slide.stem, x: t.x, y: t.y, width: 224, height: 224, patch_idx: t.idx, tissue_ratio: t.tissue, resolution: 0.5 });
-  return { slide: s, grid, fields, read: () => tileBodies(setup.pool, setup.bodyType, s, grid.tiles, grid.extent, 224, fields) };
+  const fields = (t: (typeof grid.tiles)[number]) => ({
+    slide_name: slide.stem,
+    x: t.x,
+    y: t.y,
+    width: 224,
+    height: 224,
+    patch_idx: t.idx,
+    tissue_ratio: t.tissue,
+    resolution: 0.5,
+  });
+  return {
+    slide: s,
+    grid,
+    fields,
+    read: () => tileBodies(setup.pool, setup.bodyType, s, grid.tiles, grid.extent, 224, fields),
+  };
 }
 
-async function stageCosts(setup: Setup, slide: CohortSlide, mpp: number, warmDir: string, concurrency: number, pipelineCpu: number): Promise<StageCosts> {
+async function stageCosts(
+  setup: Setup,
+  slide: CohortSlide,
+  mpp: number,
+  warmDir: string,
+  concurrency: number,
+  pipelineCpu: number,
+): Promise<StageCosts> {
   const { slide: s, grid, read } = await slideBodies(setup, slide, mpp, warmDir);
   const placed = grid.tiles.map((t) => tileRegion(s, t.x, t.y, grid.extent, 224));
   const level = placed[0].level;
@@ -177,12 +221,26 @@ async function stageCosts(setup: Setup, slide: CohortSlide, mpp: number, warmDir
   const post = cpuMs() - c;
   await s.close();
   const n = grid.tiles.length;
-  return { slide: slide.label, tiles: n, decode: decode / n, encode: (readEncode - decode) / n, post: post / n, pipeline: pipelineCpu };
+  return {
+    slide: slide.label,
+    tiles: n,
+    decode: decode / n,
+    encode: (readEncode - decode) / n,
+    post: post / n,
+    pipeline: pipelineCpu,
+  };
 }
 
 /** The 0.5 MPP TIFF from each other source, each against the local TIFF run just before it
  *  (--smoke: one TIFF run before them all, and one DICOM copy: it checks that each kind runs). */
-async function sourceRows(setup: Setup, tiff: CohortSlide, dir: string, warm: string, smoke: boolean, scale: number): Promise<SourceRow[]> {
+async function sourceRows(
+  setup: Setup,
+  tiff: CohortSlide,
+  dir: string,
+  warm: string,
+  smoke: boolean,
+  scale: number,
+): Promise<SourceRow[]> {
   const name = basename(tiff.path);
   const served = join(dir, 'served');
   mkdirSync(join(served, 'ome'), { recursive: true });
@@ -200,16 +258,32 @@ async function sourceRows(setup: Setup, tiff: CohortSlide, dir: string, warm: st
     put.destroy();
     const url = `${nginx.url}/${name}`;
     const at = (path: string): CohortSlide => ({ label: path, path, stem: tiff.stem, from: 'the bench' });
-    const sources = [{ source: 'OME-TIFF (tifffile)', slide: at(ome) }, { source: 'HTTP ranges (nginx)', slide: at(url) }, { source: 'S3 (s3rver)', slide: at(`s3://bench/${name}`) }, ...dicom.copies];
+    const sources = [
+      { source: 'OME-TIFF (tifffile)', slide: at(ome) },
+      { source: 'HTTP ranges (nginx)', slide: at(url) },
+      { source: 'S3 (s3rver)', slide: at(`s3://bench/${name}`) },
+      ...dicom.copies,
+    ];
     const rows: SourceRow[] = [];
     let local = await timedCohort(setup, [tiff], join(dir, 'beside-0'), 1);
     for (const { source, slide } of sources) {
       if (!smoke && rows.length) local = await timedCohort(setup, [tiff], join(dir, `beside-${rows.length}`), 1);
       const logged = nginx.log().length;
       const other = await timedCohort(setup, [slide], join(dir, `source-${rows.length}`), 1);
-      const row: SourceRow = { source, tiles: other.tiles, tilesPerSec: other.tilesPerSec, tiffTilesPerSec: local.tilesPerSec, ratio: other.tilesPerSec / local.tilesPerSec, cpuMsPerTile: other.cpuMsPerTile, tiffCpuMsPerTile: local.cpuMsPerTile };
+      const row: SourceRow = {
+        source,
+        tiles: other.tiles,
+        tilesPerSec: other.tilesPerSec,
+        tiffTilesPerSec: local.tilesPerSec,
+        ratio: other.tilesPerSec / local.tilesPerSec,
+        cpuMsPerTile: other.cpuMsPerTile,
+        tiffCpuMsPerTile: local.cpuMsPerTile,
+      };
       if (slide.path === url) {
-        row.fetchedBytes = nginx.log().slice(logged).reduce((n, line) => n + Number(line.split(' ')[1]), 0);
+        row.fetchedBytes = nginx
+          .log()
+          .slice(logged)
+          .reduce((n, line) => n + Number(line.split(' ')[1]), 0);
         // The same reads in this process, counting the JPEG tiles' bytes they decode.
         const { slide: opened, read } = await slideBodies(setup, at(url), 0.5, warm);
         await readOverview(opened, 0.5);
@@ -250,7 +324,14 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
   mkdirSync(models);
   writeNullPackage(models, 224);
   symlinkSync(join(ROOT, 'models/tissue-seg'), join(models, 'tissue-seg'));
-  const service = await spawnService({ model_repository: models, models: [{ name: 'tissue-seg', instances: 1, gpus: [], intra_op_threads: 1 }, { name: MODEL, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 256 }], supervisor: { drain_delay_ms: 0 } });
+  const service = await spawnService({
+    model_repository: models,
+    models: [
+      { name: 'tissue-seg', instances: 1, gpus: [], intra_op_threads: 1 },
+      { name: MODEL, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 256 },
+    ],
+    supervisor: { drain_delay_ms: 0 },
+  });
   try {
     await waitFor(async () => (await fetch(`${service.url}/health/ready`)).ok, 120000);
     // The issue's slide: 12,288 x 8,192 px at 0.5 MPP with JPEG tiles (smoke: a small one), and a
@@ -265,9 +346,19 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
     const svs = await write('bench-0.25mpp.svs', slideSpec('svs', 0.25, 3072 * scale, 2048 * scale, 32));
     const cohort: CohortSlide[] = [];
     for (const seed of smoke ? [1] : [1, 2]) {
-      for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.5], ['tiff', 0.25], ['svs', 0.25]] as const) {
+      for (const [format, mpp] of [
+        ['tiff', 0.5],
+        ['svs', 0.5],
+        ['tiff', 0.25],
+        ['svs', 0.25],
+      ] as const) {
         const size = (mpp === 0.5 ? 3072 : 2048) * scale;
-        cohort.push(await write(`cohort-${seed}-${mpp}mpp-${format}.${format === 'svs' ? 'svs' : 'tif'}`, slideSpec(format, mpp, size, size * 0.75, 100 + seed * 10 + cohort.length)));
+        cohort.push(
+          await write(
+            `cohort-${seed}-${mpp}mpp-${format}.${format === 'svs' ? 'svs' : 'tif'}`,
+            slideSpec(format, mpp, size, size * 0.75, 100 + seed * 10 + cohort.length),
+          ),
+        );
       }
     }
 
@@ -275,13 +366,27 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
     const pool = new ReaderPool(options.threads);
     const model = await client.metadata(MODEL);
     const tissueSha256 = (await client.metadata('tissue-seg')).sha256;
-    const bodyType = (await client.bodyTypes(PATH)).has('application/octet-stream') ? 'application/octet-stream' : 'application/json';
+    const bodyType = (await client.bodyTypes(PATH)).has('application/octet-stream')
+      ? 'application/octet-stream'
+      : 'application/json';
     const setup: Setup = {
       url: service.url,
       client,
       bodyType,
       pool,
-      run: (outDir) => ({ model, plan: modelPlan(model), outDir, client, bodyType, pool, concurrency, minTissue: 0.25, tissueModel: 'tissue-seg', tissueSha256, noOverwrite: false }),
+      run: (outDir) => ({
+        model,
+        plan: modelPlan(model),
+        outDir,
+        client,
+        bodyType,
+        pool,
+        concurrency,
+        minTissue: 0.25,
+        tissueModel: 'tissue-seg',
+        tissueSha256,
+        noOverwrite: false,
+      }),
     };
     try {
       // Warm-up: the service, the client's threads, and the tissue masks the bodies come from.
@@ -296,17 +401,35 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
         const before = await drive(service.url, MODEL, PATH, bodies, concurrency, span);
         const measured = await timedCohort(setup, [tiff], join(dir, `single-${r}`), 1);
         const after = await drive(service.url, MODEL, PATH, bodies, concurrency, span);
-        runs.push({ tiles: measured.tiles, tilesPerSec: measured.tilesPerSec, serviceBefore: before.tilesPerSec, serviceAfter: after.tilesPerSec, ratio: measured.tilesPerSec / ((before.tilesPerSec + after.tilesPerSec) / 2), clientCpuMsPerTile: measured.cpuMsPerTile });
-        console.error(`slide run ${r + 1}/${repeats}: ${measured.tilesPerSec.toFixed(1)} tiles/s, service alone ${before.tilesPerSec.toFixed(1)} / ${after.tilesPerSec.toFixed(1)}: ratio ${runs[r].ratio.toFixed(2)}; client ${measured.cpuMsPerTile.toFixed(2)} CPU ms/tile`);
+        runs.push({
+          tiles: measured.tiles,
+          tilesPerSec: measured.tilesPerSec,
+          serviceBefore: before.tilesPerSec,
+          serviceAfter: after.tilesPerSec,
+          ratio: measured.tilesPerSec / ((before.tilesPerSec + after.tilesPerSec) / 2),
+          clientCpuMsPerTile: measured.cpuMsPerTile,
+        });
+        console.error(
+          `slide run ${r + 1}/${repeats}: ${measured.tilesPerSec.toFixed(1)} tiles/s, service alone ${before.tilesPerSec.toFixed(1)} / ${after.tilesPerSec.toFixed(1)}: ratio ${runs[r].ratio.toFixed(2)}; client ${measured.cpuMsPerTile.toFixed(2)} CPU ms/tile`,
+        );
       }
       const mid = runs.find((r) => r.ratio === median(runs.map((x) => x.ratio)))!;
 
       const svsRun = await timedCohort(setup, [svs], join(dir, 'single-svs'), 1);
-      const stages = [await stageCosts(setup, tiff, 0.5, warm, concurrency, median(runs.map((r) => r.clientCpuMsPerTile))), await stageCosts(setup, svs, 0.25, warm, concurrency, svsRun.cpuMsPerTile)];
-      for (const s of stages) console.error(`${s.slide}: CPU ms/tile decode ${s.decode.toFixed(2)}, encode ${s.encode.toFixed(2)}, post ${s.post.toFixed(2)}; pipeline ${s.pipeline.toFixed(2)}`);
+      const stages = [
+        await stageCosts(setup, tiff, 0.5, warm, concurrency, median(runs.map((r) => r.clientCpuMsPerTile))),
+        await stageCosts(setup, svs, 0.25, warm, concurrency, svsRun.cpuMsPerTile),
+      ];
+      for (const s of stages)
+        console.error(
+          `${s.slide}: CPU ms/tile decode ${s.decode.toFixed(2)}, encode ${s.encode.toFixed(2)}, post ${s.post.toFixed(2)}; pipeline ${s.pipeline.toFixed(2)}`,
+        );
 
       const sources = await sourceRows(setup, tiff, dir, warm, smoke, scale);
-      for (const r of sources) console.error(`${r.source}: ${r.tilesPerSec.toFixed(1)} tiles/s against the TIFF's ${r.tiffTilesPerSec.toFixed(1)} (ratio ${r.ratio.toFixed(2)}); client ${r.cpuMsPerTile.toFixed(2)} CPU ms/tile (TIFF ${r.tiffCpuMsPerTile.toFixed(2)})${r.fetchedBytes ? `; fetched ${r.fetchedBytes} bytes for ${r.tileBytes} bytes of tiles (${(r.fetchedBytes / r.tileBytes!).toFixed(3)}x)` : ''}`);
+      for (const r of sources)
+        console.error(
+          `${r.source}: ${r.tilesPerSec.toFixed(1)} tiles/s against the TIFF's ${r.tiffTilesPerSec.toFixed(1)} (ratio ${r.ratio.toFixed(2)}); client ${r.cpuMsPerTile.toFixed(2)} CPU ms/tile (TIFF ${r.tiffCpuMsPerTile.toFixed(2)})${r.fetchedBytes ? `; fetched ${r.fetchedBytes} bytes for ${r.tileBytes} bytes of tiles (${(r.fetchedBytes / r.tileBytes!).toFixed(3)}x)` : ''}`,
+        );
 
       // The cohort one slide at a time, then all of it with slides in flight.
       let oneTiles = 0;
@@ -320,7 +443,9 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
       const all = await timedCohort(setup, cohort, join(dir, 'cohort'), inFlight);
       const oneAtATime = oneTiles / oneSeconds;
       const cohortRate = all.tiles / all.seconds;
-      console.error(`cohort of ${cohort.length}: ${all.tiles} tiles in ${all.seconds.toFixed(1)} s (${cohortRate.toFixed(1)} tiles/s, ${((cohort.length / all.seconds) * 3600).toFixed(0)} slides/hour); one at a time ${oneAtATime.toFixed(1)} tiles/s: ratio ${(cohortRate / oneAtATime).toFixed(2)}`);
+      console.error(
+        `cohort of ${cohort.length}: ${all.tiles} tiles in ${all.seconds.toFixed(1)} s (${cohortRate.toFixed(1)} tiles/s, ${((cohort.length / all.seconds) * 3600).toFixed(0)} slides/hour); one at a time ${oneAtATime.toFixed(1)} tiles/s: ratio ${(cohortRate / oneAtATime).toFixed(2)}`,
+      );
       return {
         concurrency,
         threads: pool.threads,
@@ -330,7 +455,16 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
         ratio: mid.ratio,
         clientCpuMsPerTile: mid.clientCpuMsPerTile,
         stages,
-        cohort: { slides: cohort.length, tiles: all.tiles, seconds: all.seconds, slidesPerHour: (cohort.length / all.seconds) * 3600, tilesPerSec: cohortRate, oneAtATimeTilesPerSec: oneAtATime, ratio: cohortRate / oneAtATime, slidesInFlight: inFlight },
+        cohort: {
+          slides: cohort.length,
+          tiles: all.tiles,
+          seconds: all.seconds,
+          slidesPerHour: (cohort.length / all.seconds) * 3600,
+          tilesPerSec: cohortRate,
+          oneAtATimeTilesPerSec: oneAtATime,
+          ratio: cohortRate / oneAtATime,
+          slidesInFlight: inFlight,
+        },
         sources,
       };
     } finally {
@@ -351,11 +485,17 @@ export function slideMarkdown(b: SlideBench): string {
     '',
     '| slide | tiles | decode | rest of read + encode | post | pipeline (CPU ms/tile) |',
     '|---|---|---|---|---|---|',
-    ...b.stages.map((s) => `| ${s.slide} | ${s.tiles} | ${f(s.decode, 2)} | ${f(s.encode, 2)} | ${f(s.post, 2)} | ${f(s.pipeline, 2)} |`),
+    ...b.stages.map(
+      (s) =>
+        `| ${s.slide} | ${s.tiles} | ${f(s.decode, 2)} | ${f(s.encode, 2)} | ${f(s.post, 2)} | ${f(s.pipeline, 2)} |`,
+    ),
     '',
     '| source | tiles/s | local TIFF tiles/s (run before it) | ratio | client CPU ms/tile (TIFF) | bytes fetched / bytes of tiles used |',
     '|---|---|---|---|---|---|',
-    ...b.sources.map((r) => `| ${r.source} | ${f(r.tilesPerSec)} | ${f(r.tiffTilesPerSec)} | ${f(r.ratio, 2)} | ${f(r.cpuMsPerTile, 2)} (${f(r.tiffCpuMsPerTile, 2)}) | ${r.fetchedBytes ? `${r.fetchedBytes} / ${r.tileBytes} = ${f(r.fetchedBytes / r.tileBytes!, 3)}` : ''} |`),
+    ...b.sources.map(
+      (r) =>
+        `| ${r.source} | ${f(r.tilesPerSec)} | ${f(r.tiffTilesPerSec)} | ${f(r.ratio, 2)} | ${f(r.cpuMsPerTile, 2)} (${f(r.tiffCpuMsPerTile, 2)}) | ${r.fetchedBytes ? `${r.fetchedBytes} / ${r.tileBytes} = ${f(r.fetchedBytes / r.tileBytes!, 3)}` : ''} |`,
+    ),
     '',
     `Cohort of ${b.cohort.slides} slides (0.5 and 0.25 MPP, TIFF and SVS; ${b.cohort.slidesInFlight} in flight): ${b.cohort.tiles} tiles in ${f(b.cohort.seconds)} s, ${f(b.cohort.slidesPerHour, 0)} slides/hour, ${f(b.cohort.tilesPerSec)} tiles/s against ${f(b.cohort.oneAtATimeTilesPerSec)} one slide at a time (ratio ${f(b.cohort.ratio, 2)}).`,
   ].join('\n');

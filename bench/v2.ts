@@ -42,14 +42,33 @@ function rgbTiles(count: number): Buffer[] {
 /** A v2 binary request of `tiles` and its JSON header's length. */
 function binaryBody(tiles: Buffer[]): { body: Buffer; headerLength: number } {
   const data = Buffer.concat(tiles);
-  const header = Buffer.from(JSON.stringify({ parameters: { binary_data_output: true }, inputs: [{ name: 'image', datatype: 'UINT8', shape: [tiles.length, SIZE, SIZE, 3], parameters: { binary_data_size: data.length } }] }));
+  const header = Buffer.from(
+    JSON.stringify({
+      parameters: { binary_data_output: true },
+      inputs: [
+        {
+          name: 'image',
+          datatype: 'UINT8',
+          shape: [tiles.length, SIZE, SIZE, 3],
+          parameters: { binary_data_size: data.length },
+        },
+      ],
+    }),
+  );
   return { body: Buffer.concat([header, data]), headerLength: header.length };
 }
 
-const jsonBody = (tile: Buffer): string => JSON.stringify({ inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, SIZE, SIZE, 3], data: Array.from(tile) }] });
+const jsonBody = (tile: Buffer): string =>
+  JSON.stringify({ inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, SIZE, SIZE, 3], data: Array.from(tile) }] });
 
 /** Runs `load` after a warm-up and measures tiles/s and CPU per tile around it. */
-async function measure(system: string, batch: number, concurrency: number, pid: number, load: () => Promise<{ ok: number; errors: number; seconds: number }>): Promise<V2Row> {
+async function measure(
+  system: string,
+  batch: number,
+  concurrency: number,
+  pid: number,
+  load: () => Promise<{ ok: number; errors: number; seconds: number }>,
+): Promise<V2Row> {
   const before = cpuByRole(pid);
   const client0 = process.cpuUsage();
   const { ok, errors, seconds } = await load();
@@ -57,17 +76,38 @@ async function measure(system: string, batch: number, concurrency: number, pid: 
   const after = cpuByRole(pid);
   const tiles = ok * batch;
   const perTile = (ms: number) => (tiles ? ms / tiles : 0);
-  const row = { system, batch, concurrency, tilesPerSec: tiles / seconds, errors, clientCpuMsPerTile: perTile((client.user + client.system) / 1000), frontCpuMsPerTile: perTile(after.fronts - before.fronts) };
-  console.log(`v2 section: ${system} batch ${batch} c=${concurrency}: ${row.tilesPerSec.toFixed(0)} tiles/s, errors ${errors}, client CPU ms/tile ${row.clientCpuMsPerTile.toFixed(3)}, front ${row.frontCpuMsPerTile.toFixed(3)}`);
+  const row = {
+    system,
+    batch,
+    concurrency,
+    tilesPerSec: tiles / seconds,
+    errors,
+    clientCpuMsPerTile: perTile((client.user + client.system) / 1000),
+    frontCpuMsPerTile: perTile(after.fronts - before.fronts),
+  };
+  console.log(
+    `v2 section: ${system} batch ${batch} c=${concurrency}: ${row.tilesPerSec.toFixed(0)} tiles/s, errors ${errors}, client CPU ms/tile ${row.clientCpuMsPerTile.toFixed(3)}, front ${row.frontCpuMsPerTile.toFixed(3)}`,
+  );
   return row;
 }
 
 /** autocannon over keep-alive HTTP. */
-async function http(url: string, path: string, bodies: BenchBody[], concurrency: number, span: Span, headers: Record<string, string> = {}) {
+async function http(
+  url: string,
+  path: string,
+  bodies: BenchBody[],
+  concurrency: number,
+  span: Span,
+  headers: Record<string, string> = {},
+) {
   await fire(url, path, bodies, concurrency, warmUp(span), headers);
   return async () => {
     const result = await fire(url, path, bodies, concurrency, span, headers);
-    return { ok: result.requests.total - result.non2xx, errors: result.errors + result.non2xx + result.timeouts, seconds: result.duration };
+    return {
+      ok: result.requests.total - result.non2xx,
+      errors: result.errors + result.non2xx + result.timeouts,
+      seconds: result.duration,
+    };
   };
 }
 
@@ -81,10 +121,14 @@ function grpcLoad(stub: any, requests: object[], concurrency: number, span: Span
     let next = 0;
     const worker = async (count: number) => {
       for (let i = 0; i < count && performance.now() < until; i++) {
-        await new Promise<void>((resolve) => stub.ModelInfer(requests[next++ % requests.length], (err: unknown) => (err ? errors++ : ok++, resolve())));
+        await new Promise<void>((resolve) =>
+          stub.ModelInfer(requests[next++ % requests.length], (err: unknown) => (err ? errors++ : ok++, resolve())),
+        );
       }
     };
-    await Promise.all(Array.from({ length: concurrency }, () => worker('perConnection' in span ? span.perConnection : Infinity)));
+    await Promise.all(
+      Array.from({ length: concurrency }, () => worker('perConnection' in span ? span.perConnection : Infinity)),
+    );
     return { ok, errors, seconds: (performance.now() - started) / 1000 };
   };
 }
@@ -95,29 +139,74 @@ export async function benchV2(options: { span: Span; concurrency: number; smoke:
   const span: Span = options.smoke ? { perConnection: 1 } : options.span;
   const models = writeNullPackages();
   const manifestFile = join(models, MODEL, 'manifest.json');
-  writeFileSync(manifestFile, JSON.stringify({ ...JSON.parse(readFileSync(manifestFile, 'utf8')), batch: { max: 32 } }));
+  writeFileSync(
+    manifestFile,
+    JSON.stringify({ ...JSON.parse(readFileSync(manifestFile, 'utf8')), batch: { max: 32 } }),
+  );
   const grpcPort = 19900 + Math.floor(Math.random() * 90);
-  const service = await spawnService({ fronts: 1, model_repository: models, grpc_port: grpcPort, models: [{ name: MODEL, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 256 }], supervisor: { drain_delay_ms: 0 } });
+  const service = await spawnService({
+    fronts: 1,
+    model_repository: models,
+    grpc_port: grpcPort,
+    models: [{ name: MODEL, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 256 }],
+    supervisor: { drain_delay_ms: 0 },
+  });
   const pid = service.proc.pid!;
   const definition = protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS);
   const { inference } = grpc.loadPackageDefinition(definition) as any;
-  const stub = new inference.GRPCInferenceService(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure(), { 'grpc.max_receive_message_length': -1 });
+  const stub = new inference.GRPCInferenceService(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure(), {
+    'grpc.max_receive_message_length': -1,
+  });
   try {
     await waitFor(async () => (await fetch(`${service.url}/health/ready`)).status === 200, 120000);
     const tiles = rgbTiles(options.smoke ? 32 : 64);
-    const batches = (n: number) => Array.from({ length: Math.max(1, tiles.length / n) }, (_, i) => tiles.slice(i * n, i * n + n));
+    const batches = (n: number) =>
+      Array.from({ length: Math.max(1, tiles.length / n) }, (_, i) => tiles.slice(i * n, i * n + n));
     const rows: V2Row[] = [];
     const query = `slide_name=bench&x=0&y=0&width=${SIZE}&height=${SIZE}&patch_idx=0`;
-    rows.push(await measure('raw-body route', 1, concurrency, pid, await http(service.url, `/api/predict/${MODEL}`, tiles.map((body) => ({ type: 'application/octet-stream', body, query })), concurrency, span)));
-    rows.push(await measure('v2 JSON', 1, concurrency, pid, await http(service.url, `/v2/models/${MODEL}/infer`, tiles.slice(0, 8).map(jsonBody), concurrency, span)));
+    rows.push(
+      await measure(
+        'raw-body route',
+        1,
+        concurrency,
+        pid,
+        await http(
+          service.url,
+          `/api/predict/${MODEL}`,
+          tiles.map((body) => ({ type: 'application/octet-stream', body, query })),
+          concurrency,
+          span,
+        ),
+      ),
+    );
+    rows.push(
+      await measure(
+        'v2 JSON',
+        1,
+        concurrency,
+        pid,
+        await http(service.url, `/v2/models/${MODEL}/infer`, tiles.slice(0, 8).map(jsonBody), concurrency, span),
+      ),
+    );
     for (const n of BATCHES) {
       const bodies = batches(n).map(binaryBody);
       const path = `/v2/models/${MODEL}/infer`;
-      const load = await http(service.url, path, bodies.map(({ body }) => ({ type: 'application/octet-stream', body, query: '' })), concurrency, span, { 'inference-header-content-length': String(bodies[0].headerLength) });
+      const load = await http(
+        service.url,
+        path,
+        bodies.map(({ body }) => ({ type: 'application/octet-stream', body, query: '' })),
+        concurrency,
+        span,
+        { 'inference-header-content-length': String(bodies[0].headerLength) },
+      );
       rows.push(await measure('v2 binary', n, concurrency, pid, load));
     }
     for (const n of [1, 32]) {
-      const requests = batches(n).map((group) => ({ model_name: MODEL, inputs: [{ name: 'image', datatype: 'UINT8', shape: [group.length, SIZE, SIZE, 3] }], raw_input_contents: [Buffer.concat(group)] }));
+      const requests = batches(n).map((group) => ({
+        model_name: MODEL,
+        inputs: [{ name: 'image', datatype: 'UINT8', shape: [group.length, SIZE, SIZE, 3] }],
+        raw_input_contents: [Buffer.concat(group)],
+      }));
       await grpcLoad(stub, requests, concurrency, warmUp(span))();
       rows.push(await measure('gRPC', n, concurrency, pid, grpcLoad(stub, requests, concurrency, span)));
     }
@@ -137,6 +226,9 @@ export function v2Markdown(rows: V2Row[]): string {
     '',
     '| system | tiles/request | tiles/s | of raw-body route | errors | client CPU ms/tile | front CPU ms/tile |',
     '|---|---|---|---|---|---|---|',
-    ...rows.map((r) => `| ${r.system} | ${r.batch} | ${f(r.tilesPerSec)} | ${raw ? f(r.tilesPerSec / raw.tilesPerSec, 2) : ''} | ${r.errors} | ${f(r.clientCpuMsPerTile, 3)} | ${f(r.frontCpuMsPerTile, 3)} |`),
+    ...rows.map(
+      (r) =>
+        `| ${r.system} | ${r.batch} | ${f(r.tilesPerSec)} | ${raw ? f(r.tilesPerSec / raw.tilesPerSec, 2) : ''} | ${r.errors} | ${f(r.clientCpuMsPerTile, 3)} | ${f(r.frontCpuMsPerTile, 3)} |`,
+    ),
   ].join('\n');
 }

@@ -47,7 +47,9 @@ function refuse(err: ConfigError): never {
 /** What each enabled model would serve, read from its package and its graph loaded as a worker
  *  would (on the CPU); problems (a PackageError's code, and its message after the model's name)
  *  come back apart. */
-export async function describeService(config: ServiceConfig): Promise<{ lines: string[]; problems: Pick<CodedError, 'code' | 'message'>[] }> {
+export async function describeService(
+  config: ServiceConfig,
+): Promise<{ lines: string[]; problems: Pick<CodedError, 'code' | 'message'>[] }> {
   const lines = [`listening on http://${config.host}:${config.port}, ${config.models.length} model(s):`];
   const problems: Pick<CodedError, 'code' | 'message'>[] = [];
   for (const model of config.models) {
@@ -57,9 +59,12 @@ export async function describeService(config: ServiceConfig): Promise<{ lines: s
       const { manifest, sha256 } = pkg;
       const endpoints = endpointsFor(model.name, manifest.tasks).filter((e) => e.startsWith('POST'));
       const { width, height, mpp } = manifest.tile;
-      lines.push(`  ${model.name} ${manifest.version}: ${manifest.tasks.join(', ')}; ${width}x${height} at ${mpp} MPP; ${model.instances} instance(s), gpus ${JSON.stringify(model.gpus)}; sha256 ${sha256.slice(0, 12)}; ${endpoints.join(', ')}`);
+      lines.push(
+        `  ${model.name} ${manifest.version}: ${manifest.tasks.join(', ')}; ${width}x${height} at ${mpp} MPP; ${model.instances} instance(s), gpus ${JSON.stringify(model.gpus)}; sha256 ${sha256.slice(0, 12)}; ${endpoints.join(', ')}`,
+      );
     } catch (err) {
-      if (!(err instanceof PackageError || (err instanceof CodedError && err.code === 'TILE_ERR_MODEL_LOAD'))) throw err;
+      if (!(err instanceof PackageError || (err instanceof CodedError && err.code === 'TILE_ERR_MODEL_LOAD')))
+        throw err;
       problems.push({ code: err.code, message: `model ${model.name}: ${err.message}` });
     }
   }
@@ -73,9 +78,17 @@ export async function describeService(config: ServiceConfig): Promise<{ lines: s
 export async function prepareStart(argv = process.argv.slice(2), env = process.env): Promise<ServiceConfig> {
   let options: { help?: boolean; 'check-config'?: boolean };
   try {
-    options = parseArgs({ args: argv, options: { help: { type: 'boolean', short: 'h' }, 'check-config': { type: 'boolean' } } }).values;
+    options = parseArgs({
+      args: argv,
+      options: { help: { type: 'boolean', short: 'h' }, 'check-config': { type: 'boolean' } },
+    }).values;
   } catch (err) {
-    refuse(new ConfigError('TILE_ERR_CONFIG_ARGS', `${(err as Error).message.split('\n')[0]}, expected --check-config or --help`));
+    refuse(
+      new ConfigError(
+        'TILE_ERR_CONFIG_ARGS',
+        `${(err as Error).message.split('\n')[0]}, expected --check-config or --help`,
+      ),
+    );
   }
   if (options.help) {
     process.stdout.write(`${USAGE}\n`);
@@ -101,6 +114,8 @@ export async function prepareStart(argv = process.argv.slice(2), env = process.e
     for (const problem of problems) process.stderr.write(refusal(problem));
     process.exit(problems.length ? ExitCode.CONFIG : ExitCode.OK);
   }
-  await checkListenAddress(config, env).catch((err) => (err instanceof ConfigError ? refuse(err) : Promise.reject(err)));
+  await checkListenAddress(config, env).catch((err) =>
+    err instanceof ConfigError ? refuse(err) : Promise.reject(err),
+  );
   return config;
 }

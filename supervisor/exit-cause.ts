@@ -4,7 +4,10 @@
 
 /** What the life cycle learnt before the process exited: it reported a device fault, it reported
  *  that its package cannot load, or the life cycle killed it for hanging. */
-export type Verdict = { kind: 'device-fault'; reason: string } | { kind: 'load-failed'; reason: string } | { kind: 'hung'; reason: string };
+export type Verdict =
+  | { kind: 'device-fault'; reason: string }
+  | { kind: 'load-failed'; reason: string }
+  | { kind: 'hung'; reason: string };
 
 export type ExitCause =
   | Verdict
@@ -21,7 +24,12 @@ const EXTERNAL_SIGNALS = new Set(['SIGKILL', 'SIGTERM', 'SIGINT', 'SIGQUIT', 'SI
 
 /** The verdict comes first (a device-faulted worker may be stopped before it exits), then a stop
  *  the service asked for, then the signal. */
-export function classifyExit(verdict: Verdict | null, stopping: boolean, code: number | null, signal: string | null): ExitCause {
+export function classifyExit(
+  verdict: Verdict | null,
+  stopping: boolean,
+  code: number | null,
+  signal: string | null,
+): ExitCause {
   if (verdict) return verdict;
   if (stopping) return { kind: 'stopped' };
   if (signal !== null && EXTERNAL_SIGNALS.has(signal)) return { kind: 'external', signal };

@@ -27,7 +27,11 @@ export class Fronts {
   constructor(private readonly options: FrontsOptions) {
     this.log = options.logger.child({ role: 'fronts' });
     const s = options.config.supervisor;
-    this.policy = new RestartPolicy({ initialDelayMs: s.restart_initial_delay_ms, maxDelayMs: s.restart_max_delay_ms, resetAfterMs: s.restart_reset_after_ms });
+    this.policy = new RestartPolicy({
+      initialDelayMs: s.restart_initial_delay_ms,
+      maxDelayMs: s.restart_max_delay_ms,
+      resetAfterMs: s.restart_reset_after_ms,
+    });
     cluster.setupPrimary({ exec: FRONT_ENTRY, args: [], execArgv: TILE_PROCESS_EXEC_ARGV, serialization: 'advanced' });
   }
 
@@ -73,7 +77,10 @@ export class Fronts {
       this.fronts.delete(front);
       if (this.stopping) return;
       const delay = this.policy.nextDelay(Date.now() - startedAt);
-      this.log.error({ front: index, frontPid: front.process.pid, code, signal, restartInMs: delay }, 'HTTP front exited; restarting it');
+      this.log.error(
+        { front: index, frontPid: front.process.pid, code, signal, restartInMs: delay },
+        'HTTP front exited; restarting it',
+      );
       setTimeout(() => !this.stopping && this.fork(index), delay);
     });
   }

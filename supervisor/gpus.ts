@@ -9,7 +9,10 @@ export async function discoverGpus(config: ServiceConfig, logger: Logger): Promi
   if (!config.models.some((m) => m.gpus === 'auto' || m.gpus.length > 0)) return [];
   try {
     const gpus = (await queryGpus()) ?? [];
-    logger.info({ gpus: gpus.map((g) => `${g.index}: ${g.name} (${g.pci_bus_id})`) }, gpus.length ? 'GPUs found' : 'no GPU found; models run on CPU');
+    logger.info(
+      { gpus: gpus.map((g) => `${g.index}: ${g.name} (${g.pci_bus_id})`) },
+      gpus.length ? 'GPUs found' : 'no GPU found; models run on CPU',
+    );
     return gpus;
   } catch (err) {
     logger.warn({ err }, 'GPU discovery failed; models run on CPU');

@@ -23,11 +23,17 @@ async function shutdown(signal: string): Promise<void> {
   const grace = config.supervisor.shutdown_grace_ms;
   // Ctrl-C is someone at a terminal, not a balancer: no drain delay.
   const drain = signal === 'SIGINT' ? 0 : config.supervisor.drain_delay_ms;
-  logger.info({ signal, drainMs: drain, graceMs: grace }, 'stopping: not ready first, then no new connections, finishing requests in flight');
-  const timer = setTimeout(() => {
-    logger.error('grace period over; exiting with requests unfinished');
-    process.exit(ExitCode.UNFINISHED);
-  }, drain + grace + 5000);
+  logger.info(
+    { signal, drainMs: drain, graceMs: grace },
+    'stopping: not ready first, then no new connections, finishing requests in flight',
+  );
+  const timer = setTimeout(
+    () => {
+      logger.error('grace period over; exiting with requests unfinished');
+      process.exit(ExitCode.UNFINISHED);
+    },
+    drain + grace + 5000,
+  );
   if (drain > 0) {
     logger.info({ drainMs: drain }, 'stopping: readiness answers 503 first, so balancers take this host out');
     supervisor.drain();

@@ -93,7 +93,10 @@ export class ModelPool {
       // stop() has stopped the candidate with the other instances.
       if (this.stopping) return;
       if (!loaded) {
-        this.options.logger.error({ model: this.name, instance: i, reason: next.lastError }, 'reload: replacement failed to load; keeping the running worker');
+        this.options.logger.error(
+          { model: this.name, instance: i, reason: next.lastError },
+          'reload: replacement failed to load; keeping the running worker',
+        );
         old.replacementFailed(next.lastError);
         continue;
       }

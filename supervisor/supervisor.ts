@@ -45,7 +45,10 @@ export class Supervisor implements DiagnosticsSource {
     private readonly logger: Logger,
     gpus: GpuInfo[],
   ) {
-    const plan = assignGpus(config.models, gpus.map((g) => g.index));
+    const plan = assignGpus(
+      config.models,
+      gpus.map((g) => g.index),
+    );
     for (const entry of config.models) {
       this.pools.set(
         entry.name,
@@ -62,12 +65,26 @@ export class Supervisor implements DiagnosticsSource {
         }),
       );
     }
-    this.usage = new UsageLog({ dir: config.data_dir, maxFileBytes: config.usage.max_file_bytes, recentEntries: config.usage.recent_entries, logger });
-    this.fronts = new Fronts({ count: frontCount(config), config, logger, onMessage: (front, message) => this.onFrontMessage(front, message) });
+    this.usage = new UsageLog({
+      dir: config.data_dir,
+      maxFileBytes: config.usage.max_file_bytes,
+      recentEntries: config.usage.recent_entries,
+      logger,
+    });
+    this.fronts = new Fronts({
+      count: frontCount(config),
+      config,
+      logger,
+      onMessage: (front, message) => this.onFrontMessage(front, message),
+    });
     this.diagnose = diagnostics(this, {
       probeTimeoutMs: config.supervisor.probe_timeout_ms,
       logFile: config.log_file,
-      folders: { models: config.model_repository, data: config.data_dir, ...(config.log_file && { logs: dirname(config.log_file) }) },
+      folders: {
+        models: config.model_repository,
+        data: config.data_dir,
+        ...(config.log_file && { logs: dirname(config.log_file) }),
+      },
       installPaths: [ROOT, process.cwd(), config.model_repository, config.data_dir, this.socketDir],
     });
   }
@@ -140,15 +157,21 @@ export class Supervisor implements DiagnosticsSource {
     this.announced = true;
     const failed = models.filter((m) => m.state === 'failed').map((m) => m.name);
     this.logger.info({ failed }, 'service ready');
-    sdNotify(this.logger, 'READY=1', `STATUS=serving ${models.length - failed.length} of ${models.length} models${failed.length ? `; failed: ${failed.join(', ')}` : ''}`);
+    sdNotify(
+      this.logger,
+      'READY=1',
+      `STATUS=serving ${models.length - failed.length} of ${models.length} models${failed.length ? `; failed: ${failed.join(', ')}` : ''}`,
+    );
   }
 
   private onWorkerExit(exit: WorkerExit): void {
-    if (exit.pid !== null) this.fronts.send({ type: 'worker-exit', pid: exit.pid, external: exit.external || exit.device_fault });
+    if (exit.pid !== null)
+      this.fronts.send({ type: 'worker-exit', pid: exit.pid, external: exit.external || exit.device_fault });
   }
 
   private onFrontMessage(front: Worker, message: FromFront): void {
-    const reply = (data: unknown) => front.isConnected() && front.send({ type: 'reply', id: (message as { id: number }).id, data } satisfies ToFront);
+    const reply = (data: unknown) =>
+      front.isConnected() && front.send({ type: 'reply', id: (message as { id: number }).id, data } satisfies ToFront);
     switch (message.type) {
       case 'hello':
         front.send({ type: 'models', models: this.models() } satisfies ToFront);

@@ -82,10 +82,7 @@ export class UsageLog {
   }
 
   private loadRecent(): void {
-    const lines = [
-      ...readLines(`${this.file}.1`),
-      ...readLines(this.file),
-    ].slice(-this.options.recentEntries);
+    const lines = [...readLines(`${this.file}.1`), ...readLines(this.file)].slice(-this.options.recentEntries);
     for (const line of lines) {
       try {
         this.recentEntries.push(JSON.parse(line) as UsageEntry);

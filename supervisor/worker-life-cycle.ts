@@ -197,7 +197,12 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       batchShapes: this.options.batchShapes,
       socket,
     };
-    const child = this.outside.fork({ ...process.env, ...pinningEnv(this.options.gpu, this.options.gpuInfo), ...workerEnv(config), UV_THREADPOOL_SIZE: String(config.decodeThreads) });
+    const child = this.outside.fork({
+      ...process.env,
+      ...pinningEnv(this.options.gpu, this.options.gpuInfo),
+      ...workerEnv(config),
+      UV_THREADPOOL_SIZE: String(config.decodeThreads),
+    });
     this.child = child;
     this.packageFault = false;
     this.loadErrorCode = null;
@@ -216,9 +221,13 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
   /** The worker's own probe, or an error entry when it does not answer in time. */
   async probe(timeoutMs: number): Promise<Record<string, unknown>> {
     const child = this.child;
-    if (!child?.connected || (this.#state !== 'ready' && this.#state !== 'loading')) return { error: `worker is ${this.#state}` };
+    if (!child?.connected || (this.#state !== 'ready' && this.#state !== 'loading'))
+      return { error: `worker is ${this.#state}` };
     return this.probes
-      .request((id) => child.send({ type: 'probe', id } satisfies WorkerControl), { ms: timeoutMs, error: () => new Error(`worker did not answer its probe within ${timeoutMs} ms`) })
+      .request((id) => child.send({ type: 'probe', id } satisfies WorkerControl), {
+        ms: timeoutMs,
+        error: () => new Error(`worker did not answer its probe within ${timeoutMs} ms`),
+      })
       .catch((err: Error) => ({ error: err.message }));
   }
 
@@ -248,7 +257,9 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       return;
     }
     this.setState('stopping');
-    const exited = new Promise<void>((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', () => resolve())));
+    const exited = new Promise<void>((resolve) =>
+      child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', () => resolve()),
+    );
     // The worker answers every tile it has, then exits; fronts route new tiles elsewhere.
     if (child.connected) child.send({ type: 'stop' } satisfies WorkerControl);
     const killer = this.clock.setTimeout(() => child.kill('SIGKILL'), Math.max(1000, graceMs));
@@ -298,7 +309,10 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
         // Not ready at once: fronts stop routing here. The worker answers what it holds and exits;
         // if it cannot (a run that never returns), it is killed.
         this.verdict = { kind: 'device-fault', reason: message.reason };
-        this.log.error({ workerPid: this.pid, errorCode: 'TILE_ERR_MODEL_DEVICE_FAULT', reason: message.reason }, 'worker device fault; restarting it');
+        this.log.error(
+          { workerPid: this.pid, errorCode: 'TILE_ERR_MODEL_DEVICE_FAULT', reason: message.reason },
+          'worker device fault; restarting it',
+        );
         this.setState('restarting');
         this.faultKill = this.clock.setTimeout(() => this.child?.kill('SIGKILL'), FAULT_EXIT_MS);
         return;
@@ -336,7 +350,17 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     this.#restarts++;
     if (this.packageFault) return this.fail();
     const delay = this.policy.nextDelay(uptime);
-    this.log.warn({ code, signal, uptimeMs: uptime, restartInMs: delay, reason: this.#lastError, errorCode: this.loadErrorCode ?? undefined }, 'worker exited; restarting');
+    this.log.warn(
+      {
+        code,
+        signal,
+        uptimeMs: uptime,
+        restartInMs: delay,
+        reason: this.#lastError,
+        errorCode: this.loadErrorCode ?? undefined,
+      },
+      'worker exited; restarting',
+    );
     this.setState('restarting');
     this.restartTimer = this.clock.setTimeout(() => this.start(), delay);
   }
@@ -356,7 +380,10 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
   /** The package cannot load: retried when its files change, on SIGHUP, or after a long wait. */
   private fail(): void {
     const { failed_retry_ms, package_poll_ms } = this.options.config;
-    this.log.error({ errorCode: this.loadErrorCode, reason: this.#lastError, retryInMs: failed_retry_ms }, 'model failed to load; waiting for its files to change, SIGHUP, or the retry');
+    this.log.error(
+      { errorCode: this.loadErrorCode, reason: this.#lastError, retryInMs: failed_retry_ms },
+      'model failed to load; waiting for its files to change, SIGHUP, or the retry',
+    );
     this.setState('failed');
     const seen = this.packageStamp();
     const since = this.clock.now();

@@ -17,7 +17,10 @@ const dir = mkdtempSync(join(tmpdir(), 'config-'));
 let files = 0;
 function load(config: Record<string, unknown> | string, env: Record<string, string> = {}) {
   const file = join(dir, `config-${files++}.json`);
-  writeFileSync(file, typeof config === 'string' ? config : JSON.stringify({ model_repository: MODELS, port: 0, ...config }));
+  writeFileSync(
+    file,
+    typeof config === 'string' ? config : JSON.stringify({ model_repository: MODELS, port: 0, ...config }),
+  );
   return loadConfig({ CONFIG: file, ...env });
 }
 const good = { models: [{ name: 'tissue-seg', gpus: [] }] };
@@ -36,22 +39,97 @@ const codes = (err: ConfigError) => err.problems.map((p) => p.code);
 
 t.test('settings: a code, and where, the value, what was expected', async (t) => {
   const cases: [string, () => unknown, ConfigCode[], string | RegExp][] = [
-    ['PORT is blamed, not the file', () => load(good, { PORT: 'abc' }), ['TILE_ERR_CONFIG_VALUE'], 'PORT is "abc", expected an integer from 0 to 65535'],
-    ['the file when the file says it', () => load({ ...good, port: 'abc' }), ['TILE_ERR_CONFIG_VALUE'], /config-\d+\.json: port is "abc", expected an integer from 0 to 65535$/],
-    ['an unknown key lists the settings', () => load({ ...good, gpu: 0 }), ['TILE_ERR_CONFIG_UNKNOWN_KEY'], /config-\d+\.json: gpu is not a setting \(settings here: host, port, /],
-    ['a misspelt key', () => load({ ...good, supervisor: { heartbeat_timout_ms: 1 } }), ['TILE_ERR_CONFIG_UNKNOWN_KEY'], /config-\d+\.json: supervisor\.heartbeat_timout_ms is not a setting \(did you mean heartbeat_timeout_ms\?\)$/],
-    ["a misspelt key of a model", () => load({ models: [{ name: 'tissue-seg', gpu: [] }] }), ['TILE_ERR_CONFIG_UNKNOWN_KEY'], /models\[0\]\.gpu is not a setting \(did you mean gpus\?\)$/],
-    ['an unknown provider', () => load({ models: [{ name: 'tissue-seg', provider: ['gpu'] }] }), ['TILE_ERR_CONFIG_VALUE'], /models\[0\]\.provider is \["gpu"\], expected "auto" or a list of at least 1 \(each "cuda" or "webgpu" or "cpu"\)$/],
-    ['a batch shape of 0', () => load({ models: [{ name: 'tissue-seg', batch_shapes: [0] }] }), ['TILE_ERR_CONFIG_VALUE'], /models\[0\]\.batch_shapes is \[0\], expected "auto" or "any" or a list of at least 1 \(each an integer >= 1\)$/],
-    ['no models', () => load({ models: [] }), ['TILE_ERR_CONFIG_NO_MODELS'], /config-\d+\.json: models is \[\], so no model would be served, expected at least one entry such as \{"name": "tissue-seg"\}$/],
-    ['a misspelt value', () => load({ models: [{ name: 'tissue-seg', gpus: 'atuo' }] }), ['TILE_ERR_CONFIG_VALUE'], /models\[0\]\.gpus is "atuo", expected "auto" or a list \(each a string\) \(did you mean "auto"\?\)$/],
-    ['a misspelt key and so a missing one', () => load({ models: [{ nme: 'x' }] }), ['TILE_ERR_CONFIG_UNKNOWN_KEY', 'TILE_ERR_CONFIG_MISSING_KEY'], /models\[0\]\.nme is not a setting \(did you mean name\?\); .*models\[0\]\.name is missing \(required\)$/],
-    ['LOG_LEVEL', () => load(good, { LOG_LEVEL: 'inf' }), ['TILE_ERR_CONFIG_VALUE'], 'LOG_LEVEL is "inf", expected "fatal" or "error" or "warn" or "info" or "debug" or "trace" or "silent" (did you mean "info"?)'],
-    ['every problem, on one line', () => load({ ...good, log_level: 'info', pressure: 3, models: [{ name: 'tissue-seg', instances: 0 }] }), ['TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE'], /pressure is 3, expected an object; .*models\[0\]\.instances is 0, expected an integer >= 1$/],
-    ['MODELS names a model the file lacks', () => load(good, { MODELS: 'tisue-seg' }), ['TILE_ERR_CONFIG_UNKNOWN_MODEL'], /^MODELS names tisue-seg, not in .*, expected some of tissue-seg \(did you mean tissue-seg\?\)$/],
-    ['MODELS empty', () => load(good, { MODELS: ' , ' }), ['TILE_ERR_CONFIG_NO_MODELS'], /^MODELS is empty, so no model would be served/],
+    [
+      'PORT is blamed, not the file',
+      () => load(good, { PORT: 'abc' }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      'PORT is "abc", expected an integer from 0 to 65535',
+    ],
+    [
+      'the file when the file says it',
+      () => load({ ...good, port: 'abc' }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /config-\d+\.json: port is "abc", expected an integer from 0 to 65535$/,
+    ],
+    [
+      'an unknown key lists the settings',
+      () => load({ ...good, gpu: 0 }),
+      ['TILE_ERR_CONFIG_UNKNOWN_KEY'],
+      /config-\d+\.json: gpu is not a setting \(settings here: host, port, /,
+    ],
+    [
+      'a misspelt key',
+      () => load({ ...good, supervisor: { heartbeat_timout_ms: 1 } }),
+      ['TILE_ERR_CONFIG_UNKNOWN_KEY'],
+      /config-\d+\.json: supervisor\.heartbeat_timout_ms is not a setting \(did you mean heartbeat_timeout_ms\?\)$/,
+    ],
+    [
+      'a misspelt key of a model',
+      () => load({ models: [{ name: 'tissue-seg', gpu: [] }] }),
+      ['TILE_ERR_CONFIG_UNKNOWN_KEY'],
+      /models\[0\]\.gpu is not a setting \(did you mean gpus\?\)$/,
+    ],
+    [
+      'an unknown provider',
+      () => load({ models: [{ name: 'tissue-seg', provider: ['gpu'] }] }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /models\[0\]\.provider is \["gpu"\], expected "auto" or a list of at least 1 \(each "cuda" or "webgpu" or "cpu"\)$/,
+    ],
+    [
+      'a batch shape of 0',
+      () => load({ models: [{ name: 'tissue-seg', batch_shapes: [0] }] }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /models\[0\]\.batch_shapes is \[0\], expected "auto" or "any" or a list of at least 1 \(each an integer >= 1\)$/,
+    ],
+    [
+      'no models',
+      () => load({ models: [] }),
+      ['TILE_ERR_CONFIG_NO_MODELS'],
+      /config-\d+\.json: models is \[\], so no model would be served, expected at least one entry such as \{"name": "tissue-seg"\}$/,
+    ],
+    [
+      'a misspelt value',
+      () => load({ models: [{ name: 'tissue-seg', gpus: 'atuo' }] }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /models\[0\]\.gpus is "atuo", expected "auto" or a list \(each a string\) \(did you mean "auto"\?\)$/,
+    ],
+    [
+      'a misspelt key and so a missing one',
+      () => load({ models: [{ nme: 'x' }] }),
+      ['TILE_ERR_CONFIG_UNKNOWN_KEY', 'TILE_ERR_CONFIG_MISSING_KEY'],
+      /models\[0\]\.nme is not a setting \(did you mean name\?\); .*models\[0\]\.name is missing \(required\)$/,
+    ],
+    [
+      'LOG_LEVEL',
+      () => load(good, { LOG_LEVEL: 'inf' }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      'LOG_LEVEL is "inf", expected "fatal" or "error" or "warn" or "info" or "debug" or "trace" or "silent" (did you mean "info"?)',
+    ],
+    [
+      'every problem, on one line',
+      () => load({ ...good, log_level: 'info', pressure: 3, models: [{ name: 'tissue-seg', instances: 0 }] }),
+      ['TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE'],
+      /pressure is 3, expected an object; .*models\[0\]\.instances is 0, expected an integer >= 1$/,
+    ],
+    [
+      'MODELS names a model the file lacks',
+      () => load(good, { MODELS: 'tisue-seg' }),
+      ['TILE_ERR_CONFIG_UNKNOWN_MODEL'],
+      /^MODELS names tisue-seg, not in .*, expected some of tissue-seg \(did you mean tissue-seg\?\)$/,
+    ],
+    [
+      'MODELS empty',
+      () => load(good, { MODELS: ' , ' }),
+      ['TILE_ERR_CONFIG_NO_MODELS'],
+      /^MODELS is empty, so no model would be served/,
+    ],
     ['not JSON', () => load('{"models": ['), ['TILE_ERR_CONFIG_FILE'], /config-\d+\.json: .*JSON/],
-    ['no file', () => loadConfig({ CONFIG: join(dir, 'absent.json') }), ['TILE_ERR_CONFIG_FILE'], /absent\.json: no such file \(set CONFIG to the configuration file\)$/],
+    [
+      'no file',
+      () => loadConfig({ CONFIG: join(dir, 'absent.json') }),
+      ['TILE_ERR_CONFIG_FILE'],
+      /absent\.json: no such file \(set CONFIG to the configuration file\)$/,
+    ],
   ];
   for (const [name, fn, problems, message] of cases) {
     const err = refusal(fn);
@@ -71,12 +149,31 @@ t.test('the listen address is checked before anything starts', async (t) => {
   const port = (holder.address() as AddressInfo).port;
   const config = load(good);
   const reject = async (host: string, p: number, env: Record<string, string>) =>
-    (await checkListenAddress({ ...config, host, port: p }, env).then(() => new Error('accepted'), (err) => err)) as ConfigError;
+    (await checkListenAddress({ ...config, host, port: p }, env).then(
+      () => new Error('accepted'),
+      (err) => err,
+    )) as ConfigError;
   const cases: [Promise<ConfigError>, ConfigCode, string | RegExp][] = [
-    [reject('127.0.0.1', port, { PORT: String(port) }), 'TILE_ERR_LISTEN_PORT_IN_USE', `PORT is ${port} on 127.0.0.1, which is already in use by another process, expected a free port`],
-    [reject('127.0.0.1', port, { CONFIG: '/etc/tile/config.json' }), 'TILE_ERR_LISTEN_PORT_IN_USE', `/etc/tile/config.json: port is ${port} on 127.0.0.1, which is already in use`],
-    [reject('no-such-host.invalid', 0, { HOST: 'no-such-host.invalid' }), 'TILE_ERR_LISTEN_HOST', /^HOST is "no-such-host\.invalid", which does not resolve \(E[A-Z_]+\), expected an IP address or a hostname of this machine$/],
-    [reject('192.0.2.1', 0, { HOST: '192.0.2.1' }), 'TILE_ERR_LISTEN_HOST', /^HOST is "192\.0\.2\.1" \(192\.0\.2\.1\), which is not an address of this machine/],
+    [
+      reject('127.0.0.1', port, { PORT: String(port) }),
+      'TILE_ERR_LISTEN_PORT_IN_USE',
+      `PORT is ${port} on 127.0.0.1, which is already in use by another process, expected a free port`,
+    ],
+    [
+      reject('127.0.0.1', port, { CONFIG: '/etc/tile/config.json' }),
+      'TILE_ERR_LISTEN_PORT_IN_USE',
+      `/etc/tile/config.json: port is ${port} on 127.0.0.1, which is already in use`,
+    ],
+    [
+      reject('no-such-host.invalid', 0, { HOST: 'no-such-host.invalid' }),
+      'TILE_ERR_LISTEN_HOST',
+      /^HOST is "no-such-host\.invalid", which does not resolve \(E[A-Z_]+\), expected an IP address or a hostname of this machine$/,
+    ],
+    [
+      reject('192.0.2.1', 0, { HOST: '192.0.2.1' }),
+      'TILE_ERR_LISTEN_HOST',
+      /^HOST is "192\.0\.2\.1" \(192\.0\.2\.1\), which is not an address of this machine/,
+    ],
   ];
   for (const [refused, code, message] of cases) {
     const err = await refused;
@@ -88,12 +185,24 @@ t.test('the listen address is checked before anything starts', async (t) => {
 });
 
 t.test('describeService reads every package and loads its graph', async (t) => {
-  const config = load({ models: [{ name: 'tile-embed', gpus: [] }, { name: 'tissue-seg', path: corruptPackage('tissue-seg') }, { name: 'gene-expr', path: join(dir, 'missing') }] });
+  const config = load({
+    models: [
+      { name: 'tile-embed', gpus: [] },
+      { name: 'tissue-seg', path: corruptPackage('tissue-seg') },
+      { name: 'gene-expr', path: join(dir, 'missing') },
+    ],
+  });
   const { lines, problems } = await describeService(config);
   t.match(lines[0], /^listening on http:\/\/127\.0\.0\.1:0, 3 model\(s\):$/);
-  t.match(lines[1], /tile-embed 1\.0\.0: embedding; 224x224 at 0\.5 MPP; 1 instance\(s\), gpus \[\]; sha256 [0-9a-f]{12}; POST \/api\/embed\/tile-embed$/);
+  t.match(
+    lines[1],
+    /tile-embed 1\.0\.0: embedding; 224x224 at 0\.5 MPP; 1 instance\(s\), gpus \[\]; sha256 [0-9a-f]{12}; POST \/api\/embed\/tile-embed$/,
+  );
   t.equal(lines.length, 2, 'only the model that would serve is described');
-  t.same(problems.map((p) => p.code), ['TILE_ERR_MODEL_LOAD', 'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE']);
+  t.same(
+    problems.map((p) => p.code),
+    ['TILE_ERR_MODEL_LOAD', 'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE'],
+  );
   t.match(problems[0].message, /^model tissue-seg: \S+\/tissue-seg\/model\.onnx: ONNX Runtime cannot load the graph: /);
   t.match(problems[1].message, /^model gene-expr: .*missing\/manifest\.json: cannot read manifest/);
 });

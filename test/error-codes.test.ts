@@ -14,7 +14,10 @@ const sources = (dir: string): string[] =>
 t.test("docs/error-codes.md's table lists every code, its status and meaning, in the registry's order", async (t) => {
   const page = readFileSync(join(ROOT, 'docs', 'error-codes.md'), 'utf8');
   const rows = page.split('\n').filter((l) => l.startsWith('| `'));
-  t.same(rows, errorCodes().map(({ code, status, meaning }) => `| \`${code}\` | ${status ?? ''} | ${meaning} |`));
+  t.same(
+    rows,
+    errorCodes().map(({ code, status, meaning }) => `| \`${code}\` | ${status ?? ''} | ${meaning} |`),
+  );
 });
 
 t.test('every code is thrown somewhere (a PNG code by its rule)', async (t) => {

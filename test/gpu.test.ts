@@ -28,7 +28,16 @@ const APPS = `812345, 1536
 
 t.test('nvidia-smi: GPUs with their identity, memory per process', async (t) => {
   const gpus = parseGpus(GPUS);
-  t.same(gpus[1], { index: '1', name: 'NVIDIA H100 80GB HBM3', uuid: 'GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90', pci_bus_id: '00000000:3B:00.0', memory_total_mib: 81559, memory_used_mib: 4, utilization_pct: 0, driver: '550.54.15' });
+  t.same(gpus[1], {
+    index: '1',
+    name: 'NVIDIA H100 80GB HBM3',
+    uuid: 'GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90',
+    pci_bus_id: '00000000:3B:00.0',
+    memory_total_mib: 81559,
+    memory_used_mib: 4,
+    utilization_pct: 0,
+    driver: '550.54.15',
+  });
   const apps = parseComputeApps(APPS);
   t.equal(apps.get(812345), 2048, 'a process on two GPUs: summed');
   t.equal(apps.get(812399), 20480);
@@ -36,18 +45,41 @@ t.test('nvidia-smi: GPUs with their identity, memory per process', async (t) => 
   t.same(parseComputeApps(''), new Map(), 'no compute process');
   // gpu-report's pinning check: on which GPU each process holds memory.
   const uuids = gpus.map((g) => g.uuid);
-  const byGpu = parseGpuProcesses(`812345, ${uuids[0]}, 1536\n812399, ${uuids[0]}, 20480\n812345, ${uuids[1]}, 512\n812400, ${uuids[1]}, [N/A]\n`);
-  t.same(byGpu.filter((p) => p.pid === 812345).map((p) => p.gpu_uuid), uuids, 'a process on two GPUs: both, so not pinned');
-  t.same(byGpu.find((p) => p.pid === 812400), { pid: 812400, gpu_uuid: uuids[1], used_mib: null }, '[N/A] memory is unknown');
+  const byGpu = parseGpuProcesses(
+    `812345, ${uuids[0]}, 1536\n812399, ${uuids[0]}, 20480\n812345, ${uuids[1]}, 512\n812400, ${uuids[1]}, [N/A]\n`,
+  );
+  t.same(
+    byGpu.filter((p) => p.pid === 812345).map((p) => p.gpu_uuid),
+    uuids,
+    'a process on two GPUs: both, so not pinned',
+  );
+  t.same(
+    byGpu.find((p) => p.pid === 812400),
+    { pid: 812400, gpu_uuid: uuids[1], used_mib: null },
+    '[N/A] memory is unknown',
+  );
 });
 
 t.test('pinning: CUDA in PCI order, Vulkan through the PCI address', async (t) => {
   t.equal(pciAddress('00000000:3B:00.0'), '0000:3b:00.0');
   t.equal(pciAddress('garbage'), null);
   const [gpu0] = parseGpus(GPUS);
-  t.same(pinningEnv('0', gpu0), { CUDA_VISIBLE_DEVICES: '0', CUDA_DEVICE_ORDER: 'PCI_BUS_ID', DRI_PRIME: 'pci-0000_18_00_0', MESA_VK_DEVICE_SELECT_FORCE_DEFAULT_DEVICE: '1' });
-  t.same(pinningEnv(null, undefined), { CUDA_VISIBLE_DEVICES: '', CUDA_DEVICE_ORDER: 'PCI_BUS_ID' }, 'a CPU worker sees no GPU');
-  t.same(pinningEnv('5', undefined), { CUDA_VISIBLE_DEVICES: '5', CUDA_DEVICE_ORDER: 'PCI_BUS_ID' }, 'a GPU nvidia-smi does not list: CUDA only');
+  t.same(pinningEnv('0', gpu0), {
+    CUDA_VISIBLE_DEVICES: '0',
+    CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
+    DRI_PRIME: 'pci-0000_18_00_0',
+    MESA_VK_DEVICE_SELECT_FORCE_DEFAULT_DEVICE: '1',
+  });
+  t.same(
+    pinningEnv(null, undefined),
+    { CUDA_VISIBLE_DEVICES: '', CUDA_DEVICE_ORDER: 'PCI_BUS_ID' },
+    'a CPU worker sees no GPU',
+  );
+  t.same(
+    pinningEnv('5', undefined),
+    { CUDA_VISIBLE_DEVICES: '5', CUDA_DEVICE_ORDER: 'PCI_BUS_ID' },
+    'a GPU nvidia-smi does not list: CUDA only',
+  );
 });
 
 t.test('device faults: what ONNX Runtime says when the device, not the request, failed', async (t) => {
@@ -55,14 +87,16 @@ t.test('device faults: what ONNX Runtime says when the device, not the request, 
     'CUDA failure 700: an illegal memory access was encountered ; GPU=0 ; hostname=h ; file=cuda_call.cc ; line=129 ; expr=cudaStreamSynchronize(stream);',
     'CUBLAS failure 13: CUBLAS_STATUS_EXECUTION_FAILED ; GPU=0 ; expr=cublasSgemm',
     'CUDNN failure 4000: CUDNN_STATUS_INTERNAL_ERROR ; GPU=1',
-    '[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running Conv node. Name:\'Conv_3\' Status Message: Failed to allocate memory for requested buffer of size 1073741824',
+    "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status code returned while running Conv node. Name:'Conv_3' Status Message: Failed to allocate memory for requested buffer of size 1073741824",
     'CUDA error cudaErrorMemoryAllocation:out of memory',
     'WebGPU device lost (2): Device was lost',
-  ]) t.ok(isDeviceFault(message), message);
+  ])
+    t.ok(isDeviceFault(message), message);
   for (const message of [
-    "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: image for the following indices index: 1 Got: 4 Expected: 3",
+    '[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: image for the following indices index: 1 Got: 4 Expected: 3',
     'Non-zero status code returned while running Reshape node',
-  ]) t.notOk(isDeviceFault(message), message);
+  ])
+    t.notOk(isDeviceFault(message), message);
 });
 
 t.test('batch shapes: candidates, what is served, padding', async (t) => {
@@ -71,10 +105,26 @@ t.test('batch shapes: candidates, what is served, padding', async (t) => {
   t.same(candidateShapes([8, 2, 64], 'cuda', 16), [2, 8], 'a list, within the largest batch');
   const check = (batch: number, identical: boolean) => ({ batch, ms: 1, identical });
   t.same(servedShapes('auto', [check(1, true)], true, false, 16), [1]);
-  t.same(servedShapes('auto', [check(1, false), check(2, true), check(3, false), check(4, true)], true, false, 4), [2, 4], 'a lone tile runs as two, three as four');
-  t.same(servedShapes('auto', [check(1, false), check(2, false)], false, false, 2), [1, 2], 'a nondeterministic provider keeps every shape');
-  t.same(servedShapes('auto', [check(1, true), check(2, true)], true, true, 2), [1], 'a graph that mixes its batch: one tile per run');
-  t.same(servedShapes([4, 8], [check(4, false), check(8, false)], true, false, 8), [1], 'no shape holds: one tile per run');
+  t.same(
+    servedShapes('auto', [check(1, false), check(2, true), check(3, false), check(4, true)], true, false, 4),
+    [2, 4],
+    'a lone tile runs as two, three as four',
+  );
+  t.same(
+    servedShapes('auto', [check(1, false), check(2, false)], false, false, 2),
+    [1, 2],
+    'a nondeterministic provider keeps every shape',
+  );
+  t.same(
+    servedShapes('auto', [check(1, true), check(2, true)], true, true, 2),
+    [1],
+    'a graph that mixes its batch: one tile per run',
+  );
+  t.same(
+    servedShapes([4, 8], [check(4, false), check(8, false)], true, false, 8),
+    [1],
+    'no shape holds: one tile per run',
+  );
   t.same(servedShapes('any', [check(1, true)], true, false, 4), [1, 2, 3, 4], '"any": no padding');
   t.equal(padTo([2, 4, 16], 1), 2);
   t.equal(padTo([2, 4, 16], 5), 16);
@@ -97,7 +147,10 @@ function fakeLibrary(path: string, ...strings: string[]): void {
   header[4] = 2;
   header[5] = 1;
   header.writeUInt16LE(0x3e, 18);
-  writeFileSync(path, Buffer.concat([header, ...strings.map((s) => Buffer.from(`\0${s}\0`, 'latin1')), Buffer.alloc(32)]));
+  writeFileSync(
+    path,
+    Buffer.concat([header, ...strings.map((s) => Buffer.from(`\0${s}\0`, 'latin1')), Buffer.alloc(32)]),
+  );
 }
 
 const version = bundledVersion();
@@ -111,13 +164,31 @@ const folder = (cuda: string[] | null, shared = true) => {
 t.test('the CUDA provider check: fabricated libraries, matching and not', async (t) => {
   t.match(version, /^\d+\.\d+\.\d+$/, `bundled libonnxruntime ${version}`);
   t.same(checkCudaProvider(folder(null, false), version), { state: 'absent' });
-  t.same(checkCudaProvider(folder([version, '12.4.1']), version), { state: 'ok', version }, 'the version string of the bundled release');
-  t.match(checkCudaProvider(folder(['1.22.0']), version), { state: 'problem', problem: new RegExp(`is from another ONNX Runtime release: it carries version 1\\.22\\.0, not ${version.replace(/\./g, '\\.')}`) });
-  t.match(checkCudaProvider(folder([]), version), { state: 'problem', problem: /carries no ONNX Runtime version string/ });
-  t.match(checkCudaProvider(folder([version], false), version), { state: 'problem', problem: /libonnxruntime_providers_cuda\.so is there but not libonnxruntime_providers_shared\.so/ });
+  t.same(
+    checkCudaProvider(folder([version, '12.4.1']), version),
+    { state: 'ok', version },
+    'the version string of the bundled release',
+  );
+  t.match(checkCudaProvider(folder(['1.22.0']), version), {
+    state: 'problem',
+    problem: new RegExp(
+      `is from another ONNX Runtime release: it carries version 1\\.22\\.0, not ${version.replace(/\./g, '\\.')}`,
+    ),
+  });
+  t.match(checkCudaProvider(folder([]), version), {
+    state: 'problem',
+    problem: /carries no ONNX Runtime version string/,
+  });
+  t.match(checkCudaProvider(folder([version], false), version), {
+    state: 'problem',
+    problem: /libonnxruntime_providers_cuda\.so is there but not libonnxruntime_providers_shared\.so/,
+  });
   const text = folder(null);
   writeFileSync(join(text, 'libonnxruntime_providers_cuda.so'), `not a library ${version}`);
-  t.match(checkCudaProvider(text, version), { state: 'problem', problem: /libonnxruntime_providers_cuda\.so is not an ELF shared library/ });
+  t.match(checkCudaProvider(text, version), {
+    state: 'problem',
+    problem: /libonnxruntime_providers_cuda\.so is not an ELF shared library/,
+  });
 });
 
 /** A NuGet package as Microsoft.ML.OnnxRuntime.Gpu.Linux lays it out. */
@@ -130,8 +201,16 @@ function nupkg(packageVersion: string, libraryVersion: string): string {
   };
   lib('libonnxruntime_providers_cuda.so', libraryVersion);
   lib('libonnxruntime_providers_shared.so');
-  zip.addFile('Microsoft.ML.OnnxRuntime.Gpu.Linux.nuspec', Buffer.from(`<package><metadata><id>Microsoft.ML.OnnxRuntime.Gpu.Linux</id><version>${packageVersion}</version></metadata></package>`));
-  const file = join(mkdtempSync(join(tmpdir(), 'nupkg-')), `microsoft.ml.onnxruntime.gpu.linux.${packageVersion}.nupkg`);
+  zip.addFile(
+    'Microsoft.ML.OnnxRuntime.Gpu.Linux.nuspec',
+    Buffer.from(
+      `<package><metadata><id>Microsoft.ML.OnnxRuntime.Gpu.Linux</id><version>${packageVersion}</version></metadata></package>`,
+    ),
+  );
+  const file = join(
+    mkdtempSync(join(tmpdir(), 'nupkg-')),
+    `microsoft.ml.onnxruntime.gpu.linux.${packageVersion}.nupkg`,
+  );
   zip.writeZip(file);
   return file;
 }
@@ -139,7 +218,10 @@ function nupkg(packageVersion: string, libraryVersion: string): string {
 t.test('npm run cuda:install: from a local package, checked before anything is copied', async (t) => {
   const dest = mkdtempSync(join(tmpdir(), 'dest-'));
   const files = install(nupkg(version, version), dest);
-  t.same(files.map((f) => f.slice(dest.length + 1)).sort(), ['libonnxruntime_providers_cuda.so', 'libonnxruntime_providers_shared.so']);
+  t.same(files.map((f) => f.slice(dest.length + 1)).sort(), [
+    'libonnxruntime_providers_cuda.so',
+    'libonnxruntime_providers_shared.so',
+  ]);
   t.same(checkCudaProvider(dest, version), { state: 'ok', version });
   t.equal(JSON.parse(readFileSync(join(dest, INSTALL_RECORD), 'utf8')).version, version);
   t.equal(installRecordProblem(dest, version), null, 'the record matches the files');
@@ -147,17 +229,31 @@ t.test('npm run cuda:install: from a local package, checked before anything is c
   t.match(installRecordProblem(dest, version), /libonnxruntime_providers_cuda\.so changed after npm run cuda:install/);
 
   const empty = mkdtempSync(join(tmpdir(), 'dest-'));
-  t.throws(() => install(nupkg('1.22.0', '1.22.0'), empty), new RegExp(`is ONNX Runtime 1\\.22\\.0, expected ${version.replace(/\./g, '\\.')} .*nothing installed`));
+  t.throws(
+    () => install(nupkg('1.22.0', '1.22.0'), empty),
+    new RegExp(`is ONNX Runtime 1\\.22\\.0, expected ${version.replace(/\./g, '\\.')} .*nothing installed`),
+  );
   const mislabelled = mkdtempSync(join(tmpdir(), 'lib-'));
   fakeLibrary(join(mislabelled, 'libonnxruntime_providers_cuda.so'), '1.22.0');
   fakeLibrary(join(mislabelled, 'libonnxruntime_providers_shared.so'));
-  t.throws(() => install(mislabelled, empty), /carries version 1\.22\.0.*nothing installed/, 'a folder: the library itself is checked');
+  t.throws(
+    () => install(mislabelled, empty),
+    /carries version 1\.22\.0.*nothing installed/,
+    'a folder: the library itself is checked',
+  );
   mkdirSync(join(empty, 'x'));
-  t.throws(() => install(join(empty, 'x'), empty), /has no libonnxruntime_providers_cuda\.so nor libonnxruntime_providers_shared\.so/);
+  t.throws(
+    () => install(join(empty, 'x'), empty),
+    /has no libonnxruntime_providers_cuda\.so nor libonnxruntime_providers_shared\.so/,
+  );
 
   // The command: exit status 2 and one line.
   const run = await new Promise<{ code: number | null; stderr: string }>((resolve) =>
-    execFile(process.execPath, [join(ROOT, 'dist/tools/cuda-install.js'), nupkg('1.22.0', '1.22.0'), '--dest', empty], (err, _out, stderr) => resolve({ code: err ? (err as { code?: number }).code ?? null : 0, stderr })),
+    execFile(
+      process.execPath,
+      [join(ROOT, 'dist/tools/cuda-install.js'), nupkg('1.22.0', '1.22.0'), '--dest', empty],
+      (err, _out, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stderr }),
+    ),
   );
   t.equal(run.code, 2);
   t.match(run.stderr, /^cuda:install: .*is ONNX Runtime 1\.22\.0, expected/);

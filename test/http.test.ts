@@ -18,61 +18,164 @@ const tile512 = fixturePng('he-mixed');
 
 t.test('a tile runs on its model and the response echoes it', async (t) => {
   const { app, backend } = await fakeService();
-  const res = await app.inject({ method: 'POST', url: '/api/predict/tissue-seg', payload: tileRequest(tile512, { resolution: 8 }) });
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/predict/tissue-seg',
+    payload: tileRequest(tile512, { resolution: 8 }),
+  });
   t.equal(res.statusCode, 200);
   const body = res.json() as Json;
   t.equal(body.output.length, 512 * 512);
-  t.match(body, { slide_name: 'slide-001', x: 1024, y: 2048, width: 512, height: 512, patch_idx: 7, resolution: 8, embedding: null });
-  t.same(backend.jobs[0].image, { format: 'png', bytes: tile512, loc: ['body', 'image_data'] }, 'the PNG bytes reach the backend as sent');
-  const both = (await app.inject({ method: 'POST', url: '/api/predict/gene-expr?mode=prediction_with_embedding', payload: tileRequest(tile224) })).json() as Json;
+  t.match(body, {
+    slide_name: 'slide-001',
+    x: 1024,
+    y: 2048,
+    width: 512,
+    height: 512,
+    patch_idx: 7,
+    resolution: 8,
+    embedding: null,
+  });
+  t.same(
+    backend.jobs[0].image,
+    { format: 'png', bytes: tile512, loc: ['body', 'image_data'] },
+    'the PNG bytes reach the backend as sent',
+  );
+  const both = (
+    await app.inject({
+      method: 'POST',
+      url: '/api/predict/gene-expr?mode=prediction_with_embedding',
+      payload: tileRequest(tile224),
+    })
+  ).json() as Json;
   t.equal(both.output.length, 21);
   t.equal(both.embedding.length, backend.model('gene-expr')!.info!.manifest.embedding_dim);
-  t.match(backend.usage.at(-1), { model: 'gene-expr', endpoint: 'predict', mode: 'prediction_with_embedding', status: 200, tile: '224x224', slide: 'slide-001' });
+  t.match(backend.usage.at(-1), {
+    model: 'gene-expr',
+    endpoint: 'predict',
+    mode: 'prediction_with_embedding',
+    status: 200,
+    tile: '224x224',
+    slide: 'slide-001',
+  });
 });
 
 t.test('422: every schema error at once, in the pydantic shape; tile checks name the field', async (t) => {
   const { app } = await fakeService();
-  const res = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: { image_data: 5, x: 'a', y: 0, width: 224, height: 224, patch_idx: 0 } });
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/embed/tile-embed',
+    payload: { image_data: 5, x: 'a', y: 0, width: 224, height: 224, patch_idx: 0 },
+  });
   t.equal(res.statusCode, 422);
   const locs = (res.json() as Json).detail.map((d: Json) => d.loc.join('.'));
   t.same(locs.sort(), ['body.image_data', 'body.slide_name', 'body.x'].sort());
-  t.equal(res.headers['x-error-code'], 'TILE_ERR_VALIDATION', 'the code in a header; the body is the contract\'s');
+  t.equal(res.headers['x-error-code'], 'TILE_ERR_VALIDATION', "the code in a header; the body is the contract's");
   const small = await app.inject({ method: 'POST', url: '/api/predict/tissue-seg', payload: tileRequest(tile224) });
   t.equal(small.statusCode, 422);
   t.match((small.json() as Json).detail[0], { loc: ['body', 'width'], ctx: { expected: '512x512' } });
-  const json = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', headers: { 'content-type': 'application/json' }, payload: '{"x": ' });
+  const json = await app.inject({
+    method: 'POST',
+    url: '/api/embed/tile-embed',
+    headers: { 'content-type': 'application/json' },
+    payload: '{"x": ',
+  });
   t.match(json.json(), { detail: [{ type: 'json_invalid' }] });
-  const mode = await app.inject({ method: 'POST', url: '/api/predict/tissue-seg?mode=prediction_with_embedding', payload: tileRequest(tile512) });
+  const mode = await app.inject({
+    method: 'POST',
+    url: '/api/predict/tissue-seg?mode=prediction_with_embedding',
+    payload: tileRequest(tile512),
+  });
   t.match(mode.json(), { detail: [{ loc: ['query', 'mode'], type: 'literal_error' }] });
 });
 
 /** A tile's fields as the query of a binary body. */
-const queryOf = (fields: Json) => new URLSearchParams(Object.entries(fields).map(([k, v]): [string, string] => [k, Array.isArray(v) ? v.join(',') : String(v)])).toString();
+const queryOf = (fields: Json) =>
+  new URLSearchParams(
+    Object.entries(fields).map(([k, v]): [string, string] => [k, Array.isArray(v) ? v.join(',') : String(v)]),
+  ).toString();
 
 t.test('binary bodies: the PNG file or raw RGB pixels, the fields in the query, the same answer', async (t) => {
   const { app, backend } = await fakeService();
-  const { image_data: _, ...fields } = tileRequest(tile224, { resolution: 0.5, tissue_ratio: 0.25, bulk_rna: Array.from({ length: 50 }, (_, i) => i / 4) });
+  const { image_data: _, ...fields } = tileRequest(tile224, {
+    resolution: 0.5,
+    tissue_ratio: 0.25,
+    bulk_rna: Array.from({ length: 50 }, (_, i) => i / 4),
+  });
   const rgb = Buffer.from((await decodePng(tile224)).data);
   t.equal(rgb.length, 224 * 224 * 3);
   const answers = [
-    await app.inject({ method: 'POST', url: '/api/predict/gene-expr?mode=prediction_with_embedding', payload: tileRequest(tile224, fields) }),
-    await app.inject({ method: 'POST', url: `/api/predict/gene-expr?mode=prediction_with_embedding&${queryOf(fields)}`, headers: { 'content-type': 'image/png' }, payload: tile224 }),
-    await app.inject({ method: 'POST', url: `/api/predict/gene-expr?${queryOf(fields)}&mode=prediction_with_embedding`, headers: { 'content-type': 'application/octet-stream' }, payload: rgb }),
+    await app.inject({
+      method: 'POST',
+      url: '/api/predict/gene-expr?mode=prediction_with_embedding',
+      payload: tileRequest(tile224, fields),
+    }),
+    await app.inject({
+      method: 'POST',
+      url: `/api/predict/gene-expr?mode=prediction_with_embedding&${queryOf(fields)}`,
+      headers: { 'content-type': 'image/png' },
+      payload: tile224,
+    }),
+    await app.inject({
+      method: 'POST',
+      url: `/api/predict/gene-expr?${queryOf(fields)}&mode=prediction_with_embedding`,
+      headers: { 'content-type': 'application/octet-stream' },
+      payload: rgb,
+    }),
   ];
-  t.same(answers.map((a) => a.statusCode), [200, 200, 200]);
-  for (const a of answers) t.match(a.json(), { slide_name: 'slide-001', x: 1024, y: 2048, width: 224, height: 224, patch_idx: 7, tissue_ratio: 0.25, resolution: 0.5, embedding: Array });
-  t.same(backend.jobs.map((j) => [j.image.format, j.image.loc]), [['png', ['body', 'image_data']], ['png', ['body']], ['rgb', ['body']]]);
-  t.same([backend.jobs[1].image.bytes, backend.jobs[2].image.bytes], [tile224, rgb], 'the body reaches the backend as sent');
-  t.same(backend.jobs.map((j) => j.bulk), [0, 1, 2].map(() => fields.bulk_rna), 'bulk_rna, comma-separated in the query');
-  const embed = await app.inject({ method: 'POST', url: `/api/embed/tile-embed?${queryOf(fields)}`, headers: { 'content-type': 'image/png' }, payload: tile224 });
+  t.same(
+    answers.map((a) => a.statusCode),
+    [200, 200, 200],
+  );
+  for (const a of answers)
+    t.match(a.json(), {
+      slide_name: 'slide-001',
+      x: 1024,
+      y: 2048,
+      width: 224,
+      height: 224,
+      patch_idx: 7,
+      tissue_ratio: 0.25,
+      resolution: 0.5,
+      embedding: Array,
+    });
+  t.same(
+    backend.jobs.map((j) => [j.image.format, j.image.loc]),
+    [
+      ['png', ['body', 'image_data']],
+      ['png', ['body']],
+      ['rgb', ['body']],
+    ],
+  );
+  t.same(
+    [backend.jobs[1].image.bytes, backend.jobs[2].image.bytes],
+    [tile224, rgb],
+    'the body reaches the backend as sent',
+  );
+  t.same(
+    backend.jobs.map((j) => j.bulk),
+    [0, 1, 2].map(() => fields.bulk_rna),
+    'bulk_rna, comma-separated in the query',
+  );
+  const embed = await app.inject({
+    method: 'POST',
+    url: `/api/embed/tile-embed?${queryOf(fields)}`,
+    headers: { 'content-type': 'image/png' },
+    payload: tile224,
+  });
   t.equal(embed.statusCode, 200, 'on /api/embed too');
 });
 
 t.test('binary bodies: every error at once, in the pydantic shape, where it was sent', async (t) => {
   const { app } = await fakeService();
   const fields = queryOf({ slide_name: 's', x: 0, y: 0, width: 224, height: 224, patch_idx: 0 });
-  const post = (url: string, type: string, payload: Buffer) => app.inject({ method: 'POST', url, headers: { 'content-type': type }, payload });
-  const query = await post('/api/predict/gene-expr?mode=bogus&x=abc&width=224.5&bulk_rna=1,a&tissue_ratio=2', 'application/octet-stream', Buffer.alloc(10));
+  const post = (url: string, type: string, payload: Buffer) =>
+    app.inject({ method: 'POST', url, headers: { 'content-type': type }, payload });
+  const query = await post(
+    '/api/predict/gene-expr?mode=bogus&x=abc&width=224.5&bulk_rna=1,a&tissue_ratio=2',
+    'application/octet-stream',
+    Buffer.alloc(10),
+  );
   t.equal(query.statusCode, 422);
   t.same(
     (query.json() as Json).detail.map((d: Json) => [d.loc.join('.'), d.type]),
@@ -88,29 +191,57 @@ t.test('binary bodies: every error at once, in the pydantic shape, where it was 
       ['query.tissue_ratio', 'less_than_equal'],
     ],
   );
-  t.match((query.json() as Json).detail[5], { msg: 'Input should be a valid integer, unable to parse string as an integer', input: 'abc' });
-  const short = await post(`/api/embed/tile-embed?${fields}&resolution=2`, 'application/octet-stream', Buffer.alloc(224 * 224 * 3 - 1));
-  t.same((short.json() as Json).detail.map((d: Json) => [d.loc, d.type]), [[['query', 'resolution'], 'value_error'], [['body'], 'value_error']]);
+  t.match((query.json() as Json).detail[5], {
+    msg: 'Input should be a valid integer, unable to parse string as an integer',
+    input: 'abc',
+  });
+  const short = await post(
+    `/api/embed/tile-embed?${fields}&resolution=2`,
+    'application/octet-stream',
+    Buffer.alloc(224 * 224 * 3 - 1),
+  );
+  t.same(
+    (short.json() as Json).detail.map((d: Json) => [d.loc, d.type]),
+    [
+      [['query', 'resolution'], 'value_error'],
+      [['body'], 'value_error'],
+    ],
+  );
   t.match((short.json() as Json).detail[1].msg, /224x224x3 = 150528 bytes .*got 150527/);
   const notPng = await post(`/api/embed/tile-embed?${fields}`, 'image/png', Buffer.from('GIF89a'));
   t.match(notPng.json(), { detail: [{ loc: ['body'], msg: /the body should be a PNG/ }] });
   const wrongSize = await post(`/api/predict/tissue-seg?${fields}`, 'image/png', tile224);
-  t.same((wrongSize.json() as Json).detail.map((d: Json) => d.loc.join('.')), ['query.width'], 'the model takes 512x512 tiles');
+  t.same(
+    (wrongSize.json() as Json).detail.map((d: Json) => d.loc.join('.')),
+    ['query.width'],
+    'the model takes 512x512 tiles',
+  );
   const huge = Buffer.from(tile224);
   huge.writeUInt32BE(1 << 20, 16);
-  t.match((await post(`/api/embed/tile-embed?${fields}`, 'image/png', huge)).json(), { detail: [{ loc: ['body'] }] }, 'a PNG header is checked before anything inflates it');
+  t.match(
+    (await post(`/api/embed/tile-embed?${fields}`, 'image/png', huge)).json(),
+    { detail: [{ loc: ['body'] }] },
+    'a PNG header is checked before anything inflates it',
+  );
 });
 
 t.test('binary bodies: the body limit, and admission before the body', async (t) => {
   const { app, backend } = await fakeService({ body_limit_bytes: 4096 });
-  const res = await app.inject({ method: 'POST', url: '/api/embed/tile-embed?slide_name=s', headers: { 'content-type': 'application/octet-stream' }, payload: Buffer.alloc(224 * 224 * 3) });
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/embed/tile-embed?slide_name=s',
+    headers: { 'content-type': 'application/octet-stream' },
+    payload: Buffer.alloc(224 * 224 * 3),
+  });
   t.equal(res.statusCode, 413);
   t.type((res.json() as Json).detail, 'string');
   backend.setState('tile-embed', 'loading');
   await app.listen({ port: 0, host: '127.0.0.1' });
   t.teardown(() => app.close());
   const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1');
-  socket.write('POST /api/embed/tile-embed?slide_name=s HTTP/1.1\r\nhost: x\r\ncontent-type: image/png\r\ncontent-length: 10000000\r\n\r\n');
+  socket.write(
+    'POST /api/embed/tile-embed?slide_name=s HTTP/1.1\r\nhost: x\r\ncontent-type: image/png\r\ncontent-length: 10000000\r\n\r\n',
+  );
   const answer = await new Promise<string>((resolve) => socket.once('data', (d) => resolve(d.toString())));
   socket.destroy();
   t.match(answer, /^HTTP\/1\.1 503/);
@@ -118,40 +249,99 @@ t.test('binary bodies: the body limit, and admission before the body', async (t)
 
 t.test('Accept: application/octet-stream answers the output tensor, its dtype and shape in headers', async (t) => {
   const { app } = await fakeService();
-  const post = (url: string, accept: string | undefined, payload: Json) => app.inject({ method: 'POST', url, headers: accept ? { accept } : {}, payload });
+  const post = (url: string, accept: string | undefined, payload: Json) =>
+    app.inject({ method: 'POST', url, headers: accept ? { accept } : {}, payload });
   const mask = await post('/api/predict/tissue-seg', undefined, tileRequest(tile512, { resolution: 8 }));
-  const maskBytes = await post('/api/predict/tissue-seg', 'application/octet-stream', tileRequest(tile512, { resolution: 8 }));
+  const maskBytes = await post(
+    '/api/predict/tissue-seg',
+    'application/octet-stream',
+    tileRequest(tile512, { resolution: 8 }),
+  );
   t.equal(maskBytes.statusCode, 200);
   t.same(
-    [maskBytes.headers['content-type'], maskBytes.headers['x-tensor-dtype'], maskBytes.headers['x-tensor-shape'], Number(maskBytes.headers['x-tissue-ratio']), maskBytes.headers.vary],
+    [
+      maskBytes.headers['content-type'],
+      maskBytes.headers['x-tensor-dtype'],
+      maskBytes.headers['x-tensor-shape'],
+      Number(maskBytes.headers['x-tissue-ratio']),
+      maskBytes.headers.vary,
+    ],
     ['application/octet-stream', 'uint8', '512,512', (mask.json() as Json).tissue_ratio, 'accept'],
   );
   t.same([...maskBytes.rawPayload], (mask.json() as Json).output, 'the mask, one byte per pixel, row-major');
-  const values = await post('/api/predict/gene-expr', 'application/json;q=0.5, application/octet-stream', tileRequest(tile224));
-  t.same([values.headers['x-tensor-dtype'], values.headers['x-tensor-shape'], values.headers['x-tissue-ratio']], ['float32', '21', undefined]);
-  const floats = new Float32Array(values.rawPayload.buffer.slice(values.rawPayload.byteOffset, values.rawPayload.byteOffset + values.rawPayload.length));
-  t.same([...floats], (await post('/api/predict/gene-expr', undefined, tileRequest(tile224))).json().output, 'float32, little-endian');
-  const both = await post('/api/predict/gene-expr?mode=prediction_with_embedding', 'application/octet-stream', tileRequest(tile224));
+  const values = await post(
+    '/api/predict/gene-expr',
+    'application/json;q=0.5, application/octet-stream',
+    tileRequest(tile224),
+  );
+  t.same(
+    [values.headers['x-tensor-dtype'], values.headers['x-tensor-shape'], values.headers['x-tissue-ratio']],
+    ['float32', '21', undefined],
+  );
+  const floats = new Float32Array(
+    values.rawPayload.buffer.slice(
+      values.rawPayload.byteOffset,
+      values.rawPayload.byteOffset + values.rawPayload.length,
+    ),
+  );
+  t.same(
+    [...floats],
+    (await post('/api/predict/gene-expr', undefined, tileRequest(tile224))).json().output,
+    'float32, little-endian',
+  );
+  const both = await post(
+    '/api/predict/gene-expr?mode=prediction_with_embedding',
+    'application/octet-stream',
+    tileRequest(tile224),
+  );
   t.equal(both.statusCode, 406, 'two tensors have no binary answer');
   t.match(both.json(), { detail: /Accept application\/json/ });
-  for (const accept of ['*/*', 'application/json, application/octet-stream;q=0.5', 'application/octet-stream;q=0', 'text/html, */*']) {
-    t.match((await post('/api/embed/tile-embed', accept, tileRequest(tile224))).headers['content-type'], /^application\/json/, `Accept: ${accept} gets JSON`);
-  }  const upper = await post('/api/embed/tile-embed', 'APPLICATION/OCTET-STREAM', tileRequest(tile224));
+  for (const accept of [
+    '*/*',
+    'application/json, application/octet-stream;q=0.5',
+    'application/octet-stream;q=0',
+    'text/html, */*',
+  ]) {
+    t.match(
+      (await post('/api/embed/tile-embed', accept, tileRequest(tile224))).headers['content-type'],
+      /^application\/json/,
+      `Accept: ${accept} gets JSON`,
+    );
+  }
+  const upper = await post('/api/embed/tile-embed', 'APPLICATION/OCTET-STREAM', tileRequest(tile224));
   t.equal(upper.headers['content-type'], 'application/octet-stream', 'media types match whatever their case');
-  const fallback = await post('/api/predict/gene-expr?mode=prediction_with_embedding', 'application/octet-stream, application/json;q=0.5', tileRequest(tile224));
+  const fallback = await post(
+    '/api/predict/gene-expr?mode=prediction_with_embedding',
+    'application/octet-stream, application/json;q=0.5',
+    tileRequest(tile224),
+  );
   t.equal(fallback.statusCode, 200, 'where the tensor is impossible, JSON when Accept admits it');
   t.match(fallback.headers['content-type'], /^application\/json/);
 });
 
 t.test('numbers beyond 2^53 and broken percent-encoding are 422s naming the field', async (t) => {
   const { app } = await fakeService();
-  const body = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: JSON.stringify(tileRequest(tile224)).replace('"x":1024', '"x":9007199254740993') });
+  const body = await app.inject({
+    method: 'POST',
+    url: '/api/embed/tile-embed',
+    payload: JSON.stringify(tileRequest(tile224)).replace('"x":1024', '"x":9007199254740993'),
+  });
   t.equal(body.statusCode, 422, 'x = 2^53 + 1 in a body');
   t.match(body.json(), { detail: [{ loc: ['body', 'x'] }] });
-  const huge = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: { ...tileRequest(tile224), y: 1e23 } });
+  const huge = await app.inject({
+    method: 'POST',
+    url: '/api/embed/tile-embed',
+    payload: { ...tileRequest(tile224), y: 1e23 },
+  });
   t.match(huge.json(), { detail: [{ loc: ['body', 'y'] }] }, '1e23 is not echoed as 1e+23');
   const raw = Buffer.alloc(224 * 224 * 3);
-  const query = (q: string) => app.inject({ method: 'POST', url: `/api/embed/tile-embed?${q}`, headers: { 'content-type': 'application/octet-stream' }, payload: raw });
+  const query = (q: string) =>
+    app.inject({
+      method: 'POST',
+      url: `/api/embed/tile-embed?${q}`,
+      headers: { 'content-type': 'application/octet-stream' },
+      payload: raw,
+    });
   const base = 'slide_name=s&y=0&width=224&height=224&patch_idx=0';
   t.equal((await query(`${base}&x=0`)).statusCode, 200, 'a binary tile with its fields in the query');
   const big = await query(`${base}&x=9007199254740993`);
@@ -165,17 +355,27 @@ t.test('numbers beyond 2^53 and broken percent-encoding are 422s naming the fiel
 });
 
 t.test('503s: loading, failed with its reason, queue full; each with Retry-After', async (t) => {
-  const { app, backend } = await fakeService({ pressure: { retry_after_s: 7 }, models: [{ name: 'tissue-seg' }, { name: 'gene-expr', max_queue: 1 }, { name: 'tile-embed' }] });
+  const { app, backend } = await fakeService({
+    pressure: { retry_after_s: 7 },
+    models: [{ name: 'tissue-seg' }, { name: 'gene-expr', max_queue: 1 }, { name: 'tile-embed' }],
+  });
   backend.setState('tissue-seg', 'loading');
   const loading = await app.inject({ method: 'POST', url: '/api/predict/tissue-seg', payload: tileRequest(tile512) });
   t.equal(loading.statusCode, 503);
   t.same(loading.json(), { status: 'loading' });
   t.equal(loading.headers['x-error-code'], 'TILE_ERR_MODEL_LOADING');
   t.equal(loading.headers['retry-after'], '7');
-  backend.setState('tile-embed', 'failed', 'manifest.json: tasks.0: must be one of segmentation, prediction, embedding');
+  backend.setState(
+    'tile-embed',
+    'failed',
+    'manifest.json: tasks.0: must be one of segmentation, prediction, embedding',
+  );
   const failed = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: tileRequest(tile224) });
   t.equal(failed.statusCode, 503);
-  t.same(failed.json(), { detail: 'model tile-embed failed to load: manifest.json: tasks.0: must be one of segmentation, prediction, embedding' });
+  t.same(failed.json(), {
+    detail:
+      'model tile-embed failed to load: manifest.json: tasks.0: must be one of segmentation, prediction, embedding',
+  });
   t.equal(failed.headers['retry-after'], '7');
   t.equal(failed.headers['x-error-code'], 'TILE_ERR_MODEL_FAILED');
   t.equal((await app.inject('/api/metadata/tile-embed')).statusCode, 503);
@@ -201,7 +401,9 @@ t.test('a request that cannot be served is answered before its body is read', as
   const { port } = app.server.address() as AddressInfo;
   const socket = connect(port, '127.0.0.1');
   // Headers announcing 10 MB, and no body at all.
-  socket.write('POST /api/predict/gene-expr HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10000000\r\n\r\n');
+  socket.write(
+    'POST /api/predict/gene-expr HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10000000\r\n\r\n',
+  );
   const answer = await new Promise<string>((resolve) => socket.once('data', (d) => resolve(d.toString())));
   socket.destroy();
   t.match(answer, /^HTTP\/1\.1 503/);
@@ -214,10 +416,20 @@ t.test('health: whole service, per model, failed models apart, strict or not, dr
   backend.setState('tile-embed', 'failed', 'bad graph');
   const strict = await app.inject('/health/ready');
   t.equal(strict.statusCode, 503);
-  t.match(strict.json(), { status: 'not_ready', failed: ['tile-embed'], models: { 'tile-embed': 'failed', 'gene-expr': 'ready' } });
-  t.same((await app.inject('/health/ready/tile-embed')).json(), { model: 'tile-embed', status: 'failed', reason: 'bad graph' });
+  t.match(strict.json(), {
+    status: 'not_ready',
+    failed: ['tile-embed'],
+    models: { 'tile-embed': 'failed', 'gene-expr': 'ready' },
+  });
+  t.same((await app.inject('/health/ready/tile-embed')).json(), {
+    model: 'tile-embed',
+    status: 'failed',
+    reason: 'bad graph',
+  });
   t.equal((await app.inject('/health/ready/gene-expr')).statusCode, 200);
-  t.match((await app.inject('/health/ready/nope')).json(), { detail: /enabled models: tissue-seg, gene-expr, tile-embed/ });
+  t.match((await app.inject('/health/ready/nope')).json(), {
+    detail: /enabled models: tissue-seg, gene-expr, tile-embed/,
+  });
   backend.draining = true;
   t.match((await app.inject('/health/ready/gene-expr')).json(), { status: 'draining' });
   t.equal((await app.inject('/health/ready')).statusCode, 503);
@@ -232,51 +444,94 @@ t.test('health: whole service, per model, failed models apart, strict or not, dr
 t.test('finding one’s way: GET /api/models, and 404s under /api name the models', async (t) => {
   const { app } = await fakeService();
   const { models } = (await app.inject('/api/models')).json() as Json;
-  t.same(models.map((m: Json) => m.name), ['tissue-seg', 'gene-expr', 'tile-embed']);
-  t.match(models[1], { state: 'ready', tasks: ['prediction', 'embedding'], tile: { width: 224, height: 224, mpp: 0.5 }, endpoints: ['POST /api/predict/gene-expr', 'POST /api/embed/gene-expr', 'GET /api/metadata/gene-expr'] });
-  t.same(models[1].content_types, ['application/json', 'image/png', 'application/octet-stream'], 'the request bodies it takes');
+  t.same(
+    models.map((m: Json) => m.name),
+    ['tissue-seg', 'gene-expr', 'tile-embed'],
+  );
+  t.match(models[1], {
+    state: 'ready',
+    tasks: ['prediction', 'embedding'],
+    tile: { width: 224, height: 224, mpp: 0.5 },
+    endpoints: ['POST /api/predict/gene-expr', 'POST /api/embed/gene-expr', 'GET /api/metadata/gene-expr'],
+  });
+  t.same(
+    models[1].content_types,
+    ['application/json', 'image/png', 'application/octet-stream'],
+    'the request bodies it takes',
+  );
   const missing = await app.inject({ method: 'POST', url: '/api/predict/gene_expr', payload: {} });
   t.equal(missing.statusCode, 404);
   t.same(missing.json(), { detail: 'Not Found; enabled models: tissue-seg, gene-expr, tile-embed (GET /api/models)' });
   t.equal(missing.headers['x-error-code'], 'TILE_ERR_NOT_FOUND');
 });
 
-t.test('HTTP semantics: 405 with Allow for a wrong method, 415 for an encoded body, 431 for huge headers, all in the service shape', async (t) => {
-  const { app } = await fakeService();
-  const get = await app.inject({ method: 'GET', url: '/api/predict/tissue-seg' });
-  t.equal(get.statusCode, 405);
-  t.equal(get.headers.allow, 'POST');
-  t.same(get.json(), { detail: 'Method Not Allowed: /api/predict/tissue-seg takes POST, not GET' });
-  const post = await app.inject({ method: 'POST', url: '/health/live?x=1' });
-  t.same([post.statusCode, post.headers.allow], [405, 'GET, HEAD'], 'a path with a query string');
-  t.same([(await app.inject({ method: 'DELETE', url: '/health/ready/gene-expr' })).headers.allow], ['GET, HEAD'], 'a route with a parameter');
-  t.equal((await app.inject({ method: 'GET', url: '/api/predict/gene_expr' })).statusCode, 404, 'a path no method has stays a 404');
+t.test(
+  'HTTP semantics: 405 with Allow for a wrong method, 415 for an encoded body, 431 for huge headers, all in the service shape',
+  async (t) => {
+    const { app } = await fakeService();
+    const get = await app.inject({ method: 'GET', url: '/api/predict/tissue-seg' });
+    t.equal(get.statusCode, 405);
+    t.equal(get.headers.allow, 'POST');
+    t.same(get.json(), { detail: 'Method Not Allowed: /api/predict/tissue-seg takes POST, not GET' });
+    const post = await app.inject({ method: 'POST', url: '/health/live?x=1' });
+    t.same([post.statusCode, post.headers.allow], [405, 'GET, HEAD'], 'a path with a query string');
+    t.same(
+      [(await app.inject({ method: 'DELETE', url: '/health/ready/gene-expr' })).headers.allow],
+      ['GET, HEAD'],
+      'a route with a parameter',
+    );
+    t.equal(
+      (await app.inject({ method: 'GET', url: '/api/predict/gene_expr' })).statusCode,
+      404,
+      'a path no method has stays a 404',
+    );
 
-  const gzipped = gzipSync(JSON.stringify(tileRequest(tile224)));
-  const encoded = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, payload: gzipped });
-  t.equal(encoded.statusCode, 415);
-  t.equal(encoded.headers['accept-encoding'], 'identity');
-  t.match(encoded.json(), { detail: /Content-Encoding gzip is not supported/ });
-  const identity = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', headers: { 'content-type': 'application/json', 'content-encoding': 'identity' }, payload: tileRequest(tile224) });
-  t.equal(identity.statusCode, 200, 'identity is no encoding');
+    const gzipped = gzipSync(JSON.stringify(tileRequest(tile224)));
+    const encoded = await app.inject({
+      method: 'POST',
+      url: '/api/embed/tile-embed',
+      headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+      payload: gzipped,
+    });
+    t.equal(encoded.statusCode, 415);
+    t.equal(encoded.headers['accept-encoding'], 'identity');
+    t.match(encoded.json(), { detail: /Content-Encoding gzip is not supported/ });
+    const identity = await app.inject({
+      method: 'POST',
+      url: '/api/embed/tile-embed',
+      headers: { 'content-type': 'application/json', 'content-encoding': 'identity' },
+      payload: tileRequest(tile224),
+    });
+    t.equal(identity.statusCode, 200, 'identity is no encoding');
 
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  t.teardown(() => app.close());
-  const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1');
-  socket.write(`GET /api/models?${'a'.repeat(70_000)} HTTP/1.1\r\nhost: x\r\n\r\n`);
-  const answer = await new Promise<string>((resolve) => {
-    let text = '';
-    socket.on('data', (d) => (text += d.toString()));
-    socket.on('close', () => resolve(text));
-  });
-  t.match(answer, /^HTTP\/1\.1 431 Request Header Fields Too Large\r\n/);
-  t.same(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)), { detail: "the request's headers, its URL included, are over the limit of 16384 bytes" });
-});
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.teardown(() => app.close());
+    const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1');
+    socket.write(`GET /api/models?${'a'.repeat(70_000)} HTTP/1.1\r\nhost: x\r\n\r\n`);
+    const answer = await new Promise<string>((resolve) => {
+      let text = '';
+      socket.on('data', (d) => (text += d.toString()));
+      socket.on('close', () => resolve(text));
+    });
+    t.match(answer, /^HTTP\/1\.1 431 Request Header Fields Too Large\r\n/);
+    t.same(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)), {
+      detail: "the request's headers, its URL included, are over the limit of 16384 bytes",
+    });
+  },
+);
 
 t.test('a body carrying __proto__ or constructor keys is served without them, polluting nothing', async (t) => {
   const { app } = await fakeService();
-  const body = JSON.stringify(tileRequest(tile224)).replace(/^\{/, '{"__proto__": {"polluted": 1}, "constructor": {"prototype": {"polluted": 1}}, ');
-  const res = await app.inject({ method: 'POST', url: '/api/embed/tile-embed', headers: { 'content-type': 'application/json' }, payload: body });
+  const body = JSON.stringify(tileRequest(tile224)).replace(
+    /^\{/,
+    '{"__proto__": {"polluted": 1}, "constructor": {"prototype": {"polluted": 1}}, ',
+  );
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/embed/tile-embed',
+    headers: { 'content-type': 'application/json' },
+    payload: body,
+  });
   t.equal(res.statusCode, 200);
   t.equal(({} as Record<string, unknown>).polluted, undefined);
 });
@@ -301,45 +556,57 @@ t.test('admin_token: /metrics and /diagnostics answer 401 without the bearer tok
   t.equal((await app.inject({ url: '/metrics', headers: { authorization: 'Bearer secret' } })).statusCode, 200);
 });
 
-t.test('during a stop, a request still arriving gets the service 503 with Retry-After; those in flight finish', async (t) => {
-  const { app, backend } = await fakeService();
-  let open!: () => void;
-  backend.gate = new Promise((resolve) => (open = resolve));
-  await app.listen({ port: 0, host: '127.0.0.1' });
-  const { port } = app.server.address() as AddressInfo;
-  const url = `http://127.0.0.1:${port}/api/embed/tile-embed`;
-  const inFlight = fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(tileRequest(tile224)) });
-  await waitFor(() => backend.jobs.length === 1);
-  // A request whose headers are still arriving when the stop begins.
-  const socket = connect(port, '127.0.0.1');
-  const body = JSON.stringify(tileRequest(tile224));
-  socket.write(`POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\n`);
-  await new Promise((r) => setTimeout(r, 100));
-  const closing = app.close();
-  socket.write(`content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
-  const late = await new Promise<string>((resolve) => socket.once('data', (d) => resolve(d.toString())));
-  socket.destroy();
-  t.match(late, /^HTTP\/1\.1 503/);
-  t.match(late, /retry-after: \d+/i);
-  t.match(late, /"detail":"the service is shutting down/);
-  open();
-  t.equal((await inFlight).status, 200);
-  await closing;
-});
+t.test(
+  'during a stop, a request still arriving gets the service 503 with Retry-After; those in flight finish',
+  async (t) => {
+    const { app, backend } = await fakeService();
+    let open!: () => void;
+    backend.gate = new Promise((resolve) => (open = resolve));
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = app.server.address() as AddressInfo;
+    const url = `http://127.0.0.1:${port}/api/embed/tile-embed`;
+    const inFlight = fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(tileRequest(tile224)),
+    });
+    await waitFor(() => backend.jobs.length === 1);
+    // A request whose headers are still arriving when the stop begins.
+    const socket = connect(port, '127.0.0.1');
+    const body = JSON.stringify(tileRequest(tile224));
+    socket.write(`POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\n`);
+    await new Promise((r) => setTimeout(r, 100));
+    const closing = app.close();
+    socket.write(`content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+    const late = await new Promise<string>((resolve) => socket.once('data', (d) => resolve(d.toString())));
+    socket.destroy();
+    t.match(late, /^HTTP\/1\.1 503/);
+    t.match(late, /retry-after: \d+/i);
+    t.match(late, /"detail":"the service is shutting down/);
+    open();
+    t.equal((await inFlight).status, 200);
+    await closing;
+  },
+);
 
 t.test('no pressure 503 in the first moments after start', async (t) => {
   const { app } = await fakeService({ pressure: { max_event_loop_delay_ms: 1 } });
   await app.listen({ port: 0, host: '127.0.0.1' });
   t.teardown(() => app.close());
   const { port } = app.server.address() as AddressInfo;
-  const res = await fetch(`http://127.0.0.1:${port}/api/embed/tile-embed`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(tileRequest(tile224)) });
+  const res = await fetch(`http://127.0.0.1:${port}/api/embed/tile-embed`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(tileRequest(tile224)),
+  });
   t.equal(res.status, 200);
   t.equal((await fetch(`http://127.0.0.1:${port}/health/ready`)).status, 200);
 });
 
 t.test('/metrics counts what was served, by model, endpoint and status', async (t) => {
   const { app, backend } = await fakeService();
-  for (let i = 0; i < 3; i++) await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: tileRequest(tile224) });
+  for (let i = 0; i < 3; i++)
+    await app.inject({ method: 'POST', url: '/api/embed/tile-embed', payload: tileRequest(tile224) });
   backend.setState('gene-expr', 'loading');
   await app.inject({ method: 'POST', url: '/api/predict/gene-expr', payload: tileRequest(tile224) });
   const text = (await app.inject('/metrics')).body;
@@ -355,12 +622,21 @@ t.test('OpenAPI lists every answer a model route can give', async (t) => {
   const doc = (await app.inject('/openapi.json')).json() as Json;
   const post = doc.paths['/api/predict/gene-expr'].post;
   t.same(Object.keys(post.responses).sort(), ['200', '404', '406', '413', '415', '422', '500', '503', '504']);
-  t.same(Object.keys(post.responses['200'].content), ['application/json', 'application/octet-stream'], 'JSON, or the output tensor');
+  t.same(
+    Object.keys(post.responses['200'].content),
+    ['application/json', 'application/octet-stream'],
+    'JSON, or the output tensor',
+  );
   t.ok(doc.paths['/api/models'] && doc.paths['/health/ready/{model}']);
   t.match(post.description, /224x224 px tiles at 0\.5 MPP .*21 values, one per gene: .*ESR1.*bulk_rna.*50 counts/s);
   t.match(doc.paths['/api/predict/tissue-seg'].post.description, /512x512 px tiles at 8 MPP .*262144 values of 0 or 1/);
   // The example each route shows is one that works when sent from the page.
-  for (const path of ['/api/predict/tissue-seg', '/api/predict/gene-expr', '/api/embed/gene-expr', '/api/embed/tile-embed']) {
+  for (const path of [
+    '/api/predict/tissue-seg',
+    '/api/predict/gene-expr',
+    '/api/embed/gene-expr',
+    '/api/embed/tile-embed',
+  ]) {
     const example = doc.paths[path].post.requestBody.content['application/json'].example;
     const res = await app.inject({ method: 'POST', url: path, payload: example });
     t.equal(res.statusCode, 200, `${path}: the documented example is served`);
@@ -369,35 +645,65 @@ t.test('OpenAPI lists every answer a model route can give', async (t) => {
 
 t.test('the README examples pass every check of their model, and are what examples:build makes', async (t) => {
   const { app } = await fakeService();
-  const paths: Record<string, string> = { 'tissue-seg': '/api/predict/tissue-seg', 'gene-expr': '/api/predict/gene-expr?mode=prediction_with_embedding', 'tile-embed': '/api/embed/tile-embed' };
+  const paths: Record<string, string> = {
+    'tissue-seg': '/api/predict/tissue-seg',
+    'gene-expr': '/api/predict/gene-expr?mode=prediction_with_embedding',
+    'tile-embed': '/api/embed/tile-embed',
+  };
   for (const [model, rebuilt] of Object.entries(exampleRequests())) {
     const committed = JSON.parse(readFileSync(join(ROOT, 'examples', `${model}.json`), 'utf8'));
     t.same(committed, rebuilt, `examples/${model}.json is reproducible`);
-    t.equal((await app.inject({ method: 'POST', url: paths[model], payload: committed })).statusCode, 200, `examples/${model}.json is served`);
+    t.equal(
+      (await app.inject({ method: 'POST', url: paths[model], payload: committed })).statusCode,
+      200,
+      `examples/${model}.json is served`,
+    );
   }
 });
 
-t.test('every request the OpenAPI document offers is served: each body type, each mode, with its examples', async (t) => {
-  const { app } = await fakeService();
-  const doc = (await app.inject('/openapi.json')).json() as Json;
-  let sent = 0;
-  for (const [path, item] of Object.entries(doc.paths as Record<string, Json>)) {
-    const body = item.post?.requestBody;
-    if (!body) continue;
-    const parameters: Json[] = item.post.parameters ?? [];
-    const modes: (string | undefined)[] = parameters.find((p) => p.name === 'mode')?.schema.enum ?? [undefined];
-    const example = body.content['application/json'].example;
-    const png = Buffer.from(example.image_data, 'base64');
-    const payloads: Record<string, Buffer | Json> = { 'application/json': example, 'image/png': png, 'application/octet-stream': Buffer.from((await decodePng(png)).data) };
-    const fields = parameters.filter((p) => p.name !== 'mode' && p.example !== undefined).map((p) => `${p.name}=${encodeURIComponent(p.example)}`);
-    for (const mode of modes) {
-      for (const type of Object.keys(body.content)) {
-        const query = [...(mode ? [`mode=${mode}`] : []), ...(type === 'application/json' ? [] : fields)].join('&');
-        const res = await app.inject({ method: 'POST', url: `${path}?${query}`, headers: { 'content-type': type }, payload: payloads[type] });
-        t.equal(res.statusCode, 200, `${type} to ${path}?${query}: ${res.statusCode === 200 ? 'served' : res.body.slice(0, 300)}`);
-        sent++;
+t.test(
+  'every request the OpenAPI document offers is served: each body type, each mode, with its examples',
+  async (t) => {
+    const { app } = await fakeService();
+    const doc = (await app.inject('/openapi.json')).json() as Json;
+    let sent = 0;
+    for (const [path, item] of Object.entries(doc.paths as Record<string, Json>)) {
+      const body = item.post?.requestBody;
+      if (!body) continue;
+      const parameters: Json[] = item.post.parameters ?? [];
+      const modes: (string | undefined)[] = parameters.find((p) => p.name === 'mode')?.schema.enum ?? [undefined];
+      const example = body.content['application/json'].example;
+      const png = Buffer.from(example.image_data, 'base64');
+      const payloads: Record<string, Buffer | Json> = {
+        'application/json': example,
+        'image/png': png,
+        'application/octet-stream': Buffer.from((await decodePng(png)).data),
+      };
+      const fields = parameters
+        .filter((p) => p.name !== 'mode' && p.example !== undefined)
+        .map((p) => `${p.name}=${encodeURIComponent(p.example)}`);
+      for (const mode of modes) {
+        for (const type of Object.keys(body.content)) {
+          const query = [...(mode ? [`mode=${mode}`] : []), ...(type === 'application/json' ? [] : fields)].join('&');
+          const res = await app.inject({
+            method: 'POST',
+            url: `${path}?${query}`,
+            headers: { 'content-type': type },
+            payload: payloads[type],
+          });
+          t.equal(
+            res.statusCode,
+            200,
+            `${type} to ${path}?${query}: ${res.statusCode === 200 ? 'served' : res.body.slice(0, 300)}`,
+          );
+          sent++;
+        }
       }
     }
-  }
-  t.equal(sent, 3 * (1 + 2 + 1 + 1), 'three body types for each of tissue-seg, gene-expr (two modes), its embed and tile-embed');
-});
+    t.equal(
+      sent,
+      3 * (1 + 2 + 1 + 1),
+      'three body types for each of tissue-seg, gene-expr (two modes), its embed and tile-embed',
+    );
+  },
+);

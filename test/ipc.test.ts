@@ -17,7 +17,12 @@ t.test('request/reply: replies match ids, timers answer for a silent peer, a dea
   t.notOk(rr.settle(sent[1], 'late'), 'a late reply finds nobody waiting');
   rr.rejectAll(() => new Error('peer gone'));
   await t.rejects(c, /peer gone/);
-  await t.rejects(rr.request(() => { throw new Error('cannot send'); }), /cannot send/);
+  await t.rejects(
+    rr.request(() => {
+      throw new Error('cannot send');
+    }),
+    /cannot send/,
+  );
   t.equal(rr.size, 0);
 });
 
@@ -31,7 +36,9 @@ t.test('channel: framed messages with typed arrays survive any split of the stre
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.teardown(() => server.close());
-  const channel = new Channel<{ n: number; data: Float32Array }, { n: number; data: Float32Array }>(connect((server.address() as AddressInfo).port, '127.0.0.1'));
+  const channel = new Channel<{ n: number; data: Float32Array }, { n: number; data: Float32Array }>(
+    connect((server.address() as AddressInfo).port, '127.0.0.1'),
+  );
   channel.on('message', (m) => received.push(m));
   const data = Float32Array.from({ length: 1000 }, (_, i) => i / 3);
   for (let n = 0; n < 3; n++) channel.send({ n, data });
@@ -39,11 +46,22 @@ t.test('channel: framed messages with typed arrays survive any split of the stre
     const check = () => (received.length === 3 ? r() : setTimeout(check, 5));
     check();
   });
-  t.same(received.map((m: any) => m.n), [0, 1, 2]);
+  t.same(
+    received.map((m: any) => m.n),
+    [0, 1, 2],
+  );
   t.same((received[2] as any).data, data);
   // Every kind of typed array, at sizes that leave the next one unaligned, empty, nested, twice.
   const png = Buffer.from('an odd number of bytes');
-  const mixed = { png, again: png, u8: new Uint8Array([1, 2, 3]), f64: Float64Array.of(Math.PI, -0), nested: [{ i64: BigInt64Array.of(-5n) }], empty: new Float32Array(0), view: new Int16Array(new ArrayBuffer(12), 2, 3).fill(-7) };
+  const mixed = {
+    png,
+    again: png,
+    u8: new Uint8Array([1, 2, 3]),
+    f64: Float64Array.of(Math.PI, -0),
+    nested: [{ i64: BigInt64Array.of(-5n) }],
+    empty: new Float32Array(0),
+    view: new Int16Array(new ArrayBuffer(12), 2, 3).fill(-7),
+  };
   channel.send({ n: 3, data: mixed as unknown as Float32Array });
   await new Promise<void>((r) => {
     const check = () => (received.length === 4 ? r() : setTimeout(check, 5));
@@ -52,7 +70,10 @@ t.test('channel: framed messages with typed arrays survive any split of the stre
   const got = (received[3] as any).data;
   t.ok(Buffer.isBuffer(got.png) && got.png.equals(png), 'a Buffer comes back a Buffer');
   t.same(got.again, png);
-  t.same([got.u8, got.f64, got.nested[0].i64, got.empty, got.view], [mixed.u8, mixed.f64, mixed.nested[0].i64, mixed.empty, mixed.view]);
+  t.same(
+    [got.u8, got.f64, got.nested[0].i64, got.empty, got.view],
+    [mixed.u8, mixed.f64, mixed.nested[0].i64, mixed.empty, mixed.view],
+  );
   t.equal(got.f64.constructor, Float64Array);
   t.equal(got.view.constructor, Int16Array);
   channel.close();

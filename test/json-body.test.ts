@@ -28,7 +28,9 @@ function outcome(parse: () => unknown, longWay = false): Outcome {
   }
   const image = value !== null && typeof value === 'object' ? (value as Record<string, unknown>).image_data : undefined;
   if (longWay ? typeof image !== 'string' : !isTileImage(image)) return { fields: { value }, image: '' };
-  const fields = Object.fromEntries(Object.entries(value as Record<string, unknown>).filter(([k]) => k !== 'image_data'));
+  const fields = Object.fromEntries(
+    Object.entries(value as Record<string, unknown>).filter(([k]) => k !== 'image_data'),
+  );
   return { fields, image: described(longWay ? decodeBase64Strict(image as string) : (image as TileImage)) };
 }
 
@@ -40,12 +42,18 @@ function described(image: TileImage | ReturnType<typeof decodeBase64Strict>): st
 function theLongWay(text: string): Outcome {
   return outcome(() => {
     const value = JSON.parse(text);
-    if (value && typeof value === 'object') for (const key of ['__proto__', 'constructor']) if (Object.hasOwn(value, key)) delete value[key];
+    if (value && typeof value === 'object')
+      for (const key of ['__proto__', 'constructor']) if (Object.hasOwn(value, key)) delete value[key];
     return value;
   }, true);
 }
 
-const same = (t: Test, text: string, name: string) => t.same(outcome(() => parseJsonBody(Buffer.from(text))), theLongWay(text), name);
+const same = (t: Test, text: string, name: string) =>
+  t.same(
+    outcome(() => parseJsonBody(Buffer.from(text))),
+    theLongWay(text),
+    name,
+  );
 
 const png = Buffer.from('89504e470d0a1a0a0000000d49484452', 'hex').toString('base64');
 
@@ -53,13 +61,19 @@ t.test('the shortcut takes a plain tile body and decodes image_data once', async
   const text = Buffer.from(JSON.stringify({ image_data: png, slide_name: 's', x: 1 }));
   t.ok(parseTileBody(text), 'the shortcut takes it: the text was never made a string');
   const body = parseJsonBody(text) as Record<string, unknown> & { image_data: TileImage };
-  t.match(body.image_data, { format: 'png', bytes: Buffer.from(png, 'base64'), from: 'image_data' }, 'image_data is the decoded image');
+  t.match(
+    body.image_data,
+    { format: 'png', bytes: Buffer.from(png, 'base64'), from: 'image_data' },
+    'image_data is the decoded image',
+  );
   t.ok(isTileImage(body.image_data));
   t.same({ ...body, image_data: undefined }, { image_data: undefined, slide_name: 's', x: 1 });
 });
 
 t.test('a JSON body cannot pass for a decoded image', async (t) => {
-  const body = parseJsonBody(Buffer.from(JSON.stringify({ image_data: { format: 'png', bytes: [1], from: 'image_data' } }))) as Record<string, unknown>;
+  const body = parseJsonBody(
+    Buffer.from(JSON.stringify({ image_data: { format: 'png', bytes: [1], from: 'image_data' } })),
+  ) as Record<string, unknown>;
   t.notOk(isTileImage(body.image_data), 'an object sent as image_data stays what it was');
 });
 
@@ -77,7 +91,7 @@ t.test('traps give what the long way gives', async (t) => {
     'not a multiple of 4': `{"image_data": "${png}A"}`,
     'spaces around the colon': `{"image_data" \t:\n "${png}", "y": 2}`,
     'a number, not a string': `{"image_data": 5}`,
-    'unterminated': `{"image_data": "${png}`,
+    unterminated: `{"image_data": "${png}`,
     'truncated after the value': `{"image_data": "${png}", "x":`,
     'a syntax error after the value': `{"image_data": "${png}", "x": 1,, "y": 2}`,
     '__proto__ beside it': `{"__proto__": {"polluted": 1}, "image_data": "${png}"}`,
@@ -90,8 +104,15 @@ t.test('traps give what the long way gives', async (t) => {
 t.test('generated bodies: the shortcut and the long way agree', async (t) => {
   const base64ish = fc.stringMatching(/^[A-Za-z0-9+/=\-_ é\\"\n]{0,24}$/);
   const body = fc.record({
-    before: fc.dictionary(fc.constantFrom('slide_name', 'x', 'meta', 'image_data', 'tissue_ratio'), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }),
-    image: fc.oneof(fc.uint8Array({ maxLength: 40 }).map((b) => Buffer.from(b).toString('base64')), base64ish),
+    before: fc.dictionary(
+      fc.constantFrom('slide_name', 'x', 'meta', 'image_data', 'tissue_ratio'),
+      fc.jsonValue({ maxDepth: 2 }),
+      { maxKeys: 3 },
+    ),
+    image: fc.oneof(
+      fc.uint8Array({ maxLength: 40 }).map((b) => Buffer.from(b).toString('base64')),
+      base64ish,
+    ),
     after: fc.dictionary(fc.constantFrom('y', 'meta', 'image_data'), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 2 }),
     space: fc.constantFrom('', ' ', '\n\t'),
   });
@@ -101,7 +122,8 @@ t.test('generated bodies: the shortcut and the long way agree', async (t) => {
       const text = `${head}${head.length > 1 ? ',' : ''}"image_data"${space}:${space}${JSON.stringify(image)}${Object.keys(after).length ? ',' : ''}${JSON.stringify(after).slice(1)}`;
       const a = outcome(() => parseJsonBody(Buffer.from(text)));
       const b = theLongWay(text);
-      if (JSON.stringify(a) !== JSON.stringify(b)) throw new Error(`${text}: ${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
+      if (JSON.stringify(a) !== JSON.stringify(b))
+        throw new Error(`${text}: ${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
     }),
     { numRuns: 2000 },
   );
@@ -123,36 +145,82 @@ t.test('generated bodies: the 422s of the schema are those of the contract schem
   // A "__proto__" or "constructor" key inside a field's value (fast-check's JSON values hold
   // them) stays an own property, as JSON.parse and the front leave it (the front drops those keys
   // at the top level only): fastify's default parser would answer 400 instead.
-  const reference = Fastify({ onProtoPoisoning: 'ignore', onConstructorPoisoning: 'ignore', ajv: { customOptions: { allErrors: true, coerceTypes: false } } });
+  const reference = Fastify({
+    onProtoPoisoning: 'ignore',
+    onConstructorPoisoning: 'ignore',
+    ajv: { customOptions: { allErrors: true, coerceTypes: false } },
+  });
   reference.post('/', { schema: { body: TileRequest } }, async () => ({ valid: true }));
-  reference.setErrorHandler(async (error: FastifyError, request) => ({ detail: toValidationItems(error.validation!, 'body', request.body) }));
+  reference.setErrorHandler(async (error: FastifyError, request) => ({
+    detail: toValidationItems(error.validation!, 'body', request.body),
+  }));
   const { app } = await fakeService();
   // A small tile: bodies that pass the schema are refused by the tile checks, cheaply.
   const tile = tileRequest(cellularPng(1, 16));
   // biome-ignore lint/correctness/noPrecisionLoss: past float64 on purpose (Infinity, which JSON writes as null)
   const huge = 1e400;
-  const field = fc.oneof(fc.constantFrom(0, 1, 224, -1, 0.5, '', 'x', null, true, [], {}, [1, 'a'], huge), fc.jsonValue({ maxDepth: 1 }));
+  const field = fc.oneof(
+    fc.constantFrom(0, 1, 224, -1, 0.5, '', 'x', null, true, [], {}, [1, 'a'], huge),
+    fc.jsonValue({ maxDepth: 1 }),
+  );
   const image = fc.oneof(fc.constant(tile.image_data), fc.constantFrom('QUFB', 'QU-B', 'A', '', 5, null, [], { a: 1 }));
-  const keys = ['image_data', 'slide_name', 'x', 'y', 'width', 'height', 'patch_idx', 'bulk_rna', 'tissue_ratio', 'resolution'];
-  const body = fc.record({ image, set: fc.dictionary(fc.constantFrom(...keys.slice(1)), field, { maxKeys: 4 }), drop: fc.subarray(keys, { maxLength: 3 }) }).map(({ image, set, drop }) => {
-    const b: Record<string, unknown> = { ...tile, image_data: image, ...set };
-    for (const key of drop) delete b[key];
-    return JSON.stringify(b);
-  });
+  const keys = [
+    'image_data',
+    'slide_name',
+    'x',
+    'y',
+    'width',
+    'height',
+    'patch_idx',
+    'bulk_rna',
+    'tissue_ratio',
+    'resolution',
+  ];
+  const body = fc
+    .record({
+      image,
+      set: fc.dictionary(fc.constantFrom(...keys.slice(1)), field, { maxKeys: 4 }),
+      drop: fc.subarray(keys, { maxLength: 3 }),
+    })
+    .map(({ image, set, drop }) => {
+      const b: Record<string, unknown> = { ...tile, image_data: image, ...set };
+      for (const key of drop) delete b[key];
+      return JSON.stringify(b);
+    });
   let schemaFailures = 0;
   await fc.assert(
     fc.asyncProperty(body, async (text) => {
-      const expected = (await reference.inject({ method: 'POST', url: '/', headers: { 'content-type': 'application/json' }, payload: text })).json();
-      const res = await app.inject({ method: 'POST', url: '/api/predict/gene-expr', headers: { 'content-type': 'application/json' }, payload: text });
+      const expected = (
+        await reference.inject({
+          method: 'POST',
+          url: '/',
+          headers: { 'content-type': 'application/json' },
+          payload: text,
+        })
+      ).json();
+      const res = await app.inject({
+        method: 'POST',
+        url: '/api/predict/gene-expr',
+        headers: { 'content-type': 'application/json' },
+        payload: text,
+      });
       if (expected.valid) {
         // The schema passed: whatever the tile checks say, no item is the schema's.
-        if (res.statusCode === 422 && res.json().detail.some((d: { type: string }) => ['missing', 'string_type', 'int_type'].includes(d.type))) throw new Error(`${text}: ${res.body}`);
+        if (
+          res.statusCode === 422 &&
+          res.json().detail.some((d: { type: string }) => ['missing', 'string_type', 'int_type'].includes(d.type))
+        )
+          throw new Error(`${text}: ${res.body}`);
         return;
       }
       schemaFailures++;
-      if (res.statusCode !== 422 || !isDeepStrictEqual(res.json(), expected)) throw new Error(`${text}: ${res.body} vs ${JSON.stringify(expected)}`);
+      if (res.statusCode !== 422 || !isDeepStrictEqual(res.json(), expected))
+        throw new Error(`${text}: ${res.body} vs ${JSON.stringify(expected)}`);
     }),
     { numRuns: 300, examples: [[JSON.stringify({ ...tile, slide_name: JSON.parse('{"__proto__": null}') })]] },
   );
-  t.ok(schemaFailures > 100, `${schemaFailures} of 300 bodies failed the schema, each with the same items in the same order`);
+  t.ok(
+    schemaFailures > 100,
+    `${schemaFailures} of 300 bodies failed the schema, each with the same items in the same order`,
+  );
 });

@@ -12,7 +12,11 @@ t.test('no import breaks the layer rules', async (t) => {
   const cwd = process.cwd();
   process.chdir(ROOT);
   t.teardown(() => process.chdir(cwd));
-  const { output } = await cruise(['src', 'supervisor', 'tools', 'bench', 'test'], { validate: true, ruleSet, ...(ruleSet.options as ICruiseOptions) });
+  const { output } = await cruise(['src', 'supervisor', 'tools', 'bench', 'test'], {
+    validate: true,
+    ruleSet,
+    ...(ruleSet.options as ICruiseOptions),
+  });
   if (typeof output === 'string') throw new Error('dependency-cruiser answered text, expected its result');
   t.ok(output.summary.totalCruised > 200, `${output.summary.totalCruised} modules cruised`);
   t.same(

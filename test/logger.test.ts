@@ -22,7 +22,10 @@ t.test('JSON lines for the journal, at the configured level', async (t) => {
   logger.debug({ model: 'gene-expr' }, 'batch formed');
   logger.trace('not at debug');
   await waitFor(() => text().includes('\n'));
-  const lines = text().trim().split('\n').map((l) => JSON.parse(l));
+  const lines = text()
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
   t.match(lines, [{ level: 20, model: 'gene-expr', msg: 'batch formed' }]);
 });
 

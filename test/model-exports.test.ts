@@ -32,18 +32,50 @@ async function load(p: ExportPackage, edit: (m: Record<string, any>) => void = (
   const pkg = readPackage(write(p, edit));
   return checkSignature(pkg, await ort.InferenceSession.create(pkg.modelPath));
 }
-const refusal = (promise: Promise<unknown>) => promise.then(() => null, (e: Error) => e);
+const refusal = (promise: Promise<unknown>) =>
+  promise.then(
+    () => null,
+    (e: Error) => e,
+  );
 
 t.test('manifest errors are one line naming the field and the allowed values', async (t) => {
   const cases: [string, (m: Record<string, any>) => void, RegExp][] = [
-    ['float16 spelled wrong', (m) => (m.preprocess.input = 'half'), /preprocess\.input: must be one of "float32", "float16", "uint8" \(got "half"\)/],
-    ['task misspelled', (m) => (m.tasks = ['predicton']), /tasks\.0: must be one of "segmentation", "prediction", "embedding" \(got "predicton"\)/],
-    ['channel order', (m) => (m.preprocess.channel_order = 'bgr'), /preprocess\.channel_order: must be one of "RGB", "BGR" \(got "bgr"\)/],
-    ['mean neither form', (m) => (m.preprocess.mean = { R: 0.5, G: 0.5 }), /preprocess\.mean: must be \{"R": r, "G": g, "B": b\} or \[r, g, b\] \(channel_order RGB only\)/],
-    ['mask rule', (m) => (m.mask_channel = { index: 1, rule: 'max' }), /mask_channel\.rule: must be one of "argmax", "threshold" \(got "max"\)/],
+    [
+      'float16 spelled wrong',
+      (m) => (m.preprocess.input = 'half'),
+      /preprocess\.input: must be one of "float32", "float16", "uint8" \(got "half"\)/,
+    ],
+    [
+      'task misspelled',
+      (m) => (m.tasks = ['predicton']),
+      /tasks\.0: must be one of "segmentation", "prediction", "embedding" \(got "predicton"\)/,
+    ],
+    [
+      'channel order',
+      (m) => (m.preprocess.channel_order = 'bgr'),
+      /preprocess\.channel_order: must be one of "RGB", "BGR" \(got "bgr"\)/,
+    ],
+    [
+      'mean neither form',
+      (m) => (m.preprocess.mean = { R: 0.5, G: 0.5 }),
+      /preprocess\.mean: must be \{"R": r, "G": g, "B": b\} or \[r, g, b\] \(channel_order RGB only\)/,
+    ],
+    [
+      'mask rule',
+      (m) => (m.mask_channel = { index: 1, rule: 'max' }),
+      /mask_channel\.rule: must be one of "argmax", "threshold" \(got "max"\)/,
+    ],
     ['name unlike its folder', (m) => (m.name = 'my-model'), /name: "my-model" differs from its folder "x-int64"/],
-    ['BGR with an array mean', (m) => (m.preprocess.channel_order = 'BGR'), /preprocess\.mean: with channel_order "BGR" give it by channel name/],
-    ['uint8 input with mean', (m) => (m.preprocess.input = 'uint8'), /preprocess\.scale: not used with preprocess\.input "uint8"/],
+    [
+      'BGR with an array mean',
+      (m) => (m.preprocess.channel_order = 'BGR'),
+      /preprocess\.mean: with channel_order "BGR" give it by channel name/,
+    ],
+    [
+      'uint8 input with mean',
+      (m) => (m.preprocess.input = 'uint8'),
+      /preprocess\.scale: not used with preprocess\.input "uint8"/,
+    ],
     ['float input without std', (m) => delete m.preprocess.std, /preprocess\.std: required for a float image input/],
   ];
   for (const [name, edit, message] of cases) {
@@ -58,18 +90,46 @@ t.test('manifest errors are one line naming the field and the allowed values', a
 
 t.test('load checks against the graph: dtypes, class channels, input types, batch', async (t) => {
   for (const p of exportPackages()) t.ok(await load(p), `${p.manifest.name} passes`);
-  t.equal((await load(byName('x-fp16-in'))).imageInput, 'float16', 'no preprocess.input: the graph float16 image is followed');
+  t.equal(
+    (await load(byName('x-fp16-in'))).imageInput,
+    'float16',
+    'no preprocess.input: the graph float16 image is followed',
+  );
   const clamped = await load(byName('x-static'));
   t.equal(clamped.maxBatch, 1);
   t.match(clamped.warnings, [/batch\.max: 8, but model\.onnx fixes the batch dimension of "image" at 1/]);
 
   const refusals: [string, Promise<unknown>, RegExp][] = [
-    ['class channels without mask_channel', load(byName('x-seg-c2'), (m) => delete m.mask_channel), /mask_channel: "logits" has 2 channels \(\[batch_size, 2, 64, 64\]\)/],
-    ['tissue channel out of range', load(byName('x-seg-c2'), (m) => (m.mask_channel.index = 2)), /mask_channel\.index: 2 but "logits" has 2 channels/],
-    ['argmax with a threshold', load(byName('x-seg-c2'), (m) => (m.mask_threshold = 0)), /mask_threshold: not used with mask_channel\.rule "argmax"/],
-    ['float16 graph, float32 manifest', load(byName('x-fp16-in'), (m) => (m.preprocess.input = 'float32')), /preprocess\.input: "image" has type float16 in model\.onnx, the manifest says "float32"; allowed: "float32", "float16", "uint8"/],
-    ['fixed batch other than 1', load(fixedBatch(4)), /batch\.max: model\.onnx fixes the batch dimension of "image" at 4/],
-    ['threshold on an integer mask', load(intMask(), (m) => (m.mask_threshold = 0.5)), /mask_threshold: "mask" is int64: integer and bool masks are tissue where the value is not 0/],
+    [
+      'class channels without mask_channel',
+      load(byName('x-seg-c2'), (m) => delete m.mask_channel),
+      /mask_channel: "logits" has 2 channels \(\[batch_size, 2, 64, 64\]\)/,
+    ],
+    [
+      'tissue channel out of range',
+      load(byName('x-seg-c2'), (m) => (m.mask_channel.index = 2)),
+      /mask_channel\.index: 2 but "logits" has 2 channels/,
+    ],
+    [
+      'argmax with a threshold',
+      load(byName('x-seg-c2'), (m) => (m.mask_threshold = 0)),
+      /mask_threshold: not used with mask_channel\.rule "argmax"/,
+    ],
+    [
+      'float16 graph, float32 manifest',
+      load(byName('x-fp16-in'), (m) => (m.preprocess.input = 'float32')),
+      /preprocess\.input: "image" has type float16 in model\.onnx, the manifest says "float32"; allowed: "float32", "float16", "uint8"/,
+    ],
+    [
+      'fixed batch other than 1',
+      load(fixedBatch(4)),
+      /batch\.max: model\.onnx fixes the batch dimension of "image" at 4/,
+    ],
+    [
+      'threshold on an integer mask',
+      load(intMask(), (m) => (m.mask_threshold = 0.5)),
+      /mask_threshold: "mask" is int64: integer and bool masks are tissue where the value is not 0/,
+    ],
   ];
   for (const [name, promise, message] of refusals) {
     const error = await refusal(promise);
@@ -94,7 +154,10 @@ function intMask(): ExportPackage {
   const x = g.input('image', DType.FLOAT, ['batch_size', 3, 64, 64]);
   g.op('ArgMax', [x], { axis: int(1), keepdims: int(0) }, 'mask');
   g.output('mask', DType.INT64, ['batch_size', 64, 64]);
-  return { manifest: baseManifest('x-int-mask', { tasks: ['segmentation'], tensors: { image: 'image', mask: 'mask' } }), graph: g };
+  return {
+    manifest: baseManifest('x-int-mask', { tasks: ['segmentation'], tensors: { image: 'image', mask: 'mask' } }),
+    graph: g,
+  };
 }
 
 t.test('float16 codec agrees with ONNX Runtime Cast, both ways', async (t) => {
@@ -111,25 +174,61 @@ t.test('float16 codec agrees with ONNX Runtime Cast, both ways', async (t) => {
   const bits = Uint16Array.from({ length: 65536 }, (_, i) => i);
   const decoded = float16ToFloat32(bits);
   const ties = Float32Array.from({ length: 30000 }, (_, i) => (decoded[i] + decoded[i + 1]) / 2);
-  const values = Float32Array.from([...ties, 0, -0, 1e-8, 6e-8, 65504, 65519, 65520, 1e6, -1e6, Infinity, -Infinity, ...Array.from({ length: 2000 }, (_, i) => Math.sin(i) * 10 ** ((i % 12) - 6))]);
-  const out = await session.run({ x: new ort.Tensor('float32', values, [values.length]), h: new ort.Tensor('float16', bits, [bits.length]) });
+  const values = Float32Array.from([
+    ...ties,
+    0,
+    -0,
+    1e-8,
+    6e-8,
+    65504,
+    65519,
+    65520,
+    1e6,
+    -1e6,
+    Infinity,
+    -Infinity,
+    ...Array.from({ length: 2000 }, (_, i) => Math.sin(i) * 10 ** ((i % 12) - 6)),
+  ]);
+  const out = await session.run({
+    x: new ort.Tensor('float32', values, [values.length]),
+    h: new ort.Tensor('float16', bits, [bits.length]),
+  });
   const encoded = float32ToFloat16(values);
   const half = out.to_half.data as Uint16Array;
-  t.equal(encoded.findIndex((h, i) => h !== half[i]), -1, `encode: ${values.length} values`);
+  t.equal(
+    encoded.findIndex((h, i) => h !== half[i]),
+    -1,
+    `encode: ${values.length} values`,
+  );
   const reference = out.to_float.data as Float32Array;
-  t.equal(decoded.findIndex((v, i) => !Object.is(v, reference[i]) && !(Number.isNaN(v) && Number.isNaN(reference[i]))), -1, 'decode of all 65536 patterns');
+  t.equal(
+    decoded.findIndex((v, i) => !Object.is(v, reference[i]) && !(Number.isNaN(v) && Number.isNaN(reference[i]))),
+    -1,
+    'decode of all 65536 patterns',
+  );
 });
 
 t.test('class-channel masks: argmax takes the first maximum, as torch.argmax', async (t) => {
-  const manifest = baseManifest('m', { tile: { width: 4, height: 1, mpp: 1, mpp_tolerance: 0 }, mask_channel: { index: 1, rule: 'argmax' } });
+  const manifest = baseManifest('m', {
+    tile: { width: 4, height: 1, mpp: 1, mpp_tolerance: 0 },
+    mask_channel: { index: 1, rule: 'argmax' },
+  });
   // Three classes, four pixels: class 1 wins; ties class 0 (0 wins); ties class 2 (1 wins); loses.
   const logits = Float32Array.from([0, 1, 0, 0, /* class 1 */ 2, 1, 1, 0, /* class 2 */ 0, 0, 1, 5]);
   const { mask, tissueFraction } = maskOf(manifest, { type: 'float32', data: logits, dims: [1, 3, 1, 4] }, 0);
   t.same(Array.from(mask), [1, 0, 1, 0]);
   t.equal(tissueFraction, 0.5);
-  const threshold = maskOf({ ...manifest, mask_channel: { index: 2, rule: 'threshold' }, mask_threshold: 0.5 }, { type: 'float32', data: logits, dims: [1, 3, 1, 4] }, 0);
+  const threshold = maskOf(
+    { ...manifest, mask_channel: { index: 2, rule: 'threshold' }, mask_threshold: 0.5 },
+    { type: 'float32', data: logits, dims: [1, 3, 1, 4] },
+    0,
+  );
   t.same(Array.from(threshold.mask), [0, 0, 1, 1]);
-  const int64 = maskOf(baseManifest('m', { tile: manifest.tile }), maskTensor({ type: 'int64', data: BigInt64Array.from([0n, 1n, 2n, -1n]), dims: [1, 1, 4] }), 0);
+  const int64 = maskOf(
+    baseManifest('m', { tile: manifest.tile }),
+    maskTensor({ type: 'int64', data: BigInt64Array.from([0n, 1n, 2n, -1n]), dims: [1, 1, 4] }),
+    0,
+  );
   t.same(Array.from(int64.mask), [0, 1, 1, 1], 'integer masks: tissue where not 0');
 });
 

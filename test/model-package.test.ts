@@ -31,25 +31,91 @@ t.test('the shipped packages pass their own checks and say they are untrained', 
 
 t.test('manifest errors have a code and name the file, the field and the mismatch', async (t) => {
   const cases: [string, string, (m: Record<string, any>) => void, PackageCode, RegExp][] = [
-    ['tensor missing from the graph', 'gene-expr', (m) => (m.tensors.embedding = 'features'), 'TILE_ERR_PACKAGE_GRAPH', /manifest\.json: tensors\.embedding: "features" is not an output of model\.onnx/],
-    ['wrong gene count', 'gene-expr', (m) => m.genes.input.pop(), 'TILE_ERR_PACKAGE_GRAPH', /tensors\.bulk: "bulk" dimension 1 is 50, expected 49/],
-    ['wrong output gene count', 'gene-expr', (m) => m.genes.output.push('TP53'), 'TILE_ERR_PACKAGE_GRAPH', /genes\.output: "prediction" dimension 1 is 21, expected 22/],
-    ['wrong tile size (NHWC uint8 input)', 'tile-embed', (m) => (m.tile.width = 256), 'TILE_ERR_PACKAGE_GRAPH', /tensors\.image: "pixel_values" dimension 2 is 224, expected 256/],
-    ['wrong tile size (NCHW float input)', 'gene-expr', (m) => (m.tile.height = 256), 'TILE_ERR_PACKAGE_GRAPH', /tensors\.image: "image" dimension 2 is 224, expected 256/],
-    ['input type differs from preprocess.input', 'tile-embed', (m) => (m.preprocess = { scale: 1 / 255, mean: [0, 0, 0], std: [1, 1, 1], channel_order: 'RGB' }), 'TILE_ERR_PACKAGE_GRAPH', /preprocess\.input: "pixel_values" has type uint8: set preprocess\.input "uint8"/],
-    ['wrong embedding size', 'tile-embed', (m) => (m.embedding_dim = 128), 'TILE_ERR_PACKAGE_GRAPH', /embedding_dim: "last_hidden_mean" dimension 1 is 160, expected 128/],
-    ['task without its tensor', 'tile-embed', (m) => m.tasks.push('prediction'), 'TILE_ERR_PACKAGE_MANIFEST', /tensors\.prediction: task "prediction" needs an output tensor/],
-    ['schema violation', 'tissue-seg', (m) => (m.tile.mpp = 'eight'), 'TILE_ERR_PACKAGE_MANIFEST', /invalid manifest: tile\.mpp: must be number/],
-    ['unassigned graph input', 'gene-expr', (m) => delete m.tensors.bulk, 'TILE_ERR_PACKAGE_GRAPH', /model\.onnx input\(s\) bulk have no role/],
+    [
+      'tensor missing from the graph',
+      'gene-expr',
+      (m) => (m.tensors.embedding = 'features'),
+      'TILE_ERR_PACKAGE_GRAPH',
+      /manifest\.json: tensors\.embedding: "features" is not an output of model\.onnx/,
+    ],
+    [
+      'wrong gene count',
+      'gene-expr',
+      (m) => m.genes.input.pop(),
+      'TILE_ERR_PACKAGE_GRAPH',
+      /tensors\.bulk: "bulk" dimension 1 is 50, expected 49/,
+    ],
+    [
+      'wrong output gene count',
+      'gene-expr',
+      (m) => m.genes.output.push('TP53'),
+      'TILE_ERR_PACKAGE_GRAPH',
+      /genes\.output: "prediction" dimension 1 is 21, expected 22/,
+    ],
+    [
+      'wrong tile size (NHWC uint8 input)',
+      'tile-embed',
+      (m) => (m.tile.width = 256),
+      'TILE_ERR_PACKAGE_GRAPH',
+      /tensors\.image: "pixel_values" dimension 2 is 224, expected 256/,
+    ],
+    [
+      'wrong tile size (NCHW float input)',
+      'gene-expr',
+      (m) => (m.tile.height = 256),
+      'TILE_ERR_PACKAGE_GRAPH',
+      /tensors\.image: "image" dimension 2 is 224, expected 256/,
+    ],
+    [
+      'input type differs from preprocess.input',
+      'tile-embed',
+      (m) => (m.preprocess = { scale: 1 / 255, mean: [0, 0, 0], std: [1, 1, 1], channel_order: 'RGB' }),
+      'TILE_ERR_PACKAGE_GRAPH',
+      /preprocess\.input: "pixel_values" has type uint8: set preprocess\.input "uint8"/,
+    ],
+    [
+      'wrong embedding size',
+      'tile-embed',
+      (m) => (m.embedding_dim = 128),
+      'TILE_ERR_PACKAGE_GRAPH',
+      /embedding_dim: "last_hidden_mean" dimension 1 is 160, expected 128/,
+    ],
+    [
+      'task without its tensor',
+      'tile-embed',
+      (m) => m.tasks.push('prediction'),
+      'TILE_ERR_PACKAGE_MANIFEST',
+      /tensors\.prediction: task "prediction" needs an output tensor/,
+    ],
+    [
+      'schema violation',
+      'tissue-seg',
+      (m) => (m.tile.mpp = 'eight'),
+      'TILE_ERR_PACKAGE_MANIFEST',
+      /invalid manifest: tile\.mpp: must be number/,
+    ],
+    [
+      'unassigned graph input',
+      'gene-expr',
+      (m) => delete m.tensors.bulk,
+      'TILE_ERR_PACKAGE_GRAPH',
+      /model\.onnx input\(s\) bulk have no role/,
+    ],
   ];
   for (const [name, model, edit, code, message] of cases) {
-    const error = await check(copyPackage(model, edit)).then(() => null, (e) => e);
+    const error = await check(copyPackage(model, edit)).then(
+      () => null,
+      (e) => e,
+    );
     t.type(error, PackageError, name);
     t.equal(error?.code, code, name);
     t.match(error?.message, message, name);
   }
   const missing = temp();
-  t.throws(() => readPackage(missing), { code: 'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE', message: /manifest\.json: cannot read manifest/ });
+  t.throws(() => readPackage(missing), {
+    code: 'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE',
+    message: /manifest\.json: cannot read manifest/,
+  });
 });
 
 t.test('npm run models:build is reproducible', async (t) => {

@@ -12,7 +12,9 @@ import { FakeOutside, SUPERVISOR, type FakeWorkerProcess } from './helpers/fake-
 
 /** A two-instance gene-expr pool from a configuration file, with every process it forks logged. */
 function pool(t: Test) {
-  const root = t.testdir({ 'config.json': JSON.stringify({ models: [{ name: 'gene-expr', instances: 2 }], supervisor: SUPERVISOR }) });
+  const root = t.testdir({
+    'config.json': JSON.stringify({ models: [{ name: 'gene-expr', instances: 2 }], supervisor: SUPERVISOR }),
+  });
   mkdirSync(join(root, 'models', 'gene-expr'), { recursive: true });
   writeFileSync(join(root, 'models', 'gene-expr', 'manifest.json'), '{}');
   const config = loadConfig({ CONFIG: join(root, 'config.json') }, root);
@@ -110,7 +112,12 @@ t.test('a replacement that fails to load leaves the old instance serving, and sa
   const before = models.workers.slice();
   const reload = models.reload();
   await until(() => outside.forked.length === 3);
-  outside.forked[2].report({ type: 'load-failed', reason: 'bad graph', packageFault: true, code: 'TILE_ERR_MODEL_LOAD' });
+  outside.forked[2].report({
+    type: 'load-failed',
+    reason: 'bad graph',
+    packageFault: true,
+    code: 'TILE_ERR_MODEL_LOAD',
+  });
   outside.forked[2].exit(3);
   await until(() => outside.forked.length === 4);
   outside.forked[3].ready();
@@ -128,7 +135,12 @@ t.test('a replacement that fails to load leaves the old instance serving, and sa
 t.test('a reload retries a failed instance in place; a stop during a reload stops the replacement too', async (t) => {
   const { models, outside, events } = pool(t);
   models.start();
-  outside.forked[0].report({ type: 'load-failed', reason: 'bad graph', packageFault: true, code: 'TILE_ERR_MODEL_LOAD' });
+  outside.forked[0].report({
+    type: 'load-failed',
+    reason: 'bad graph',
+    packageFault: true,
+    code: 'TILE_ERR_MODEL_LOAD',
+  });
   outside.forked[0].exit(3);
   outside.forked[1].ready();
   const failed = models.workers[0];

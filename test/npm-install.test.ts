@@ -11,7 +11,9 @@ import { ROOT } from './helpers/server.js';
 /** npm in the repository as a user's shell runs it: without the npm_* variables that `npm test`
  *  passes down (they would turn project settings into environment ones). */
 function npm(args: string[]) {
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k) && k !== 'NODE_OPTIONS'));
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k) && k !== 'NODE_OPTIONS'),
+  );
   const run = spawnSync('npm', args, { cwd: ROOT, encoding: 'utf8', env, timeout: 60000 });
   if (run.error) throw run.error;
   return run;

@@ -14,7 +14,14 @@ t.test('OpenSlide reads an SVS as the built-in reader does', async (t) => {
   t.ok(openSlideLibrary(), 'libopenslide is installed');
   const dir = mkdtempSync(join(tmpdir(), 'openslide-'));
   const path = join(dir, 's.svs');
-  await writeSlide(path, { widthUm: 640, heightUm: 400, mpp: 0.25, seed: 5, format: 'svs', islands: [{ cx: 300, cy: 200, rx: 200, ry: 120 }] });
+  await writeSlide(path, {
+    widthUm: 640,
+    heightUm: 400,
+    mpp: 0.25,
+    seed: 5,
+    format: 'svs',
+    islands: [{ cx: 300, cy: 200, rx: 200, ry: 120 }],
+  });
   const viaOpenSlide = OpenSlideSlide.open(path);
   const builtIn = await TiffSlide.open(path);
   t.teardown(async () => {

@@ -15,33 +15,83 @@ t.test('admission: the share, then the expected wait against the deadline', asyn
   const c = clock();
   const backlog = new Backlog(c.now);
   const one = (inflight: number) => [{ backlog, inflight }];
-  t.same(decide({ held: 0, arriving: 0, share: 10, timeoutMs: 300, instances: one(0) }), { admit: true }, 'no estimate yet: admitted');
-  t.match(decide({ held: 10, arriving: 0, share: 10, timeoutMs: 300, instances: one(10) }), { admit: false, reason: 'share' }, 'the share bounds it even without an estimate');
+  t.same(
+    decide({ held: 0, arriving: 0, share: 10, timeoutMs: 300, instances: one(0) }),
+    { admit: true },
+    'no estimate yet: admitted',
+  );
+  t.match(
+    decide({ held: 10, arriving: 0, share: 10, timeoutMs: 300, instances: one(10) }),
+    { admit: false, reason: 'share' },
+    'the share bounds it even without an estimate',
+  );
 
   backlog.update({ queued: 5, batchMs: 50, maxBatch: 1 });
   t.equal(expectedMs({ backlog, inflight: 5 }, 0), 300, 'five tiles ahead, batches of one: five batches, then its own');
-  t.same(decide({ held: 4, arriving: 0, share: 100, timeoutMs: 300, instances: one(4) }), { admit: true }, 'able to finish by the deadline: admitted');
+  t.same(
+    decide({ held: 4, arriving: 0, share: 100, timeoutMs: 300, instances: one(4) }),
+    { admit: true },
+    'able to finish by the deadline: admitted',
+  );
   backlog.update({ queued: 10, batchMs: 50, maxBatch: 1 });
   const refused = decide({ held: 10, arriving: 0, share: 100, timeoutMs: 300, instances: one(10) });
   t.match(refused, { admit: false, reason: 'wait', waitMs: 550, retryAfterS: 1 }, 'ten ahead: cannot finish in 300 ms');
 
   c.advance(300);
   t.equal(backlog.queued(), 4, 'the report drains at the worker pace');
-  t.same(decide({ held: 4, arriving: 0, share: 100, timeoutMs: 300, instances: one(4) }), { admit: true }, 'and admits again once it has');
+  t.same(
+    decide({ held: 4, arriving: 0, share: 100, timeoutMs: 300, instances: one(4) }),
+    { admit: true },
+    'and admits again once it has',
+  );
 
   backlog.update({ queued: 40, batchMs: 100, maxBatch: 8 });
   t.equal(expectedMs({ backlog, inflight: 0 }, 0), 600, 'batches of eight: five batches ahead and its own');
-  t.match(decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: one(0) }), { admit: false, retryAfterS: 1 });
+  t.match(decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: one(0) }), {
+    admit: false,
+    retryAfterS: 1,
+  });
   backlog.update({ queued: 400, batchMs: 100, maxBatch: 8 });
-  t.match(decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: one(0) }), { retryAfterS: 5 }, 'Retry-After from the estimate: 5.1 s wait - 0.3 s');
+  t.match(
+    decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: one(0) }),
+    { retryAfterS: 5 },
+    'Retry-After from the estimate: 5.1 s wait - 0.3 s',
+  );
 
   const idle = new Backlog(c.now);
   idle.update({ queued: 0, batchMs: 5000, maxBatch: 1 });
-  t.same(decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: [{ backlog: idle, inflight: 0 }] }), { admit: true }, 'an idle instance always takes a tile (its worker judges it)');
-  t.same(decide({ held: 3, arriving: 0, share: 100, timeoutMs: 300, instances: [{ backlog, inflight: 3 }, { backlog: idle, inflight: 0 }] }), { admit: true }, 'the least loaded instance decides');
-  const unsent = decide({ held: 0, arriving: 20, share: 100, timeoutMs: 300, instances: [{ backlog: idle, inflight: 0 }] });
+  t.same(
+    decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: [{ backlog: idle, inflight: 0 }] }),
+    { admit: true },
+    'an idle instance always takes a tile (its worker judges it)',
+  );
+  t.same(
+    decide({
+      held: 3,
+      arriving: 0,
+      share: 100,
+      timeoutMs: 300,
+      instances: [
+        { backlog, inflight: 3 },
+        { backlog: idle, inflight: 0 },
+      ],
+    }),
+    { admit: true },
+    'the least loaded instance decides',
+  );
+  const unsent = decide({
+    held: 0,
+    arriving: 20,
+    share: 100,
+    timeoutMs: 300,
+    instances: [{ backlog: idle, inflight: 0 }],
+  });
   t.match(unsent, { admit: false, reason: 'wait' }, 'requests whose bodies are arriving count as ahead');
-  t.same(decide({ held: 0, arriving: 200, share: 10, timeoutMs: 60000, instances: one(0) }), { admit: true }, 'but hold no place of the share (a stalled upload)');
+  t.same(
+    decide({ held: 0, arriving: 200, share: 10, timeoutMs: 60000, instances: one(0) }),
+    { admit: true },
+    'but hold no place of the share (a stalled upload)',
+  );
 });
 
 t.test('batcher: tiles that cannot finish by their deadline are dropped, never run', async (t) => {
@@ -78,7 +128,13 @@ t.test('batcher: tiles that cannot finish by their deadline are dropped, never r
   // A batch runs; meanwhile tiles queue with deadlines 50, 150 and 250 ms from now.
   batcher.push({ n: 10, deadline: Infinity });
   const now = c.now();
-  for (const [n, ms] of [[11, 50], [12, 150], [13, 250], [14, 400]]) batcher.push({ n, deadline: now + ms });
+  for (const [n, ms] of [
+    [11, 50],
+    [12, 150],
+    [13, 250],
+    [14, 400],
+  ])
+    batcher.push({ n, deadline: now + ms });
   await step();
   // The first batch ended at now + 100: 11 has expired, 12 (150) cannot finish by now + 200.
   t.same(expired, [11, 12], 'expired, and unable to finish in time: dropped when the next batch forms');
@@ -96,7 +152,14 @@ t.test('batcher: tiles that cannot finish by their deadline are dropped, never r
 
   // An expired tile is reported once the queue no longer holds it (the worker then decodes more).
   const seen: number[] = [];
-  const watched = new Batcher<{ deadline: number }>({ maxBatch: 1, maxDelayMs: 0, clock: c.now, deadline: (item) => item.deadline, expire: () => seen.push(watched.pending), run: async () => {} });
+  const watched = new Batcher<{ deadline: number }>({
+    maxBatch: 1,
+    maxDelayMs: 0,
+    clock: c.now,
+    deadline: (item) => item.deadline,
+    expire: () => seen.push(watched.pending),
+    run: async () => {},
+  });
   watched.push({ deadline: 0 });
   await watched.idle();
   t.same(seen, [0], 'the queue is empty when its expired tile is reported');

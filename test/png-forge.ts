@@ -37,7 +37,8 @@ export function scanlines(pixels: Uint8Array, width: number, height: number, cha
     if (x0 >= width || y0 >= height) continue;
     for (let y = y0; y < height; y += dy) {
       const row = [0];
-      for (let x = x0; x < width; x += dx) for (let c = 0; c < channels; c++) row.push(pixels[(y * width + x) * channels + c]);
+      for (let x = x0; x < width; x += dx)
+        for (let c = 0; c < channels; c++) row.push(pixels[(y * width + x) * channels + c]);
       rows.push(Buffer.from(row));
     }
   }
@@ -47,7 +48,11 @@ export function scanlines(pixels: Uint8Array, width: number, height: number, cha
 /** A valid 8-bit PNG of the pixels (RGB or RGBA), optionally interlaced. */
 export function rgbPng(pixels: Uint8Array, width: number, height: number, channels: 3 | 4, interlace = 0): Buffer {
   const idat = deflateSync(scanlines(pixels, width, height, channels, interlace));
-  return png(ihdr({ width, height, colorType: channels === 3 ? 2 : 6, interlace }), pngChunk('IDAT', idat), pngChunk('IEND'));
+  return png(
+    ihdr({ width, height, colorType: channels === 3 ? 2 : 6, interlace }),
+    pngChunk('IDAT', idat),
+    pngChunk('IEND'),
+  );
 }
 
 export function noisePixels(width: number, height: number, channels: number, seed = 1): Uint8Array {
@@ -90,6 +95,11 @@ export function bombs(gib = 1): Record<string, Buffer> {
     interlaced: png(ihdr({ ...tile, interlace: 1 }), pngChunk('IDAT', zeros), pngChunk('IEND')),
     'many IDATs': png(ihdr(tile), ...idatChunks(zeros, 1024), pngChunk('IEND')),
     'trailing stream': png(ihdr(tile), pngChunk('IDAT', Buffer.concat([valid, zeros])), pngChunk('IEND')),
-    'iCCP profile': png(ihdr(tile), pngChunk('iCCP', Buffer.concat([Buffer.from('icc\0\0', 'latin1'), zeros])), pngChunk('IDAT', valid), pngChunk('IEND')),
+    'iCCP profile': png(
+      ihdr(tile),
+      pngChunk('iCCP', Buffer.concat([Buffer.from('icc\0\0', 'latin1'), zeros])),
+      pngChunk('IDAT', valid),
+      pngChunk('IEND'),
+    ),
   };
 }

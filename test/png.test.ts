@@ -39,7 +39,10 @@ t.test('the decoder equals pngjs for RGB and RGBA with each filter', async (t) =
       const ref = PNG.sync.read(bytes).data;
       const got = await decodePng(bytes);
       t.equal(got.channels, colorType === 2 ? 3 : 4);
-      const expected = colorType === 6 ? ref : Buffer.from(Array.from({ length: 37 * 19 * 3 }, (_, i) => ref[Math.floor(i / 3) * 4 + (i % 3)]));
+      const expected =
+        colorType === 6
+          ? ref
+          : Buffer.from(Array.from({ length: 37 * 19 * 3 }, (_, i) => ref[Math.floor(i / 3) * 4 + (i % 3)]));
       t.ok(Buffer.from(got.data).equals(expected), `colour type ${colorType}, filter ${filterType}`);
     }
   }
@@ -58,7 +61,11 @@ t.test('interlaced (Adam7) RGB and RGBA decode to the same pixels', async (t) =>
       t.ok(Buffer.from(got.data).equals(Buffer.from(px)), `${w}x${h}, ${channels} channels`);
     }
   }
-  t.equal(imageDataBytes({ width: 1, height: 1, bitDepth: 8, colorType: 2, interlace: 1 }), 4, 'a 1x1 interlaced image has pass 1 only');
+  t.equal(
+    imageDataBytes({ width: 1, height: 1, bitDepth: 8, colorType: 2, interlace: 1 }),
+    4,
+    'a 1x1 interlaced image has pass 1 only',
+  );
 });
 
 t.test("the client's tile encoder: stored or deflated, the rules pass and the pixels come back", async (t) => {
@@ -83,56 +90,217 @@ t.test('other layouts (greyscale) go through pngjs after the same checks', async
 });
 
 t.test('a valid hand-built PNG passes, ancillary chunks are ignored', async (t) => {
-  const got = await decodePng(png(header, pngChunk('tEXt', Buffer.from('Comment\0tile')), pngChunk('abCd', Buffer.from('x')), pngChunk('IDAT', data), iend));
+  const got = await decodePng(
+    png(
+      header,
+      pngChunk('tEXt', Buffer.from('Comment\0tile')),
+      pngChunk('abCd', Buffer.from('x')),
+      pngChunk('IDAT', data),
+      iend,
+    ),
+  );
   t.ok(Buffer.from(got.data).equals(Buffer.from(pixels)));
 });
 
 t.test('each PNG rule is a PngError with its code, naming what is wrong', async (t) => {
   const badCrc = png(header, pngChunk('IDAT', data, 0x12345678), iend);
-  await refused(t, badCrc, 'TILE_ERR_PNG_CRC', /chunk IDAT at byte 33 has a bad CRC \(stored 0x12345678, computed 0x[0-9a-f]{8}\)/);
-  await refused(t, png(header, pngChunk('tEXt', Buffer.from('a\0b'), 1), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_CRC', /chunk tEXt .* bad CRC/);
+  await refused(
+    t,
+    badCrc,
+    'TILE_ERR_PNG_CRC',
+    /chunk IDAT at byte 33 has a bad CRC \(stored 0x12345678, computed 0x[0-9a-f]{8}\)/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('tEXt', Buffer.from('a\0b'), 1), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_CRC',
+    /chunk tEXt .* bad CRC/,
+  );
   await refused(t, png(header, pngChunk('IDAT', data)), 'TILE_ERR_PNG_NO_IEND', /without an IEND chunk/);
-  await refused(t, png(ihdr({ width: W, height: H, compression: 1 }), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_IHDR', /compression method is 1, expected 0/);
-  await refused(t, png(ihdr({ width: W, height: H, filter: 1 }), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_IHDR', /filter method is 1, expected 0/);
-  await refused(t, png(ihdr({ width: W, height: H, interlace: 2 }), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_IHDR', /interlace method is 2/);
-  await refused(t, png(ihdr({ width: W, height: H, bitDepth: 4 }), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_IHDR', /bit depth 4 is not allowed with colour type 2 \(allowed: 8, 16\)/);
-  await refused(t, png(ihdr({ width: W, height: H, colorType: 5 }), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_IHDR', /colour type is 5/);
+  await refused(
+    t,
+    png(ihdr({ width: W, height: H, compression: 1 }), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_IHDR',
+    /compression method is 1, expected 0/,
+  );
+  await refused(
+    t,
+    png(ihdr({ width: W, height: H, filter: 1 }), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_IHDR',
+    /filter method is 1, expected 0/,
+  );
+  await refused(
+    t,
+    png(ihdr({ width: W, height: H, interlace: 2 }), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_IHDR',
+    /interlace method is 2/,
+  );
+  await refused(
+    t,
+    png(ihdr({ width: W, height: H, bitDepth: 4 }), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_IHDR',
+    /bit depth 4 is not allowed with colour type 2 \(allowed: 8, 16\)/,
+  );
+  await refused(
+    t,
+    png(ihdr({ width: W, height: H, colorType: 5 }), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_IHDR',
+    /colour type is 5/,
+  );
   await refused(t, png(ihdr({ width: 0, height: H }), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_IHDR', /width is 0/);
-  await refused(t, png(pngChunk('IHDR', Buffer.alloc(12)), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_IHDR', /IHDR holds 12 bytes, 13 expected/);
-  await refused(t, png(pngChunk('tEXt', Buffer.from('a\0b')), header, pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_IHDR', /first chunk is not IHDR/);
-  await refused(t, Buffer.from('GIF89a and then some more bytes to be long enough'), 'TILE_ERR_PNG_SIGNATURE', /PNG signature not found/);
-  await refused(t, png(header, header, pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_SECOND_IHDR', /a second IHDR chunk at byte 33/);
-  await refused(t, png(header, pngChunk('ABCD', Buffer.from('x')), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_UNKNOWN_CRITICAL_CHUNK', /unknown critical chunk ABCD/);
-  await refused(t, png(header, pngChunk('IDAT', Buffer.concat([data, Buffer.from('extra')])), iend), 'TILE_ERR_PNG_TRAILING_IMAGE_DATA', /5 bytes of trailing data after the zlib stream in IDAT/);
-  await refused(t, png(header, pngChunk('IDAT', data), iend).subarray(0, 60), 'TILE_ERR_PNG_CHUNK_BOUNDS', /chunk IDAT at byte 33 declares \d+ bytes of data, only \d+ are left/);
-  await refused(t, Buffer.concat([png(header, pngChunk('IDAT', data)), Buffer.from([0, 0, 0])]), 'TILE_ERR_PNG_CHUNK_BOUNDS', /inside the chunk that starts/);
-  await refused(t, png(header, pngChunk('I D\0', Buffer.alloc(0)), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_CHUNK_TYPE', /expected 4 ASCII letters/);
-  await refused(t, png(header, pngChunk('IDAT', data.subarray(0, 40)), iend), 'TILE_ERR_PNG_SHORT_IMAGE_DATA', /zlib stream of the image data is truncated/);
-  await refused(t, png(header, pngChunk('IDAT', deflateSync(Buffer.alloc(10))), iend), 'TILE_ERR_PNG_SHORT_IMAGE_DATA', /inflates to 10 bytes, a 16x12 PNG needs 588/);
-  await refused(t, png(header, pngChunk('IDAT', deflateSync(Buffer.alloc(589))), iend), 'TILE_ERR_PNG_EXCESS_IMAGE_DATA', /inflates to more than the 588 bytes a 16x12 PNG needs/);
-  await refused(t, png(header, pngChunk('IDAT', Buffer.from('not zlib at all')), iend), 'TILE_ERR_PNG_ZLIB', /not a valid zlib stream/);
+  await refused(
+    t,
+    png(pngChunk('IHDR', Buffer.alloc(12)), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_IHDR',
+    /IHDR holds 12 bytes, 13 expected/,
+  );
+  await refused(
+    t,
+    png(pngChunk('tEXt', Buffer.from('a\0b')), header, pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_IHDR',
+    /first chunk is not IHDR/,
+  );
+  await refused(
+    t,
+    Buffer.from('GIF89a and then some more bytes to be long enough'),
+    'TILE_ERR_PNG_SIGNATURE',
+    /PNG signature not found/,
+  );
+  await refused(
+    t,
+    png(header, header, pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_SECOND_IHDR',
+    /a second IHDR chunk at byte 33/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('ABCD', Buffer.from('x')), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_UNKNOWN_CRITICAL_CHUNK',
+    /unknown critical chunk ABCD/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', Buffer.concat([data, Buffer.from('extra')])), iend),
+    'TILE_ERR_PNG_TRAILING_IMAGE_DATA',
+    /5 bytes of trailing data after the zlib stream in IDAT/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', data), iend).subarray(0, 60),
+    'TILE_ERR_PNG_CHUNK_BOUNDS',
+    /chunk IDAT at byte 33 declares \d+ bytes of data, only \d+ are left/,
+  );
+  await refused(
+    t,
+    Buffer.concat([png(header, pngChunk('IDAT', data)), Buffer.from([0, 0, 0])]),
+    'TILE_ERR_PNG_CHUNK_BOUNDS',
+    /inside the chunk that starts/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('I D\0', Buffer.alloc(0)), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_CHUNK_TYPE',
+    /expected 4 ASCII letters/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', data.subarray(0, 40)), iend),
+    'TILE_ERR_PNG_SHORT_IMAGE_DATA',
+    /zlib stream of the image data is truncated/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', deflateSync(Buffer.alloc(10))), iend),
+    'TILE_ERR_PNG_SHORT_IMAGE_DATA',
+    /inflates to 10 bytes, a 16x12 PNG needs 588/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', deflateSync(Buffer.alloc(589))), iend),
+    'TILE_ERR_PNG_EXCESS_IMAGE_DATA',
+    /inflates to more than the 588 bytes a 16x12 PNG needs/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', Buffer.from('not zlib at all')), iend),
+    'TILE_ERR_PNG_ZLIB',
+    /not a valid zlib stream/,
+  );
   // The largest dimensions PNG allows: more bytes than a Buffer holds on any Node (2^32 on Node 20, 2^53 - 1 from 22).
-  await refused(t, png(ihdr({ width: 2 ** 31 - 1, height: 2 ** 31 - 1 }), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_EXCESS_IMAGE_DATA', /2147483647x2147483647 PNG needs \d+ bytes of image data, more than a buffer holds/);
+  await refused(
+    t,
+    png(ihdr({ width: 2 ** 31 - 1, height: 2 ** 31 - 1 }), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_EXCESS_IMAGE_DATA',
+    /2147483647x2147483647 PNG needs \d+ bytes of image data, more than a buffer holds/,
+  );
   const badAdler = Buffer.from(data);
   badAdler[badAdler.length - 1] ^= 1;
-  await refused(t, png(header, pngChunk('IDAT', badAdler), iend), 'TILE_ERR_PNG_ZLIB', /not a valid zlib stream: incorrect data check/);
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', badAdler), iend),
+    'TILE_ERR_PNG_ZLIB',
+    /not a valid zlib stream: incorrect data check/,
+  );
   const [first, second] = [data.subarray(0, 20), data.subarray(20)];
-  await refused(t, png(header, pngChunk('IDAT', first), pngChunk('tEXt', Buffer.from('a\0b')), pngChunk('IDAT', second), iend), 'TILE_ERR_PNG_IDAT_ORDER', /IDAT chunks must be consecutive/);
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', first), pngChunk('tEXt', Buffer.from('a\0b')), pngChunk('IDAT', second), iend),
+    'TILE_ERR_PNG_IDAT_ORDER',
+    /IDAT chunks must be consecutive/,
+  );
   await refused(t, png(header, iend), 'TILE_ERR_PNG_NO_IDAT', /no image data \(IDAT\) chunk/);
-  await refused(t, Buffer.concat([png(header, pngChunk('IDAT', data), iend), Buffer.from('junk')]), 'TILE_ERR_PNG_AFTER_IEND', /4 bytes after the IEND chunk/);
-  await refused(t, png(header, pngChunk('IDAT', data), pngChunk('IEND', Buffer.from('x'))), 'TILE_ERR_PNG_NO_IEND', /IEND chunk .* holds 1 bytes/);
-  await refused(t, png(ihdr({ width: W, height: H, colorType: 3 }), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_PLTE', /colour type 3 \(palette\) without a PLTE chunk/);
-  await refused(t, png(ihdr({ width: W, height: H, colorType: 0 }), pngChunk('PLTE', Buffer.alloc(3)), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_PLTE', /PLTE chunk in a colour type 0/);
-  await refused(t, png(header, pngChunk('PLTE', Buffer.alloc(4)), pngChunk('IDAT', data), iend), 'TILE_ERR_PNG_PLTE', /PLTE holds 4 bytes/);
-  await refused(t, png(header, pngChunk('IDAT', data), pngChunk('PLTE', Buffer.alloc(3)), iend), 'TILE_ERR_PNG_PLTE', /PLTE chunk at byte \d+ after the image data/);
-  await refused(t, png(header, pngChunk('IDAT', data), pngChunk('tRNS', Buffer.alloc(6)), iend), 'TILE_ERR_PNG_TRNS', /tRNS chunk at byte \d+ after the image data/);
+  await refused(
+    t,
+    Buffer.concat([png(header, pngChunk('IDAT', data), iend), Buffer.from('junk')]),
+    'TILE_ERR_PNG_AFTER_IEND',
+    /4 bytes after the IEND chunk/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', data), pngChunk('IEND', Buffer.from('x'))),
+    'TILE_ERR_PNG_NO_IEND',
+    /IEND chunk .* holds 1 bytes/,
+  );
+  await refused(
+    t,
+    png(ihdr({ width: W, height: H, colorType: 3 }), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_PLTE',
+    /colour type 3 \(palette\) without a PLTE chunk/,
+  );
+  await refused(
+    t,
+    png(ihdr({ width: W, height: H, colorType: 0 }), pngChunk('PLTE', Buffer.alloc(3)), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_PLTE',
+    /PLTE chunk in a colour type 0/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('PLTE', Buffer.alloc(4)), pngChunk('IDAT', data), iend),
+    'TILE_ERR_PNG_PLTE',
+    /PLTE holds 4 bytes/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', data), pngChunk('PLTE', Buffer.alloc(3)), iend),
+    'TILE_ERR_PNG_PLTE',
+    /PLTE chunk at byte \d+ after the image data/,
+  );
+  await refused(
+    t,
+    png(header, pngChunk('IDAT', data), pngChunk('tRNS', Buffer.alloc(6)), iend),
+    'TILE_ERR_PNG_TRNS',
+    /tRNS chunk at byte \d+ after the image data/,
+  );
 });
 
 t.test('multi-IDAT image data is one stream; the header reader checks IHDR alone', async (t) => {
   const got = await decodePng(png(header, ...idatChunks(data, 7), iend));
   t.ok(Buffer.from(got.data).equals(Buffer.from(pixels)));
   t.match(readPngHeader(png(header)), { width: W, height: H, bitDepth: 8, colorType: 2, interlace: 0 });
-  t.throws(() => readPngHeader(png(ihdr({ width: W, height: H, filter: 3 }))), { code: 'TILE_ERR_PNG_IHDR', message: /filter method is 3/ });
+  t.throws(() => readPngHeader(png(ihdr({ width: W, height: H, filter: 3 }))), {
+    code: 'TILE_ERR_PNG_IHDR',
+    message: /filter method is 3/,
+  });
 });
 
 t.test('a bad scanline filter byte is refused by the decoder', async (t) => {
@@ -151,11 +319,27 @@ t.test('bombs: refused at the declared size, without inflating them', async (t) 
     } else if (kind === 'trailing stream') {
       await refused(t, bytes, 'TILE_ERR_PNG_TRAILING_IMAGE_DATA', /bytes of trailing data after the zlib stream/);
     } else {
-      await refused(t, bytes, 'TILE_ERR_PNG_EXCESS_IMAGE_DATA', new RegExp(`inflates to more than the ${kind === 'interlaced' ? 150_948 : 150_752} bytes a 224x224${kind === 'interlaced' ? ' interlaced' : ''} PNG needs`));
+      await refused(
+        t,
+        bytes,
+        'TILE_ERR_PNG_EXCESS_IMAGE_DATA',
+        new RegExp(
+          `inflates to more than the ${kind === 'interlaced' ? 150_948 : 150_752} bytes a 224x224${kind === 'interlaced' ? ' interlaced' : ''} PNG needs`,
+        ),
+      );
     }
   }
-  const greyBomb = png(ihdr({ width: 224, height: 224, colorType: 0, interlace: 1 }), pngChunk('IDAT', zeroStream(1024 ** 3)), pngChunk('IEND'));
-  await refused(t, greyBomb, 'TILE_ERR_PNG_EXCESS_IMAGE_DATA', /more than the \d+ bytes a 224x224 interlaced PNG needs/);
+  const greyBomb = png(
+    ihdr({ width: 224, height: 224, colorType: 0, interlace: 1 }),
+    pngChunk('IDAT', zeroStream(1024 ** 3)),
+    pngChunk('IEND'),
+  );
+  await refused(
+    t,
+    greyBomb,
+    'TILE_ERR_PNG_EXCESS_IMAGE_DATA',
+    /more than the \d+ bytes a 224x224 interlaced PNG needs/,
+  );
   const grown = (process.memoryUsage().rss - rssBefore) / 2 ** 20;
   t.ok(grown < 256, `RSS grew ${grown.toFixed(0)} MiB over five 4 GiB bombs and a 1 GiB one for pngjs (bound 256 MiB)`);
 });
@@ -163,7 +347,10 @@ t.test('bombs: refused at the declared size, without inflating them', async (t) 
 t.test('strict standard base64; the URL-safe alphabet is refused by name', async (t) => {
   const bytes = Buffer.from([0xfb, 0xff, 0xbf, 1, 2, 3]);
   t.same(decodeBase64Strict(bytes.toString('base64')), { bytes });
-  t.match(decodeBase64Strict(bytes.toString('base64url')), { reason: /URL-safe base64 alphabet \(- and _\), which is refused; expected standard base64 \(A-Z a-z 0-9 \+ \/, padded with = to a multiple of 4\)/ });
+  t.match(decodeBase64Strict(bytes.toString('base64url')), {
+    reason:
+      /URL-safe base64 alphabet \(- and _\), which is refused; expected standard base64 \(A-Z a-z 0-9 \+ \/, padded with = to a multiple of 4\)/,
+  });
   t.match(decodeBase64Strict('abc$'), { reason: /characters outside standard base64/ });
   t.match(decodeBase64Strict('abc'), { reason: /3 characters, not a multiple of 4/ });
   t.match(decodeBase64Strict('ab=c'), { reason: /outside standard base64/ });

@@ -19,22 +19,38 @@ import { downsample, writeSlide, type SlideSpec } from '../tools/synthetic/slide
 const dir = mkdtempSync(join(tmpdir(), 'slide-reader-'));
 const pool = new ReaderPool(1);
 t.teardown(() => pool.close());
-const spec = (format: 'tiff' | 'svs', mpp: number): SlideSpec => ({ widthUm: 640, heightUm: 400, mpp, seed: 3, format, islands: [{ cx: 300, cy: 200, rx: 200, ry: 120 }] });
+const spec = (format: 'tiff' | 'svs', mpp: number): SlideSpec => ({
+  widthUm: 640,
+  heightUm: 400,
+  mpp,
+  seed: 3,
+  format,
+  islands: [{ cx: 300, cy: 200, rx: 200, ry: 120 }],
+});
 
-for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
+for (const [format, mpp] of [
+  ['tiff', 0.5],
+  ['svs', 0.25],
+] as const) {
   t.test(`${format}: levels, MPP and regions`, async (t) => {
     const path = join(dir, `s.${format}`);
     const raster = await writeSlide(path, spec(format, mpp));
     const slide = await TiffSlide.open(path);
     t.teardown(() => slide.close());
     t.equal(slide.mpp, mpp, 'MPP from the slide metadata');
-    t.same(slide.levels.map((l) => l.downsample), [1, 4, 16], 'the SVS thumbnail is not a level');
+    t.same(
+      slide.levels.map((l) => l.downsample),
+      [1, 4, 16],
+      'the SVS thumbnail is not a level',
+    );
     t.same([slide.levels[0].width, slide.levels[0].height], [raster.width, raster.height]);
     // A region across TIFF tile borders, and one past the right edge (white there).
     const [x, y, w, h] = [200, 190, 300, 130];
     const region = await slide.readRegion(0, x, y, w, h);
     let diff = 0;
-    for (let r = 0; r < h; r++) for (let c = 0; c < w * 3; c++) diff += Math.abs(region[r * w * 3 + c] - raster.rgb[((y + r) * raster.width + x) * 3 + c]);
+    for (let r = 0; r < h; r++)
+      for (let c = 0; c < w * 3; c++)
+        diff += Math.abs(region[r * w * 3 + c] - raster.rgb[((y + r) * raster.width + x) * 3 + c]);
     t.ok(diff / (w * h * 3) < 3, `mean difference to the encoded pixels ${(diff / (w * h * 3)).toFixed(2)} (JPEG)`);
     const edge = await slide.readRegion(0, raster.width - 10, 0, 20, 1);
     t.same(Array.from(edge.subarray(30)), new Array(30).fill(255), 'white past the edge');
@@ -46,12 +62,23 @@ for (const [format, mpp] of [['tiff', 0.5], ['svs', 0.25]] as const) {
     const extent = (0.5 * 224) / mpp;
     const tiles = [{ idx: 0, x: extent, y: 0 }];
     let rgb = Buffer.alloc(0);
-    for await (const { body } of tileBodies(pool, 'application/json', slide, tiles, extent, 224, () => ({ slide_name: 's', x: 0, y: 0, width: 224, height: 224, patch_idx: 0 }))) {
-      rgb = await sharp(Buffer.from(JSON.parse(body.bytes.toString()).image_data, 'base64')).raw().toBuffer();
+    for await (const { body } of tileBodies(pool, 'application/json', slide, tiles, extent, 224, () => ({
+      slide_name: 's',
+      x: 0,
+      y: 0,
+      width: 224,
+      height: 224,
+      patch_idx: 0,
+    }))) {
+      rgb = await sharp(Buffer.from(JSON.parse(body.bytes.toString()).image_data, 'base64'))
+        .raw()
+        .toBuffer();
     }
     const expected = mpp === 0.5 ? raster : downsample(raster, 2);
     let tileDiff = 0;
-    for (let r = 0; r < 224; r++) for (let c = 0; c < 224 * 3; c++) tileDiff += Math.abs(rgb[r * 224 * 3 + c] - expected.rgb[(r * expected.width + 224) * 3 + c]);
+    for (let r = 0; r < 224; r++)
+      for (let c = 0; c < 224 * 3; c++)
+        tileDiff += Math.abs(rgb[r * 224 * 3 + c] - expected.rgb[(r * expected.width + 224) * 3 + c]);
     t.ok(tileDiff / (224 * 224 * 3) < 4, `tile at 0.5 MPP: mean difference ${(tileDiff / (224 * 224 * 3)).toFixed(2)}`);
   });
 }
@@ -65,9 +92,18 @@ t.test('raw bodies of small tiles (under 4 KiB, where Node pools buffers) reach 
   // pool, which Node 22 and 24 refuse to transfer (DataCloneError; Node 20 copies it).
   const tiles = Array.from({ length: 400 }, (_, idx) => ({ idx, x: (idx % 40) * 16, y: Math.floor(idx / 40) * 16 }));
   let same = 0;
-  for await (const { tile, body } of tileBodies(pool, 'application/octet-stream', slide, tiles, 16, 16, (t) => ({ slide_name: 's', x: t.x, y: t.y, width: 16, height: 16, patch_idx: t.idx }))) {
+  for await (const { tile, body } of tileBodies(pool, 'application/octet-stream', slide, tiles, 16, 16, (t) => ({
+    slide_name: 's',
+    x: t.x,
+    y: t.y,
+    width: 16,
+    height: 16,
+    patch_idx: t.idx,
+  }))) {
     let diff = 0;
-    for (let r = 0; r < 16; r++) for (let c = 0; c < 48; c++) diff += Math.abs(body.bytes[r * 48 + c] - raster.rgb[((tile.y + r) * raster.width + tile.x) * 3 + c]);
+    for (let r = 0; r < 16; r++)
+      for (let c = 0; c < 48; c++)
+        diff += Math.abs(body.bytes[r * 48 + c] - raster.rgb[((tile.y + r) * raster.width + tile.x) * 3 + c]);
     if (body.bytes.length === 768 && diff / 768 < 4) same++;
   }
   t.equal(same, tiles.length, `every tile, its pixels (Node ${process.version})`);
@@ -78,7 +114,9 @@ t.test('lossless tiled TIFFs (deflate, LZW with a predictor): regions are the pi
   const rgb = Buffer.from(Array.from({ length: width * height * 3 }, (_, i) => (i * 7919 + (i >> 9)) % 251));
   for (const compression of ['deflate', 'lzw'] as const) {
     const path = join(dir, `lossless-${compression}.tif`);
-    await sharp(rgb, { raw: { width, height, channels: 3 } }).tiff({ tile: true, tileWidth: 128, tileHeight: 128, compression, predictor: 'horizontal', pyramid: true }).toFile(path);
+    await sharp(rgb, { raw: { width, height, channels: 3 } })
+      .tiff({ tile: true, tileWidth: 128, tileHeight: 128, compression, predictor: 'horizontal', pyramid: true })
+      .toFile(path);
     const slide = await TiffSlide.open(path);
     t.teardown(() => slide.close());
     t.ok(slide.levels.length >= 2, `${compression}: a pyramid`);
@@ -88,7 +126,8 @@ t.test('lossless tiled TIFFs (deflate, LZW with a predictor): regions are the pi
     for (let r = 0; r < h; r++) {
       for (let c = 0; c < w; c++) {
         const inside = x + c < width && y + r < height;
-        for (let k = 0; k < 3; k++) same &&= region[(r * w + c) * 3 + k] === (inside ? rgb[((y + r) * width + x + c) * 3 + k] : 255);
+        for (let k = 0; k < 3; k++)
+          same &&= region[(r * w + c) * 3 + k] === (inside ? rgb[((y + r) * width + x + c) * 3 + k] : 255);
       }
     }
     t.ok(same, `${compression}: the encoded pixels, white past the edges`);
@@ -105,7 +144,14 @@ t.test('the tile grid keeps whole tiles with enough tissue, row-major', async (t
   const mask = { width: 10, height: 10, mask: Uint8Array.from({ length: 100 }, (_, i) => (i % 10 < 5 ? 1 : 0)) };
   const grid = tileGrid(160, 160, 0.5, 32, 0.5, mask, 0.6);
   t.equal(grid.extent, 32);
-  t.same(grid.tiles.slice(0, 3).map((g) => [g.idx, g.x, g.y]), [[0, 0, 0], [1, 32, 0], [2, 0, 32]]);
+  t.same(
+    grid.tiles.slice(0, 3).map((g) => [g.idx, g.x, g.y]),
+    [
+      [0, 0, 0],
+      [1, 32, 0],
+      [2, 0, 32],
+    ],
+  );
   t.ok(grid.tiles.every((g) => g.x < 64 && g.tissue === 1));
   t.equal(grid.tiles.length, 2 * 5, 'the third column has half tissue: under 0.6');
 });
@@ -122,7 +168,15 @@ t.test('a torn last line of the journal is dropped; another plan starts afresh',
   t.same([...again.done.keys()], [0, 1]);
   again.append({ idx: 2, output: [5, 6] });
   again.close();
-  t.same(readFileSync(path, 'utf8').trim().split('\n').slice(1).map((l) => JSON.parse(l).idx), [0, 1, 2], 'the torn line is gone');
+  t.same(
+    readFileSync(path, 'utf8')
+      .trim()
+      .split('\n')
+      .slice(1)
+      .map((l) => JSON.parse(l).idx),
+    [0, 1, 2],
+    'the torn line is gone',
+  );
   const other = Journal.open(path, { ...plan, tiles: 4 }, { tiles: 4, output: 2 });
   t.equal(other.done.size, 0);
   other.close();
@@ -133,6 +187,12 @@ t.test('tile coordinates from file names or a CSV plan', async (t) => {
   t.same(coordsFromName('tile_448_896.png'), { x: 448, y: 896 });
   t.equal(coordsFromName('tile.png'), null);
   t.same(readPlan('file,x,y\na.png,0,224\n', 'plan.csv'), [{ file: 'a.png', x: 0, y: 224 }]);
-  t.throws(() => readPlan('name,x,y\na.png,0,0\n', 'plan.csv'), { code: 'TILE_ERR_PLAN_HEADER', message: /the header must name file, x and y/ });
-  t.throws(() => readPlan('file,x,y\na.png,0,left\n', 'plan.csv'), { code: 'TILE_ERR_PLAN_COORDS', message: /line 2: x and y must be integers/ });
+  t.throws(() => readPlan('name,x,y\na.png,0,0\n', 'plan.csv'), {
+    code: 'TILE_ERR_PLAN_HEADER',
+    message: /the header must name file, x and y/,
+  });
+  t.throws(() => readPlan('file,x,y\na.png,0,left\n', 'plan.csv'), {
+    code: 'TILE_ERR_PLAN_COORDS',
+    message: /line 2: x and y must be integers/,
+  });
 });

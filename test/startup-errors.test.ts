@@ -20,18 +20,36 @@ interface Run {
 
 const dir = mkdtempSync(join(tmpdir(), 'startup-'));
 let files = 0;
-const good = { models: [{ name: 'tissue-seg', gpus: [] }, { name: 'gene-expr', instances: 2 }] };
+const good = {
+  models: [
+    { name: 'tissue-seg', gpus: [] },
+    { name: 'gene-expr', instances: 2 },
+  ],
+};
 
 function start(config: Record<string, unknown>, env: Record<string, string> = {}, args: string[] = []): Promise<Run> {
   const file = join(dir, `config-${files++}.json`);
   writeFileSync(file, JSON.stringify({ model_repository: MODELS, port: 0, ...config }));
-  const base = Object.fromEntries(Object.entries(serviceEnv()).filter(([k]) => !['PORT', 'HOST', 'MODELS', 'LOG_LEVEL', 'LOG_FILE'].includes(k)));
+  const base = Object.fromEntries(
+    Object.entries(serviceEnv()).filter(([k]) => !['PORT', 'HOST', 'MODELS', 'LOG_LEVEL', 'LOG_FILE'].includes(k)),
+  );
   return new Promise((resolve) => {
     // Through sh, so that tap's spawn hooks cannot put their loaders back into NODE_OPTIONS.
-    const argv = ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, join(ROOT, 'dist/supervisor/main.js'), ...args];
-    execFile('/bin/sh', argv, { cwd: ROOT, timeout: 60000, env: { ...base, CONFIG: file, ...env } }, (err, stdout, stderr) => {
-      resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stdout, stderr });
-    });
+    const argv = [
+      '-c',
+      'unset NODE_OPTIONS; exec "$0" "$@"',
+      process.execPath,
+      join(ROOT, 'dist/supervisor/main.js'),
+      ...args,
+    ];
+    execFile(
+      '/bin/sh',
+      argv,
+      { cwd: ROOT, timeout: 60000, env: { ...base, CONFIG: file, ...env } },
+      (err, stdout, stderr) => {
+        resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -59,9 +77,20 @@ holder.close();
 t.test('refusals: exit 2, one line, nothing started', async (t) => {
   const expected: [Run, RegExp][] = [
     [badPort, /^configuration error \[TILE_ERR_CONFIG_VALUE\]: PORT is "abc", expected an integer from 0 to 65535\n$/],
-    [unknownKey, /^configuration error \[TILE_ERR_CONFIG_UNKNOWN_KEY\]: \S+config-1\.json: supervisor\.heartbeat_timout_ms is not a setting \(did you mean heartbeat_timeout_ms\?\)\n$/],
-    [badOption, /^configuration error \[TILE_ERR_CONFIG_ARGS\]: Unknown option '--chek-config'.*, expected --check-config or --help\n$/],
-    [portInUse, new RegExp(`^configuration error \\[TILE_ERR_LISTEN_PORT_IN_USE\\]: \\S+config-2\\.json: port is ${busy} on 127\\.0\\.0\\.1, which is already in use by another process, expected a free port \\(or PORT=0 for any\\)\\n$`)],
+    [
+      unknownKey,
+      /^configuration error \[TILE_ERR_CONFIG_UNKNOWN_KEY\]: \S+config-1\.json: supervisor\.heartbeat_timout_ms is not a setting \(did you mean heartbeat_timeout_ms\?\)\n$/,
+    ],
+    [
+      badOption,
+      /^configuration error \[TILE_ERR_CONFIG_ARGS\]: Unknown option '--chek-config'.*, expected --check-config or --help\n$/,
+    ],
+    [
+      portInUse,
+      new RegExp(
+        `^configuration error \\[TILE_ERR_LISTEN_PORT_IN_USE\\]: \\S+config-2\\.json: port is ${busy} on 127\\.0\\.0\\.1, which is already in use by another process, expected a free port \\(or PORT=0 for any\\)\\n$`,
+      ),
+    ],
   ];
   for (const [run, pattern] of expected) {
     t.equal(run.code, ExitCode.CONFIG, 'exit status 2');
@@ -75,12 +104,24 @@ t.test('--help and --check-config', async (t) => {
   t.match(help.stdout, /--check-config[\s\S]*LOG_LEVEL[\s\S]*SIGUSR2/);
   t.equal(check.code, 0, check.stderr);
   t.equal(cudaOnly.code, ExitCode.CONFIG, 'a model that can only run on cuda, without the CUDA provider');
-  t.match(cudaOnly.stderr, /^configuration error \[TILE_ERR_PROVIDER_CUDA_LIBRARIES\]: model tissue-seg: provider \["cuda"\], but the CUDA provider libraries are not installed \(npm run cuda:install\)\n$/);
-  t.match(check.stdout, /config-4\.json: ok\nlistening on http:\/\/127\.0\.0\.1:0, 2 model\(s\):\n  tissue-seg 1\.0\.0: segmentation; .*\n  gene-expr 1\.0\.0: prediction, embedding; 224x224 at 0\.5 MPP; 2 instance\(s\), gpus "auto"; .*POST \/api\/predict\/gene-expr, POST \/api\/embed\/gene-expr\nexecution providers:\n  cuda: provider libraries not installed beside libonnxruntime \d+\.\d+\.\d+ \(.*npm run cuda:install\)\n  webgpu: (Vulkan devices: .*|no Vulkan loader .*|no Vulkan device)\n  cpu: always\n$/);
+  t.match(
+    cudaOnly.stderr,
+    /^configuration error \[TILE_ERR_PROVIDER_CUDA_LIBRARIES\]: model tissue-seg: provider \["cuda"\], but the CUDA provider libraries are not installed \(npm run cuda:install\)\n$/,
+  );
+  t.match(
+    check.stdout,
+    /config-4\.json: ok\nlistening on http:\/\/127\.0\.0\.1:0, 2 model\(s\):\n {2}tissue-seg 1\.0\.0: segmentation; .*\n {2}gene-expr 1\.0\.0: prediction, embedding; 224x224 at 0\.5 MPP; 2 instance\(s\), gpus "auto"; .*POST \/api\/predict\/gene-expr, POST \/api\/embed\/gene-expr\nexecution providers:\n {2}cuda: provider libraries not installed beside libonnxruntime \d+\.\d+\.\d+ \(.*npm run cuda:install\)\n {2}webgpu: (Vulkan devices: .*|no Vulkan loader .*|no Vulkan device)\n {2}cpu: always\n$/,
+  );
 });
 
 t.test('--check-config loads each graph: a truncated model.onnx is a problem', async (t) => {
   t.equal(checkTruncated.code, ExitCode.CONFIG, 'exit status 2');
-  t.match(checkTruncated.stdout, /config-6\.json: problems found\n.*\n  tissue-seg 1\.0\.0: segmentation; .*\nexecution providers:\n/);
-  t.match(checkTruncated.stderr, /^configuration error \[TILE_ERR_MODEL_LOAD\]: model gene-expr: \S+\/gene-expr\/model\.onnx: ONNX Runtime cannot load the graph: .*\n$/);
+  t.match(
+    checkTruncated.stdout,
+    /config-6\.json: problems found\n.*\n {2}tissue-seg 1\.0\.0: segmentation; .*\nexecution providers:\n/,
+  );
+  t.match(
+    checkTruncated.stderr,
+    /^configuration error \[TILE_ERR_MODEL_LOAD\]: model gene-expr: \S+\/gene-expr\/model\.onnx: ONNX Runtime cannot load the graph: .*\n$/,
+  );
 });

@@ -25,7 +25,10 @@ t.test('the units verify without findings', async (t) => {
   copyFileSync(join(units, 'tile-inference@.service'), join(dir, 'tile-inference@gpu0.service'));
   t.equal(verify(join(dir, 'tile-inference.service')), '');
   t.equal(verify(join(dir, 'tile-inference@gpu0.service')), '');
-  const broken = readFileSync(join(units, 'tile-inference.service'), 'utf8').replace('KillMode=mixed', 'KillMode=gently');
+  const broken = readFileSync(join(units, 'tile-inference.service'), 'utf8').replace(
+    'KillMode=mixed',
+    'KillMode=gently',
+  );
   writeFileSync(join(dir, 'broken.service'), broken);
   t.match(verify(join(dir, 'broken.service')), /kill mode/, 'a broken unit is caught');
 });
@@ -52,7 +55,11 @@ t.test('restart policy, hardening, GPU devices, user and environment file', asyn
     ]) {
       t.ok(unit.split('\n').includes(line), `${name}: ${line}`);
     }
-    t.match(unit, /^ReadWritePaths=\/var\/lib\/tile-inference\S* \/var\/log\/tile-inference\S*$/m, `${name}: writable only for data and logs`);
+    t.match(
+      unit,
+      /^ReadWritePaths=\/var\/lib\/tile-inference\S* \/var\/log\/tile-inference\S*$/m,
+      `${name}: writable only for data and logs`,
+    );
     t.match(unit, /^EnvironmentFile=-?\/etc\/tile-inference\/\S+\.env$/m, `${name}: environment file`);
   }
 });

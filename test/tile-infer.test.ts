@@ -19,11 +19,36 @@ for (const sub of ['a', 'b']) {
 
 t.test('each refusal is one line naming its code', async (t) => {
   const cases: [string, string[], number, RegExp][] = [
-    ['unknown command', ['frobnicate'], 2, /^tile-infer: \[TILE_ERR_CLIENT_USAGE\] unknown command "frobnicate" \(slide or tiles\)\n$/],
-    ['bad option value', ['slide', notASlide, '--model', 'm', '--out', dir, '--concurrency', '0'], 2, /^tile-infer: \[TILE_ERR_CLIENT_USAGE\] --concurrency 0: not a valid value\n$/],
-    ['a manifest without a wsi column', ['slide', manifest, '--model', 'm', '--out', dir], 2, /^tile-infer: \[TILE_ERR_COHORT_MANIFEST\] \S+cohort\.csv: no "wsi" column/],
-    ['a shard out of range', ['slide', notASlide, '--model', 'm', '--out', dir, '--shard', '3/3'], 2, /^tile-infer: \[TILE_ERR_COHORT_SHARD\] --shard 3\/3: shard 3 of 3/],
-    ['two slides with one name', ['slide', join(dir, 'a/demo.tif'), join(dir, 'b/demo.tif'), '--model', 'm', '--out', dir], 2, /^tile-infer: \[TILE_ERR_COHORT_NAME_CLASH\] slides with the same file name/],
+    [
+      'unknown command',
+      ['frobnicate'],
+      2,
+      /^tile-infer: \[TILE_ERR_CLIENT_USAGE\] unknown command "frobnicate" \(slide or tiles\)\n$/,
+    ],
+    [
+      'bad option value',
+      ['slide', notASlide, '--model', 'm', '--out', dir, '--concurrency', '0'],
+      2,
+      /^tile-infer: \[TILE_ERR_CLIENT_USAGE\] --concurrency 0: not a valid value\n$/,
+    ],
+    [
+      'a manifest without a wsi column',
+      ['slide', manifest, '--model', 'm', '--out', dir],
+      2,
+      /^tile-infer: \[TILE_ERR_COHORT_MANIFEST\] \S+cohort\.csv: no "wsi" column/,
+    ],
+    [
+      'a shard out of range',
+      ['slide', notASlide, '--model', 'm', '--out', dir, '--shard', '3/3'],
+      2,
+      /^tile-infer: \[TILE_ERR_COHORT_SHARD\] --shard 3\/3: shard 3 of 3/,
+    ],
+    [
+      'two slides with one name',
+      ['slide', join(dir, 'a/demo.tif'), join(dir, 'b/demo.tif'), '--model', 'm', '--out', dir],
+      2,
+      /^tile-infer: \[TILE_ERR_COHORT_NAME_CLASH\] slides with the same file name/,
+    ],
   ];
   const runs = await Promise.all(cases.map(([, args]) => tileInfer(args)));
   cases.forEach(([name, , code, line], i) => {

@@ -57,7 +57,9 @@ const preprocess = makePreprocessor(pkg.manifest);
 const session = await ort.InferenceSession.create(pkg.modelPath);
 
 async function detect(rgba: Buffer): Promise<Uint8Array> {
-  const out = await session.run({ [pkg.manifest.tensors.image]: preprocess.tensor([{ width: 512, height: 512, channels: 4, data: rgba }]) });
+  const out = await session.run({
+    [pkg.manifest.tensors.image]: preprocess.tensor([{ width: 512, height: 512, channels: 4, data: rgba }]),
+  });
   return out.mask.data as Uint8Array;
 }
 
@@ -65,7 +67,10 @@ t.test('fixtures are what the generator makes', async (t) => {
   for (const fixture of TISSUE_FIXTURES) {
     const tile = slideTile(fixture);
     t.ok(encodePng(tile).equals(readFileSync(join(FIXTURES, 'tissue', `${fixture.name}.png`))), `${fixture.name}.png`);
-    t.ok(encodeMaskPng(tile.truth, 512, 512).equals(readFileSync(join(FIXTURES, 'tissue', `${fixture.name}.truth.png`))), `${fixture.name}.truth.png`);
+    t.ok(
+      encodeMaskPng(tile.truth, 512, 512).equals(readFileSync(join(FIXTURES, 'tissue', `${fixture.name}.truth.png`))),
+      `${fixture.name}.truth.png`,
+    );
   }
 });
 

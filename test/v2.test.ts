@@ -6,24 +6,57 @@ import { fakeService } from './helpers/fake-backend.js';
 import { inferBody, type Tensor } from './helpers/v2-client.js';
 
 type Json = Record<string, any>;
-const tile = (n: number): Tensor => ({ name: 'image', datatype: 'UINT8', shape: [n, 224, 224, 3], data: new Uint8Array(n * 224 * 224 * 3).fill(7) });
+const tile = (n: number): Tensor => ({
+  name: 'image',
+  datatype: 'UINT8',
+  shape: [n, 224, 224, 3],
+  data: new Uint8Array(n * 224 * 224 * 3).fill(7),
+});
 
 t.test('a batch in JSON and in binary; outputs picked; the id echoed', async (t) => {
   const { app, backend } = await fakeService();
   const json = inferBody([tile(3)], { id: 'x', outputs: ['embedding'] });
-  const res = await app.inject({ method: 'POST', url: '/v2/models/gene-expr/infer', headers: { 'content-type': 'application/json' }, payload: json.header });
+  const res = await app.inject({
+    method: 'POST',
+    url: '/v2/models/gene-expr/infer',
+    headers: { 'content-type': 'application/json' },
+    payload: json.header,
+  });
   t.equal(res.statusCode, 200, res.body.slice(0, 200));
-  t.match(res.json(), { model_name: 'gene-expr', model_version: '1.0.0', id: 'x', outputs: [{ name: 'embedding', datatype: 'FP32', shape: [3, 256] }] });
+  t.match(res.json(), {
+    model_name: 'gene-expr',
+    model_version: '1.0.0',
+    id: 'x',
+    outputs: [{ name: 'embedding', datatype: 'FP32', shape: [3, 256] }],
+  });
   t.equal(backend.jobs.length, 3, 'three tiles');
-  t.same(backend.jobs.map((j) => [j.task, j.image.format, j.width]), Array(3).fill(['embedding', 'rgb', 224]));
+  t.same(
+    backend.jobs.map((j) => [j.task, j.image.format, j.width]),
+    Array(3).fill(['embedding', 'rgb', 224]),
+  );
   const binary = inferBody([tile(2)], { binaryInputs: true, binaryOutputs: true });
-  const bin = await app.inject({ method: 'POST', url: '/v2/models/tile-embed/infer', headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(binary.header.length) }, payload: Buffer.concat([binary.header, ...binary.binary]) });
+  const bin = await app.inject({
+    method: 'POST',
+    url: '/v2/models/tile-embed/infer',
+    headers: {
+      'content-type': 'application/octet-stream',
+      'inference-header-content-length': String(binary.header.length),
+    },
+    payload: Buffer.concat([binary.header, ...binary.binary]),
+  });
   t.equal(bin.statusCode, 200);
   const length = Number(bin.headers['inference-header-content-length']);
   const header = JSON.parse(bin.rawPayload.subarray(0, length).toString()) as Json;
-  t.same(header.outputs, [{ name: 'embedding', datatype: 'FP32', shape: [2, 160], parameters: { binary_data_size: 2 * 160 * 4 } }]);
+  t.same(header.outputs, [
+    { name: 'embedding', datatype: 'FP32', shape: [2, 160], parameters: { binary_data_size: 2 * 160 * 4 } },
+  ]);
   t.equal(bin.rawPayload.length, length + 2 * 160 * 4, 'the raw tensor after the header');
-  const unknown = await app.inject({ method: 'POST', url: '/v2/models/nope/infer', headers: { 'content-type': 'application/json' }, payload: json.header });
+  const unknown = await app.inject({
+    method: 'POST',
+    url: '/v2/models/nope/infer',
+    headers: { 'content-type': 'application/json' },
+    payload: json.header,
+  });
   t.equal(unknown.statusCode, 404);
   t.same(
     backend.usage.map((u) => [u.model, u.endpoint, u.mode, u.status, u.tile]),
@@ -41,11 +74,25 @@ t.test('framing errors are 400 {"error"}; states are 404 and 503', async (t) => 
   const { app, backend } = await fakeService({ body_limit_bytes: 1024 * 1024 });
   const good = inferBody([tile(1)], { binaryInputs: true });
   const body = Buffer.concat([good.header, ...good.binary]);
-  const post = (payload: Buffer, headers: Record<string, string>, model = 'tile-embed') => app.inject({ method: 'POST', url: `/v2/models/${model}/infer`, headers: { 'content-type': 'application/octet-stream', ...headers }, payload });
+  const post = (payload: Buffer, headers: Record<string, string>, model = 'tile-embed') =>
+    app.inject({
+      method: 'POST',
+      url: `/v2/models/${model}/infer`,
+      headers: { 'content-type': 'application/octet-stream', ...headers },
+      payload,
+    });
   const length = { 'inference-header-content-length': String(good.header.length) };
   for (const [what, res, message] of [
-    ['header length past the body', await post(body, { 'inference-header-content-length': String(body.length + 1) }), /past the end/],
-    ['binary data left over', await post(Buffer.concat([body, Buffer.alloc(5)]), length), /add up to 150528 bytes, but 150533/],
+    [
+      'header length past the body',
+      await post(body, { 'inference-header-content-length': String(body.length + 1) }),
+      /past the end/,
+    ],
+    [
+      'binary data left over',
+      await post(Buffer.concat([body, Buffer.alloc(5)]), length),
+      /add up to 150528 bytes, but 150533/,
+    ],
     ['not JSON', await post(Buffer.from('nope'), {}), /malformed/],
     ['over the body limit', await post(Buffer.alloc(1024 * 1024 + 1), {}), /over the limit of 1048576 bytes/],
   ] as const) {

@@ -22,12 +22,21 @@ const valid = { image_data: 'iVBORw0KGgo=', slide_name: 's', x: 0, y: 0, width: 
 
 t.test('types map to pydantic type names with the offending input', async (t) => {
   const server = await app();
-  const res = await server.inject({ method: 'POST', url: '/tile', payload: { ...valid, x: 'left', y: 2.5, slide_name: 3, width: true, bulk_rna: 'abc', tissue_ratio: 'half' } });
+  const res = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: { ...valid, x: 'left', y: 2.5, slide_name: 3, width: true, bulk_rna: 'abc', tissue_ratio: 'half' },
+  });
   t.equal(res.statusCode, 422);
   t.same(res.json().detail, [
     { loc: ['body', 'slide_name'], msg: 'Input should be a valid string', type: 'string_type', input: 3 },
     { loc: ['body', 'x'], msg: 'Input should be a valid integer', type: 'int_type', input: 'left' },
-    { loc: ['body', 'y'], msg: 'Input should be a valid integer, got a number with a fractional part', type: 'int_from_float', input: 2.5 },
+    {
+      loc: ['body', 'y'],
+      msg: 'Input should be a valid integer, got a number with a fractional part',
+      type: 'int_from_float',
+      input: 2.5,
+    },
     { loc: ['body', 'width'], msg: 'Input should be a valid integer', type: 'int_type', input: true },
     { loc: ['body', 'bulk_rna'], msg: 'Input should be a valid list', type: 'list_type', input: 'abc' },
     { loc: ['body', 'tissue_ratio'], msg: 'Input should be a valid number', type: 'float_type', input: 'half' },
@@ -37,37 +46,86 @@ t.test('types map to pydantic type names with the offending input', async (t) =>
 t.test('missing fields, bounds, list items and query literals', async (t) => {
   const server = await app();
   const { image_data: _omit, ...rest } = valid;
-  const res = await server.inject({ method: 'POST', url: '/tile?mode=fast', payload: { ...rest, width: 0, bulk_rna: [1, 'x', 3] } });
+  const res = await server.inject({
+    method: 'POST',
+    url: '/tile?mode=fast',
+    payload: { ...rest, width: 0, bulk_rna: [1, 'x', 3] },
+  });
   const detail = res.json().detail;
   t.equal(res.statusCode, 422);
-  t.same(detail, [
-    { loc: ['query', 'mode'], msg: "Input should be 'prediction' or 'prediction_with_embedding'", type: 'literal_error', ctx: { expected: "'prediction' or 'prediction_with_embedding'" }, input: 'fast' },
-    { loc: ['body', 'image_data'], msg: 'Field required', type: 'missing' },
-    { loc: ['body', 'width'], msg: 'Input should be greater than or equal to 1', type: 'greater_than_equal', ctx: { ge: 1 }, input: 0 },
-    { loc: ['body', 'bulk_rna', 1], msg: 'Input should be a valid number', type: 'float_type', input: 'x' },
-  ], 'query and body errors together');
+  t.same(
+    detail,
+    [
+      {
+        loc: ['query', 'mode'],
+        msg: "Input should be 'prediction' or 'prediction_with_embedding'",
+        type: 'literal_error',
+        ctx: { expected: "'prediction' or 'prediction_with_embedding'" },
+        input: 'fast',
+      },
+      { loc: ['body', 'image_data'], msg: 'Field required', type: 'missing' },
+      {
+        loc: ['body', 'width'],
+        msg: 'Input should be greater than or equal to 1',
+        type: 'greater_than_equal',
+        ctx: { ge: 1 },
+        input: 0,
+      },
+      { loc: ['body', 'bulk_rna', 1], msg: 'Input should be a valid number', type: 'float_type', input: 'x' },
+    ],
+    'query and body errors together',
+  );
 });
 
 t.test('a body that is not an object, and nulls for optional fields', async (t) => {
   const server = await app();
-  const array = await server.inject({ method: 'POST', url: '/tile', payload: '[1,2]', headers: { 'content-type': 'application/json' } });
-  t.same(array.json().detail, [{ loc: ['body'], msg: 'Input should be a valid dictionary or object to extract fields from', type: 'model_attributes_type' }]);
-  const nulls = await server.inject({ method: 'POST', url: '/tile', payload: { ...valid, bulk_rna: null, tissue_ratio: null, resolution: null } });
+  const array = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: '[1,2]',
+    headers: { 'content-type': 'application/json' },
+  });
+  t.same(array.json().detail, [
+    {
+      loc: ['body'],
+      msg: 'Input should be a valid dictionary or object to extract fields from',
+      type: 'model_attributes_type',
+    },
+  ]);
+  const nulls = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: { ...valid, bulk_rna: null, tissue_ratio: null, resolution: null },
+  });
   t.equal(nulls.statusCode, 200);
 });
 
 t.test('long inputs are not echoed back', async (t) => {
   const server = await app();
-  const res = await server.inject({ method: 'POST', url: '/tile', payload: { ...valid, slide_name: 'y'.repeat(300), x: 'z'.repeat(300) } });
+  const res = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: { ...valid, slide_name: 'y'.repeat(300), x: 'z'.repeat(300) },
+  });
   t.same(res.json().detail, [{ loc: ['body', 'x'], msg: 'Input should be a valid integer', type: 'int_type' }]);
 });
 
 t.test('malformed JSON', async (t) => {
   const server = await app();
-  const res = await server.inject({ method: 'POST', url: '/tile', payload: '{"x": ', headers: { 'content-type': 'application/json' } });
+  const res = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: '{"x": ',
+    headers: { 'content-type': 'application/json' },
+  });
   t.equal(res.statusCode, 422);
   t.match(res.json().detail[0], { type: 'json_invalid', msg: 'JSON decode error', ctx: { error: String } });
-  const empty = await server.inject({ method: 'POST', url: '/tile', payload: '', headers: { 'content-type': 'application/json' } });
+  const empty = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: '',
+    headers: { 'content-type': 'application/json' },
+  });
   t.equal(empty.statusCode, 422);
   t.same(jsonInvalid('Unexpected token } in JSON at position 18').loc, ['body', 18]);
 });
@@ -76,21 +134,64 @@ t.test('tissue_ratio is a fraction from 0 to 1', async (t) => {
   const server = await app();
   const high = await server.inject({ method: 'POST', url: '/tile', payload: { ...valid, tissue_ratio: 1.5 } });
   t.equal(high.statusCode, 422);
-  t.same(high.json().detail, [{ loc: ['body', 'tissue_ratio'], msg: 'Input should be less than or equal to 1', type: 'less_than_equal', ctx: { le: 1 }, input: 1.5 }]);
+  t.same(high.json().detail, [
+    {
+      loc: ['body', 'tissue_ratio'],
+      msg: 'Input should be less than or equal to 1',
+      type: 'less_than_equal',
+      ctx: { le: 1 },
+      input: 1.5,
+    },
+  ]);
   const low = await server.inject({ method: 'POST', url: '/tile', payload: { ...valid, tissue_ratio: -0.1 } });
-  t.same(low.json().detail, [{ loc: ['body', 'tissue_ratio'], msg: 'Input should be greater than or equal to 0', type: 'greater_than_equal', ctx: { ge: 0 }, input: -0.1 }]);
-  for (const ratio of [0, 1, 0.5]) t.equal((await server.inject({ method: 'POST', url: '/tile', payload: { ...valid, tissue_ratio: ratio } })).statusCode, 200, `${ratio} accepted`);
+  t.same(low.json().detail, [
+    {
+      loc: ['body', 'tissue_ratio'],
+      msg: 'Input should be greater than or equal to 0',
+      type: 'greater_than_equal',
+      ctx: { ge: 0 },
+      input: -0.1,
+    },
+  ]);
+  for (const ratio of [0, 1, 0.5])
+    t.equal(
+      (await server.inject({ method: 'POST', url: '/tile', payload: { ...valid, tissue_ratio: ratio } })).statusCode,
+      200,
+      `${ratio} accepted`,
+    );
 });
 
 t.test('a body that is not JSON answers as FastAPI does: 422 at ["body"]', async (t) => {
   const server = await app();
-  const expected = (input: string) => [{ loc: ['body'], msg: 'Input should be a valid dictionary or object to extract fields from', type: 'model_attributes_type', input }];
-  const text = await server.inject({ method: 'POST', url: '/tile', payload: 'hello', headers: { 'content-type': 'text/plain' } });
+  const expected = (input: string) => [
+    {
+      loc: ['body'],
+      msg: 'Input should be a valid dictionary or object to extract fields from',
+      type: 'model_attributes_type',
+      input,
+    },
+  ];
+  const text = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: 'hello',
+    headers: { 'content-type': 'text/plain' },
+  });
   t.equal(text.statusCode, 422);
   t.same(text.json().detail, expected('hello'));
-  const form = await server.inject({ method: 'POST', url: '/tile', payload: 'x=1&y=2', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+  const form = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: 'x=1&y=2',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+  });
   t.same([form.statusCode, form.json().detail], [422, expected('x=1&y=2')]);
-  const multipart = await server.inject({ method: 'POST', url: '/tile', payload: '--b\r\ncontent-disposition: form-data; name="x"\r\n\r\n1\r\n--b--', headers: { 'content-type': 'multipart/form-data; boundary=b' } });
+  const multipart = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: '--b\r\ncontent-disposition: form-data; name="x"\r\n\r\n1\r\n--b--',
+    headers: { 'content-type': 'multipart/form-data; boundary=b' },
+  });
   t.same([multipart.statusCode, multipart.json().detail[0].type], [422, 'model_attributes_type']);
   const none = await server.inject({ method: 'POST', url: '/tile', payload: Buffer.from(JSON.stringify(valid)) });
   t.equal(none.statusCode, 200, 'no content type: parsed as JSON, as FastAPI does');
@@ -98,14 +199,35 @@ t.test('a body that is not JSON answers as FastAPI does: 422 at ["body"]', async
   t.same([noneBad.statusCode, noneBad.json().detail[0].type], [422, 'json_invalid']);
   for (const type of ['', 'garbage', 'text/']) {
     const bad = await server.inject({ method: 'POST', url: '/tile', payload: '{}', headers: { 'content-type': type } });
-    t.same([bad.statusCode, bad.json().detail], [422, [{ loc: ['body'], msg: 'Input should be a valid dictionary or object to extract fields from', type: 'model_attributes_type' }]], `content-type ${JSON.stringify(type)}`);
+    t.same(
+      [bad.statusCode, bad.json().detail],
+      [
+        422,
+        [
+          {
+            loc: ['body'],
+            msg: 'Input should be a valid dictionary or object to extract fields from',
+            type: 'model_attributes_type',
+          },
+        ],
+      ],
+      `content-type ${JSON.stringify(type)}`,
+    );
   }
 });
 
 t.test('a number out of range (1e400) says so', async (t) => {
   const server = await app();
-  const body = JSON.stringify({ ...valid, x: 'X', bulk_rna: [1, 'B'], tissue_ratio: 'T' }).replace('"X"', '1e400').replace('"B"', '-1e400').replace('"T"', '1e400');
-  const res = await server.inject({ method: 'POST', url: '/tile', payload: body, headers: { 'content-type': 'application/json' } });
+  const body = JSON.stringify({ ...valid, x: 'X', bulk_rna: [1, 'B'], tissue_ratio: 'T' })
+    .replace('"X"', '1e400')
+    .replace('"B"', '-1e400')
+    .replace('"T"', '1e400');
+  const res = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: body,
+    headers: { 'content-type': 'application/json' },
+  });
   t.equal(res.statusCode, 422);
   const msg = 'Input should be a finite number; the number is out of range (beyond 1.8e+308 in magnitude)';
   t.same(res.json().detail, [

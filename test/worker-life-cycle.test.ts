@@ -60,66 +60,97 @@ t.test('a ready worker serves from its socket; the view and the diagnostics snap
   t.equal(worker.state, 'ready');
   t.same(states, ['ready'], 'loading is the initial state');
   const view = worker.view();
-  t.match(view, { id: 'gene-expr#0', pid: outside.last.pid, state: 'ready', socket: '/tmp/s.sock', restarts: 0, provider: 'cpu', loadMs: 120, lastError: null });
+  t.match(view, {
+    id: 'gene-expr#0',
+    pid: outside.last.pid,
+    state: 'ready',
+    socket: '/tmp/s.sock',
+    restarts: 0,
+    provider: 'cpu',
+    loadMs: 120,
+    lastError: null,
+  });
   const snap = worker.snapshot();
-  t.match(snap, { id: view.id, pid: view.pid, state: view.state, gpu: view.gpu, provider: view.provider, provider_skipped: view.providerSkipped, adapter: view.adapter, load_ms: view.loadMs, warmup: view.warmup, restarts: view.restarts, last_error: view.lastError });
+  t.match(snap, {
+    id: view.id,
+    pid: view.pid,
+    state: view.state,
+    gpu: view.gpu,
+    provider: view.provider,
+    provider_skipped: view.providerSkipped,
+    adapter: view.adapter,
+    load_ms: view.loadMs,
+    warmup: view.warmup,
+    restarts: view.restarts,
+    last_error: view.lastError,
+  });
   t.match(snap, { model: 'gene-expr', instance: 0, intra_op_threads: 1, sha256: 'f'.repeat(64), last_exit: null });
 });
 
-t.test('a crashing worker is restarted after a delay that doubles to the cap and resets after a long run', async (t) => {
-  const { worker, outside, clock } = started(t, { restart_reset_after_ms: 5000, heartbeat_timeout_ms: 60000 });
-  const delays: number[] = [];
-  for (let i = 0; i < 6; i++) {
+t.test(
+  'a crashing worker is restarted after a delay that doubles to the cap and resets after a long run',
+  async (t) => {
+    const { worker, outside, clock } = started(t, { restart_reset_after_ms: 5000, heartbeat_timeout_ms: 60000 });
+    const delays: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      outside.last.exit(1);
+      t.equal(worker.state, 'restarting');
+      delays.push(msUntilFork(outside));
+      t.equal(worker.state, 'loading');
+    }
+    t.same(delays, [100, 200, 400, 800, 1000, 1000]);
+    t.equal(worker.restarts, 6);
+    t.equal(worker.lastError, 'exited with code 1');
+    t.match(worker.lastExit, { code: 1, signal: null, external: false, device_fault: false });
+    outside.last.ready();
+    clock.advance(5000);
     outside.last.exit(1);
+    t.equal(msUntilFork(outside), 100, 'up for restart_reset_after_ms: back to the first delay');
+    outside.last.exit(1);
+    t.equal(msUntilFork(outside), 200);
+    t.equal(outside.forked.length, 9, 'one process per start, none left over');
+  },
+);
+
+t.test(
+  'exit causes: killed from outside, crashed by a signal, a device fault, a device fault that hangs',
+  async (t) => {
+    const { worker, outside, clock } = started(t);
+    outside.last.ready();
+    outside.last.exit(null, 'SIGKILL');
+    t.match(worker.lastExit, { signal: 'SIGKILL', external: true, device_fault: false });
+    t.equal(worker.lastError, 'exited with signal SIGKILL');
+
+    msUntilFork(outside);
+    outside.last.exit(null, 'SIGSEGV');
+    t.match(worker.lastExit, { signal: 'SIGSEGV', external: false, device_fault: false }, 'a crash of its own');
+
+    msUntilFork(outside);
+    outside.last.ready();
+    outside.last.report({ type: 'device-fault', reason: 'CUDA failure 700' });
+    t.equal(worker.state, 'restarting', 'out of routing before it exits');
+    t.equal(worker.view().socket, null);
+    outside.last.exit(5);
+    t.match(worker.lastExit, { code: 5, external: false, device_fault: true });
+    t.equal(worker.lastError, 'device fault: CUDA failure 700');
+
+    msUntilFork(outside);
+    const stuck = outside.last;
+    stuck.ready();
+    stuck.report({ type: 'device-fault', reason: 'CUDA failure 999' });
+    clock.advance(FAULT_EXIT_MS - 1);
+    t.same(stuck.signals, [], 'time to answer what it holds');
+    clock.advance(1);
+    t.same(stuck.signals, ['SIGKILL'], 'killed when it does not exit');
+    await turn();
+    t.match(
+      worker.lastExit,
+      { signal: 'SIGKILL', external: false, device_fault: true },
+      'our own kill is not external',
+    );
     t.equal(worker.state, 'restarting');
-    delays.push(msUntilFork(outside));
-    t.equal(worker.state, 'loading');
-  }
-  t.same(delays, [100, 200, 400, 800, 1000, 1000]);
-  t.equal(worker.restarts, 6);
-  t.equal(worker.lastError, 'exited with code 1');
-  t.match(worker.lastExit, { code: 1, signal: null, external: false, device_fault: false });
-  outside.last.ready();
-  clock.advance(5000);
-  outside.last.exit(1);
-  t.equal(msUntilFork(outside), 100, 'up for restart_reset_after_ms: back to the first delay');
-  outside.last.exit(1);
-  t.equal(msUntilFork(outside), 200);
-  t.equal(outside.forked.length, 9, 'one process per start, none left over');
-});
-
-t.test('exit causes: killed from outside, crashed by a signal, a device fault, a device fault that hangs', async (t) => {
-  const { worker, outside, clock } = started(t);
-  outside.last.ready();
-  outside.last.exit(null, 'SIGKILL');
-  t.match(worker.lastExit, { signal: 'SIGKILL', external: true, device_fault: false });
-  t.equal(worker.lastError, 'exited with signal SIGKILL');
-
-  msUntilFork(outside);
-  outside.last.exit(null, 'SIGSEGV');
-  t.match(worker.lastExit, { signal: 'SIGSEGV', external: false, device_fault: false }, 'a crash of its own');
-
-  msUntilFork(outside);
-  outside.last.ready();
-  outside.last.report({ type: 'device-fault', reason: 'CUDA failure 700' });
-  t.equal(worker.state, 'restarting', 'out of routing before it exits');
-  t.equal(worker.view().socket, null);
-  outside.last.exit(5);
-  t.match(worker.lastExit, { code: 5, external: false, device_fault: true });
-  t.equal(worker.lastError, 'device fault: CUDA failure 700');
-
-  msUntilFork(outside);
-  const stuck = outside.last;
-  stuck.ready();
-  stuck.report({ type: 'device-fault', reason: 'CUDA failure 999' });
-  clock.advance(FAULT_EXIT_MS - 1);
-  t.same(stuck.signals, [], 'time to answer what it holds');
-  clock.advance(1);
-  t.same(stuck.signals, ['SIGKILL'], 'killed when it does not exit');
-  await turn();
-  t.match(worker.lastExit, { signal: 'SIGKILL', external: false, device_fault: true }, 'our own kill is not external');
-  t.equal(worker.state, 'restarting');
-});
+  },
+);
 
 t.test('a worker without heartbeats is killed; heartbeats keep it; a load that never ends is killed', async (t) => {
   const { worker, outside, clock } = started(t);
@@ -148,7 +179,12 @@ t.test('a worker without heartbeats is killed; heartbeats keep it; a load that n
 t.test('a package that cannot load is failed until its files change, the slow retry, or retryNow', async (t) => {
   const { worker, outside, clock, dir } = started(t);
   const loadFails = (packageFault: boolean) => {
-    outside.last.report({ type: 'load-failed', reason: 'manifest.json: not JSON', packageFault, code: 'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE' });
+    outside.last.report({
+      type: 'load-failed',
+      reason: 'manifest.json: not JSON',
+      packageFault,
+      code: 'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE',
+    });
     outside.last.exit(3);
   };
   loadFails(true);
@@ -221,9 +257,13 @@ t.test('classifyExit: the verdict first, then a stop, then the signal', async (t
   const fault = { kind: 'device-fault', reason: 'CUDA failure 700' } as const;
   t.same(classifyExit(fault, false, null, 'SIGKILL'), fault);
   t.same(classifyExit(fault, true, 0, null), fault, 'stopped after a fault: still the fault');
-  t.same(classifyExit({ kind: 'hung', reason: 'no heartbeat' }, false, null, 'SIGKILL'), { kind: 'hung', reason: 'no heartbeat' });
+  t.same(classifyExit({ kind: 'hung', reason: 'no heartbeat' }, false, null, 'SIGKILL'), {
+    kind: 'hung',
+    reason: 'no heartbeat',
+  });
   t.same(classifyExit(null, true, null, 'SIGKILL'), { kind: 'stopped' });
-  for (const signal of ['SIGKILL', 'SIGTERM', 'SIGINT', 'SIGQUIT', 'SIGHUP']) t.same(classifyExit(null, false, null, signal), { kind: 'external', signal });
+  for (const signal of ['SIGKILL', 'SIGTERM', 'SIGINT', 'SIGQUIT', 'SIGHUP'])
+    t.same(classifyExit(null, false, null, signal), { kind: 'external', signal });
   t.same(classifyExit(null, false, null, 'SIGSEGV'), { kind: 'crashed', code: null, signal: 'SIGSEGV' });
   t.same(classifyExit(null, false, 3, null), { kind: 'crashed', code: 3, signal: null });
   t.equal(describeExit({ kind: 'crashed', code: 3, signal: null }), 'exited with code 3');

@@ -10,11 +10,29 @@
 // so that workers and --check-config can tell. --dest puts them elsewhere (tests).
 import AdmZip from 'adm-zip';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { bundledVersion, checkCudaProvider, CUDA_LIBRARY, INSTALL_RECORD, runtimeDir, SHARED_LIBRARY, TENSORRT_LIBRARY, type InstallRecord } from '../src/gpu/cuda-provider.js';
+import {
+  bundledVersion,
+  checkCudaProvider,
+  CUDA_LIBRARY,
+  INSTALL_RECORD,
+  runtimeDir,
+  SHARED_LIBRARY,
+  TENSORRT_LIBRARY,
+  type InstallRecord,
+} from '../src/gpu/cuda-provider.js';
 import { CodedError, errorLine } from '../src/lib/errors.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
 
@@ -46,7 +64,8 @@ function packageVersion(dir: string): string | null {
   const walk = (d: string) => {
     for (const entry of readdirSync(d, { withFileTypes: true })) {
       if (entry.isDirectory()) walk(join(d, entry.name));
-      else if (/\.nuspec$|^METADATA$|^VERSION_NUMBER$/.test(entry.name)) files.set(entry.name.replace(/.*\.nuspec$/, 'nuspec'), join(d, entry.name));
+      else if (/\.nuspec$|^METADATA$|^VERSION_NUMBER$/.test(entry.name))
+        files.set(entry.name.replace(/.*\.nuspec$/, 'nuspec'), join(d, entry.name));
     }
   };
   walk(dir);
@@ -94,14 +113,25 @@ export function install(file: string, dest = runtimeDir()): string[] {
     const missing = [CUDA_LIBRARY, SHARED_LIBRARY].filter((name) => !found.has(name));
     if (missing.length) throw new InstallError(`${file}: has no ${missing.join(' nor ')}`);
     const declared = packageVersion(dir);
-    if (declared && declared !== expected) throw new InstallError(`${file}: is ONNX Runtime ${declared}, expected ${expected} (the bundled libonnxruntime's version); nothing installed`);
+    if (declared && declared !== expected)
+      throw new InstallError(
+        `${file}: is ONNX Runtime ${declared}, expected ${expected} (the bundled libonnxruntime's version); nothing installed`,
+      );
     // The libraries side by side, as they will be loaded, for the version check.
     const staged = mkdtempSync(join(tmpdir(), 'cuda-staged-'));
     try {
       for (const [name, path] of found) copyFileSync(path, join(staged, name));
       const check = checkCudaProvider(staged, expected);
-      if (check.state !== 'ok') throw new InstallError(`${file}: ${check.state === 'problem' ? check.problem.replace(staged, 'the package') : 'no libraries'}; nothing installed`);
-      const record: InstallRecord = { version: expected, source: basename(file), installed_at: new Date().toISOString(), files: {} };
+      if (check.state !== 'ok')
+        throw new InstallError(
+          `${file}: ${check.state === 'problem' ? check.problem.replace(staged, 'the package') : 'no libraries'}; nothing installed`,
+        );
+      const record: InstallRecord = {
+        version: expected,
+        source: basename(file),
+        installed_at: new Date().toISOString(),
+        files: {},
+      };
       for (const name of found.keys()) {
         copyFileSync(join(staged, name), join(dest, name));
         const s = statSync(join(dest, name));
@@ -118,14 +148,21 @@ export function install(file: string, dest = runtimeDir()): string[] {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const { values, positionals } = parseArgs({ allowPositionals: true, options: { dest: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: { dest: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+  });
   if (values.help || positionals.length !== 1) {
-    process.stdout.write('Usage: npm run cuda:install -- FILE [--dest DIR]\n  FILE: Microsoft.ML.OnnxRuntime.Gpu.Linux.<version>.nupkg, an onnxruntime-gpu wheel, onnxruntime-linux-x64-gpu-<version>.tgz, or a folder\n');
+    process.stdout.write(
+      'Usage: npm run cuda:install -- FILE [--dest DIR]\n  FILE: Microsoft.ML.OnnxRuntime.Gpu.Linux.<version>.nupkg, an onnxruntime-gpu wheel, onnxruntime-linux-x64-gpu-<version>.tgz, or a folder\n',
+    );
     process.exit(values.help ? ExitCode.OK : ExitCode.CONFIG);
   }
   try {
     const files = install(positionals[0], values.dest);
-    process.stdout.write(`installed ONNX Runtime ${bundledVersion()} CUDA provider: ${files.join(', ')}\nnext: npm start -- --check-config\n`);
+    process.stdout.write(
+      `installed ONNX Runtime ${bundledVersion()} CUDA provider: ${files.join(', ')}\nnext: npm start -- --check-config\n`,
+    );
   } catch (err) {
     if (!(err instanceof InstallError)) throw err;
     process.stderr.write(`cuda:install: ${errorLine(err)}\n`);

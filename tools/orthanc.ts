@@ -58,7 +58,9 @@ export async function startOrthanc(users?: Record<string, string>): Promise<Orth
   proc.stderr!.on('data', (d: Buffer) => log.push(d.toString()));
   const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
   const url = `http://127.0.0.1:${port}`;
-  const auth: Record<string, string> = users ? { authorization: `Basic ${Buffer.from(Object.entries(users)[0].join(':')).toString('base64')}` } : {};
+  const auth: Record<string, string> = users
+    ? { authorization: `Basic ${Buffer.from(Object.entries(users)[0].join(':')).toString('base64')}` }
+    : {};
   await waitFor(async () => {
     if (proc.exitCode !== null) throw new Error(`Orthanc exited with ${proc.exitCode}: ${log.join('')}`);
     return fetch(`${url}/system`, { headers: auth }).then(
@@ -71,7 +73,11 @@ export async function startOrthanc(users?: Record<string, string>): Promise<Orth
     dicomWeb: `${url}/dicom-web`,
     async upload(files) {
       for (const f of files) {
-        const r = await fetch(`${url}/instances`, { method: 'POST', body: readFileSync(f), headers: { ...auth, 'content-type': 'application/dicom' } });
+        const r = await fetch(`${url}/instances`, {
+          method: 'POST',
+          body: readFileSync(f),
+          headers: { ...auth, 'content-type': 'application/dicom' },
+        });
         if (!r.ok) throw new Error(`Orthanc refused ${f}: ${r.status} ${await r.text()}`);
       }
     },
@@ -85,9 +91,23 @@ export async function startOrthanc(users?: Record<string, string>): Promise<Orth
 
 /** OrthancWSIDicomizer's folder of instances for `tiff`; `imaged` is the specimen's width and
  *  height in mm as given to the converter. */
-export async function dicomize(tiff: string, out: string, imaged: [number, number], args: string[] = []): Promise<string[]> {
+export async function dicomize(
+  tiff: string,
+  out: string,
+  imaged: [number, number],
+  args: string[] = [],
+): Promise<string[]> {
   mkdirSync(out, { recursive: true });
-  await promisify(execFile)('OrthancWSIDicomizer', ['--folder', out, '--imaged-width', String(imaged[0]), '--imaged-height', String(imaged[1]), ...args, tiff]);
+  await promisify(execFile)('OrthancWSIDicomizer', [
+    '--folder',
+    out,
+    '--imaged-width',
+    String(imaged[0]),
+    '--imaged-height',
+    String(imaged[1]),
+    ...args,
+    tiff,
+  ]);
   return readdirSync(out)
     .sort()
     .map((f) => join(out, f));

@@ -81,16 +81,20 @@ http {
 }
 `,
   );
-  const proc = spawn('nginx', ['-p', prefix, '-c', conf, '-e', join(prefix, 'error.log')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn('nginx', ['-p', prefix, '-c', conf, '-e', join(prefix, 'error.log')], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   let stderr = '';
   proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const errorLog = () => stderr + (() => {
-    try {
-      return readFileSync(join(prefix, 'error.log'), 'utf8');
-    } catch {
-      return '';
-    }
-  })();
+  const errorLog = () =>
+    stderr +
+    (() => {
+      try {
+        return readFileSync(join(prefix, 'error.log'), 'utf8');
+      } catch {
+        return '';
+      }
+    })();
   await listening(proc, port, errorLog);
   const log = () => readFileSync(join(prefix, 'access.log'), 'utf8').split('\n').filter(Boolean);
   return { url: `http://127.0.0.1:${port}`, proc, log, stop: stopper(proc) };
@@ -105,7 +109,23 @@ export async function startS3rver(bucket: string): Promise<Started & { env: Node
   const dir = mkdtempSync(join(tmpdir(), 's3rver-'));
   const port = await freePort();
   const bin = createRequire(import.meta.url).resolve('s3rver/bin/s3rver.js');
-  const proc = spawn(process.execPath, [bin, '-d', dir, '-a', '127.0.0.1', '-p', String(port), '--silent', '--no-vhost-buckets', '--configure-bucket', bucket], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(
+    process.execPath,
+    [
+      bin,
+      '-d',
+      dir,
+      '-a',
+      '127.0.0.1',
+      '-p',
+      String(port),
+      '--silent',
+      '--no-vhost-buckets',
+      '--configure-bucket',
+      bucket,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   let out = '';
   proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   proc.stderr!.on('data', (d: Buffer) => (out += d.toString()));

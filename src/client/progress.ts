@@ -29,7 +29,8 @@ export class CohortProgress {
     this.tty = Boolean(stream.isTTY);
     this.bar = new SingleBar({
       stream,
-      format: '{slides} slides | {bar} {value}/{total} tiles | {rate} tiles/s | ETA {remaining} | {retries} retries{waiting}',
+      format:
+        '{slides} slides | {bar} {value}/{total} tiles | {rate} tiles/s | ETA {remaining} | {retries} retries{waiting}',
       noTTYOutput: true,
       notTTYSchedule: intervalMs,
       fps: 5,

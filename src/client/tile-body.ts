@@ -37,7 +37,8 @@ export function tileRequestBody(png: Uint8Array, fields: TileFields, into?: Arra
 /** A binary body's fields as query parameters: the JSON body's names, lists comma-separated. */
 export function tileQuery(fields: TileFields): string {
   const query = new URLSearchParams();
-  for (const [key, value] of Object.entries(fields)) if (value !== null && value !== undefined) query.set(key, Array.isArray(value) ? value.join(',') : String(value));
+  for (const [key, value] of Object.entries(fields))
+    if (value !== null && value !== undefined) query.set(key, Array.isArray(value) ? value.join(',') : String(value));
   return query.toString();
 }
 
@@ -47,7 +48,13 @@ export const withQuery = (path: string, query: string): string => `${path}${path
 /** The body of a size x size tile whose RGB rows `rows` writes: raw pixels, or the JSON body with
  *  the rows written straight into the PNG's scanlines (either way the pixels are copied once,
  *  from the decoded slide). */
-export function tileBody(type: 'application/json' | 'application/octet-stream', size: number, rows: RowWriter, fields: TileFields, into?: ArrayBuffer): Buffer {
+export function tileBody(
+  type: 'application/json' | 'application/octet-stream',
+  size: number,
+  rows: RowWriter,
+  fields: TileFields,
+  into?: ArrayBuffer,
+): Buffer {
   if (type === 'application/json') return tileRequestBody(encodeRgbRows(size, size, rows), fields, into);
   const body = bufferOf(size * size * 3, into);
   for (let y = 0; y < size; y++) rows(y, body, y * size * 3);
@@ -56,4 +63,5 @@ export function tileBody(type: 'application/json' | 'application/octet-stream', 
 
 /** A body buffer at the start of an ArrayBuffer of its own, which a reader thread may transfer:
  *  never a slice of Node's pool (bodies under 4 KiB), which from Node 22 cannot be transferred. */
-const bufferOf = (length: number, into?: ArrayBuffer): Buffer => (into && into.byteLength >= length ? Buffer.from(into, 0, length) : Buffer.allocUnsafeSlow(length));
+const bufferOf = (length: number, into?: ArrayBuffer): Buffer =>
+  into && into.byteLength >= length ? Buffer.from(into, 0, length) : Buffer.allocUnsafeSlow(length);

@@ -35,7 +35,10 @@ export interface ClientOptions {
 
 /** A tile for inferTile: its fields, and its image as raw pixels (uint8 RGB, row-major, width x
  *  height x 3 bytes) or as PNG bytes. */
-export type TileInput = { fields: TileFields } & ({ rgb: Uint8Array; png?: undefined } | { png: Uint8Array; rgb?: undefined });
+export type TileInput = { fields: TileFields } & (
+  | { rgb: Uint8Array; png?: undefined }
+  | { png: Uint8Array; rgb?: undefined }
+);
 
 type TileClientCode = 'TILE_ERR_CLIENT_HTTP' | 'TILE_ERR_CLIENT_DEADLINE' | 'TILE_ERR_CLIENT_UNREACHABLE';
 
@@ -112,7 +115,13 @@ export class TileClient {
     if (!options.servers.length) throw new UsageError('TILE_ERR_CLIENT_USAGE', 'at least one server URL is needed');
     // Each pool may open as many connections as there are slots: with one server up, it takes
     // all the load.
-    this.servers = options.servers.map((url) => ({ url: url.replace(/\/$/, ''), pool: new Pool(url, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 }), inFlight: 0, benchedUntil: 0, bodyTypes: null }));
+    this.servers = options.servers.map((url) => ({
+      url: url.replace(/\/$/, ''),
+      pool: new Pool(url, { connections: options.concurrency, pipelining: 1, keepAliveTimeout: 30_000 }),
+      inFlight: 0,
+      benchedUntil: 0,
+      bodyTypes: null,
+    }));
     this.slots = new Semaphore(options.concurrency);
     this.deadlineMs = options.deadlineMs ?? 300_000;
     this.backoffMs = options.backoffMs ?? 100;
@@ -123,7 +132,9 @@ export class TileClient {
   private pick(): Server {
     const now = Date.now();
     const healthy = this.servers.filter((s) => s.benchedUntil <= now);
-    const candidates = healthy.length ? healthy : [...this.servers].sort((a, b) => a.benchedUntil - b.benchedUntil).slice(0, 1);
+    const candidates = healthy.length
+      ? healthy
+      : [...this.servers].sort((a, b) => a.benchedUntil - b.benchedUntil).slice(0, 1);
     return candidates.reduce((best, s) => (s.inFlight < best.inFlight ? s : best));
   }
 
@@ -135,13 +146,21 @@ export class TileClient {
 
   /** One request with retries; resolves with the parsed JSON body of the first 2xx. `request`
    *  is the same for every server, or made for the server an attempt goes to. */
-  private async call<T>(method: 'GET' | 'POST', path: string, request: Outgoing | ((server: Server) => Promise<Outgoing>) = { path }): Promise<T> {
+  private async call<T>(
+    method: 'GET' | 'POST',
+    path: string,
+    request: Outgoing | ((server: Server) => Promise<Outgoing>) = { path },
+  ): Promise<T> {
     const deadline = Date.now() + this.deadlineMs;
     let reason = '';
     for (let attempt = 0; ; attempt++) {
       const server = this.pick();
       const remaining = deadline - Date.now();
-      if (remaining <= 0) throw new TileClientError('TILE_ERR_CLIENT_DEADLINE', `${method} ${path}: no answer within the ${this.deadlineMs} ms deadline${reason && ` (last: ${reason})`}`);
+      if (remaining <= 0)
+        throw new TileClientError(
+          'TILE_ERR_CLIENT_DEADLINE',
+          `${method} ${path}: no answer within the ${this.deadlineMs} ms deadline${reason && ` (last: ${reason})`}`,
+        );
       let wait: number;
       // Made before the try: a body that cannot be made is the caller's error, not the server's.
       const out = typeof request === 'function' ? await request(server) : request;
@@ -176,7 +195,12 @@ export class TileClient {
           } catch {
             // not JSON: keep the text
           }
-          throw new TileClientError('TILE_ERR_CLIENT_HTTP', `${method} ${server.url}${path}: ${res.statusCode} ${text.slice(0, 500)}`, res.statusCode, parsed);
+          throw new TileClientError(
+            'TILE_ERR_CLIENT_HTTP',
+            `${method} ${server.url}${path}: ${res.statusCode} ${text.slice(0, 500)}`,
+            res.statusCode,
+            parsed,
+          );
         }
       } catch (err) {
         if (err instanceof TileClientError) throw err;
@@ -212,7 +236,12 @@ export class TileClient {
           .filter((s) => !answered.has(s))
           .map(async (s) => {
             try {
-              const res = await s.pool.request({ method: 'GET', path: '/health/live', headersTimeout: Math.max(1000, deadline - Date.now()), bodyTimeout: 5000 });
+              const res = await s.pool.request({
+                method: 'GET',
+                path: '/health/live',
+                headersTimeout: Math.max(1000, deadline - Date.now()),
+                bodyTimeout: 5000,
+              });
               await res.body.dump();
               answered.add(s);
             } catch (err) {
@@ -224,7 +253,11 @@ export class TileClient {
       await sleep(Math.min(1000, 250 * 2 ** attempt, Math.max(0, deadline - Date.now())));
     }
     const silent = this.servers.filter((s) => !answered.has(s)).map((s) => `${s.url} (${reasons.get(s)})`);
-    if (!answered.size) throw new TileClientError('TILE_ERR_CLIENT_UNREACHABLE', `cannot reach ${silent.join(', ')} within ${Math.round(withinMs / 1000)} s; is the service running there?`);
+    if (!answered.size)
+      throw new TileClientError(
+        'TILE_ERR_CLIENT_UNREACHABLE',
+        `cannot reach ${silent.join(', ')} within ${Math.round(withinMs / 1000)} s; is the service running there?`,
+      );
     return silent;
   }
 
@@ -250,7 +283,11 @@ export class TileClient {
    *  one, once. */
   async inferTile(path: string, tile: TileInput): Promise<TileResponseBody> {
     const { width, height } = tile.fields;
-    if (tile.rgb && tile.rgb.length !== width * height * 3) throw new UsageError('TILE_ERR_CLIENT_USAGE', `raw pixels of a ${width}x${height} tile are ${width * height * 3} bytes (uint8 RGB), not ${tile.rgb.length}`);
+    if (tile.rgb && tile.rgb.length !== width * height * 3)
+      throw new UsageError(
+        'TILE_ERR_CLIENT_USAGE',
+        `raw pixels of a ${width}x${height} tile are ${width * height * 3} bytes (uint8 RGB), not ${tile.rgb.length}`,
+      );
     const model = modelOf(path);
     let png = tile.png;
     const pngOf = () => (png ??= encodeRgbPng(tile.rgb!, width, height));
@@ -260,9 +297,15 @@ export class TileClient {
     try {
       return await this.call<TileResponseBody>('POST', path, async (server) => {
         const takes = model && queryFits ? (await this.bodyTypesOf(server)).get(model) : undefined;
-        if (tile.rgb && takes?.has('application/octet-stream')) return outgoing(path, { type: 'application/octet-stream', bytes: bytes(tile.rgb), fields: tile.fields });
-        if (takes?.has('image/png')) return outgoing(path, { type: 'image/png', bytes: bytes(pngOf()), fields: tile.fields });
-        return outgoing(path, { type: 'application/json', bytes: tileRequestBody(pngOf(), tile.fields), fields: tile.fields });
+        if (tile.rgb && takes?.has('application/octet-stream'))
+          return outgoing(path, { type: 'application/octet-stream', bytes: bytes(tile.rgb), fields: tile.fields });
+        if (takes?.has('image/png'))
+          return outgoing(path, { type: 'image/png', bytes: bytes(pngOf()), fields: tile.fields });
+        return outgoing(path, {
+          type: 'application/json',
+          bytes: tileRequestBody(pngOf(), tile.fields),
+          fields: tile.fields,
+        });
       });
     } finally {
       release();
@@ -273,8 +316,12 @@ export class TileClient {
    *  what a caller that makes bodies ahead (tile-infer's reader threads) may make. */
   async bodyTypes(path: string): Promise<Set<TileBodyType>> {
     const model = modelOf(path);
-    const each = await Promise.all(this.servers.map(async (s) => (model ? (await this.bodyTypesOf(s)).get(model) : undefined) ?? new Set<string>()));
-    return new Set(TILE_BODY_TYPES.filter((type) => type === 'application/json' || each.every((takes) => takes.has(type))));
+    const each = await Promise.all(
+      this.servers.map(async (s) => (model ? (await this.bodyTypesOf(s)).get(model) : undefined) ?? new Set<string>()),
+    );
+    return new Set(
+      TILE_BODY_TYPES.filter((type) => type === 'application/json' || each.every((takes) => takes.has(type))),
+    );
   }
 
   /** The bodies each of a server's models takes, from its GET /api/models (read once); none for a
@@ -283,7 +330,12 @@ export class TileClient {
   private bodyTypesOf(server: Server): Promise<Map<string, Set<string>>> {
     if (this.options.bodies === 'json') return Promise.resolve(new Map());
     server.bodyTypes ??= (async () => {
-      const res = await server.pool.request({ method: 'GET', path: '/api/models', headersTimeout: 10_000, bodyTimeout: 10_000 });
+      const res = await server.pool.request({
+        method: 'GET',
+        path: '/api/models',
+        headersTimeout: 10_000,
+        bodyTimeout: 10_000,
+      });
       const text = await res.body.text();
       // A 5xx (under pressure, a balancer with no backend up) says nothing of the bodies: ask again.
       if (res.statusCode >= 500) throw new Error(`GET /api/models: ${res.statusCode}`);

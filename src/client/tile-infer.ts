@@ -5,7 +5,15 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { TileClient } from './tile-client.js';
 import { errorLine } from '../lib/errors.js';
-import { expandStudies, inShard, readCohort, shardOf, Summary, summaryName, type CohortSlide } from './pipeline/cohort.js';
+import {
+  expandStudies,
+  inShard,
+  readCohort,
+  shardOf,
+  Summary,
+  summaryName,
+  type CohortSlide,
+} from './pipeline/cohort.js';
 import { modelPlan } from './pipeline/inference.js';
 import type { SlideRun } from './pipeline/process-slide.js';
 import { defaultSlidesInFlight, runCohort } from './pipeline/run-cohort.js';
@@ -93,8 +101,10 @@ function serverUrl(value: string): string {
   } catch {
     usage(`--server ${value}: not a URL; expected http://HOST:PORT`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') usage(`--server ${value}: ${url.protocol} is not http: or https:; expected http://HOST:PORT`);
-  if (url.pathname !== '/' || url.search || url.hash || url.username || url.password) usage(`--server ${value}: a service is named by its root, http://HOST:PORT, with no path, query, fragment or user`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    usage(`--server ${value}: ${url.protocol} is not http: or https:; expected http://HOST:PORT`);
+  if (url.pathname !== '/' || url.search || url.hash || url.username || url.password)
+    usage(`--server ${value}: a service is named by its root, http://HOST:PORT, with no path, query, fragment or user`);
   return `${url.protocol}//${url.host}`;
 }
 
@@ -146,18 +156,29 @@ async function main(): Promise<number> {
   if (values.mpp !== undefined && mpp === undefined) usage(`--mpp must be ${MPP_RANGE[0]} to ${MPP_RANGE[1]}`);
   const deadline = number(values.deadline, 'deadline', 300, (v) => v > 0);
   const shard = shardOf(values.shard, values.shards);
-  const cohort = command === 'slide' ? inShard(await expandStudies(readCohort(inputs)), shard) : inputs.map((dir): CohortSlide => ({ label: dir, path: dir, stem: dir, from: 'the command line' }));
+  const cohort =
+    command === 'slide'
+      ? inShard(await expandStudies(readCohort(inputs)), shard)
+      : inputs.map((dir): CohortSlide => ({ label: dir, path: dir, stem: dir, from: 'the command line' }));
   const outDir = values.out;
 
   const client = new TileClient({ servers, concurrency, deadlineMs: deadline * 1000 });
   try {
     // Before any work: a server that does not answer is an error now, not a deadline later.
-    for (const silent of await client.reachable()) process.stderr.write(`tile-infer: ${silent} does not answer; going on with the others\n`);
+    for (const silent of await client.reachable())
+      process.stderr.write(`tile-infer: ${silent} does not answer; going on with the others\n`);
     const model = await client.metadata(values.model);
     const plan = modelPlan(model);
-    if (model.tile.width !== model.tile.height) throw new UsageError('TILE_ERR_CLIENT_TILE_SHAPE', `model ${model.model} takes ${model.tile.width}x${model.tile.height} tiles; slides are tiled in squares`);
+    if (model.tile.width !== model.tile.height)
+      throw new UsageError(
+        'TILE_ERR_CLIENT_TILE_SHAPE',
+        `model ${model.model} takes ${model.tile.width}x${model.tile.height} tiles; slides are tiled in squares`,
+      );
     if (values.heatmap !== undefined && (!plan.prediction || !(model.output_genes ?? []).includes(values.heatmap))) {
-      throw new UsageError('TILE_ERR_CLIENT_HEATMAP_GENE', `--heatmap ${values.heatmap}: not an output gene of ${model.model} (${(model.output_genes ?? []).join(', ') || 'no predictions'})`);
+      throw new UsageError(
+        'TILE_ERR_CLIENT_HEATMAP_GENE',
+        `--heatmap ${values.heatmap}: not an output gene of ${model.model} (${(model.output_genes ?? []).join(', ') || 'no predictions'})`,
+      );
     }
     // Raw pixels (or a tile file's PNG as it is) when every server takes them for the model.
     const takes = await client.bodyTypes(plan.path);
@@ -165,7 +186,10 @@ async function main(): Promise<number> {
     const tissueSha256 = command === 'slide' ? (await client.metadata(tissueModel)).sha256 : '';
     makeDir(outDir);
     lockOutput(outDir, shard, (note) => process.stderr.write(`tile-infer: ${note}\n`));
-    if (shard) process.stderr.write(`tile-infer: shard ${shard.index} of ${shard.count} (${shard.from}): ${cohort.length} slides\n`);
+    if (shard)
+      process.stderr.write(
+        `tile-infer: shard ${shard.index} of ${shard.count} (${shard.from}): ${cohort.length} slides\n`,
+      );
     const order = new Map(cohort.map((s, k) => [s.label, k]));
     const summary = new Summary(join(outDir, summaryName(shard)), (label) => order.get(label) ?? cohort.length);
     const progress = new CohortProgress(cohort.length, () => ({ retries: client.retries, waiting: client.waiting }));
@@ -174,13 +198,39 @@ async function main(): Promise<number> {
         for (const entry of cohort) {
           const started = performance.now();
           try {
-            const r = await processTiles({ dir: entry.path, model, plan, outDir, client, pngBodies: takes.has('image/png'), concurrency, tilePlan: values.plan, mpp, onPlan: (total, done) => progress.plan(total, done) });
+            const r = await processTiles({
+              dir: entry.path,
+              model,
+              plan,
+              outDir,
+              client,
+              pngBodies: takes.has('image/png'),
+              concurrency,
+              tilePlan: values.plan,
+              mpp,
+              onPlan: (total, done) => progress.plan(total, done),
+            });
             const seconds = (performance.now() - started) / 1000;
-            for (const f of r.failed) summary.record({ slide: f.file, status: 'failed', tiles: 0, seconds: 0, reason: f.reason }, entry.label);
-            summary.record({ slide: entry.label, status: r.tiles ? 'done' : 'failed', tiles: r.tiles, seconds, reason: r.failed.length ? `${r.failed.length} tile files failed (listed below)` : '' });
-            progress.slideDone(`${entry.label}: ${r.tiles} tiles in ${seconds.toFixed(1)} s, ${client.retries} retries${r.failed.length ? `, ${r.failed.length} tile files failed` : ''}; wrote ${r.files.join(', ') || 'nothing'}`);
+            for (const f of r.failed)
+              summary.record({ slide: f.file, status: 'failed', tiles: 0, seconds: 0, reason: f.reason }, entry.label);
+            summary.record({
+              slide: entry.label,
+              status: r.tiles ? 'done' : 'failed',
+              tiles: r.tiles,
+              seconds,
+              reason: r.failed.length ? `${r.failed.length} tile files failed (listed below)` : '',
+            });
+            progress.slideDone(
+              `${entry.label}: ${r.tiles} tiles in ${seconds.toFixed(1)} s, ${client.retries} retries${r.failed.length ? `, ${r.failed.length} tile files failed` : ''}; wrote ${r.files.join(', ') || 'nothing'}`,
+            );
           } catch (err) {
-            summary.record({ slide: entry.label, status: 'failed', tiles: 0, seconds: (performance.now() - started) / 1000, reason: errorLine(err as Error) });
+            summary.record({
+              slide: entry.label,
+              status: 'failed',
+              tiles: 0,
+              seconds: (performance.now() - started) / 1000,
+              reason: errorLine(err as Error),
+            });
             progress.slideDone(`${entry.label}: failed: ${errorLine(err as Error)}`);
           }
         }
@@ -188,7 +238,22 @@ async function main(): Promise<number> {
         const pool = new ReaderPool(threads);
         try {
           const bodyType = takes.has('application/octet-stream') ? 'application/octet-stream' : 'application/json';
-          const run: SlideRun = { model, plan, outDir, client, bodyType, pool, concurrency, minTissue, tissueModel, tissueSha256, noOverwrite: values['no-overwrite'] ?? false, mpp, heatmap: values.heatmap, onPlan: (total, done) => progress.plan(total, done) };
+          const run: SlideRun = {
+            model,
+            plan,
+            outDir,
+            client,
+            bodyType,
+            pool,
+            concurrency,
+            minTissue,
+            tissueModel,
+            tissueSha256,
+            noOverwrite: values['no-overwrite'] ?? false,
+            mpp,
+            heatmap: values.heatmap,
+            onPlan: (total, done) => progress.plan(total, done),
+          };
           await runCohort(run, cohort, slidesInFlight, summary, progress);
         } finally {
           await pool.close();
@@ -205,7 +270,11 @@ async function main(): Promise<number> {
 }
 
 // Ctrl-C and kill end the run through exit, whose handlers give the output folder's lock back.
-for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143]] as const) process.once(signal, () => process.exit(code));
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+] as const)
+  process.once(signal, () => process.exit(code));
 
 main().then(
   (code) => process.exit(code),

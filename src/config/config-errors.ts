@@ -31,7 +31,13 @@ export const fieldName = (instancePath: string): string =>
     .reduce((name, s) => (/^\d+$/.test(s) ? `${name}[${s}]` : name ? `${name}.${s}` : s), '');
 
 const range = (s: Schema) =>
-  s.minimum !== undefined && s.maximum !== undefined ? ` from ${s.minimum} to ${s.maximum}` : s.minimum !== undefined ? ` >= ${s.minimum}` : s.maximum !== undefined ? ` <= ${s.maximum}` : '';
+  s.minimum !== undefined && s.maximum !== undefined
+    ? ` from ${s.minimum} to ${s.maximum}`
+    : s.minimum !== undefined
+      ? ` >= ${s.minimum}`
+      : s.maximum !== undefined
+        ? ` <= ${s.maximum}`
+        : '';
 
 /** What a schema accepts, in words. */
 export function expected(s: Schema): string {
@@ -57,9 +63,11 @@ export function expected(s: Schema): string {
   }
 }
 
-const literals = (s: Schema): string[] => (s.anyOf ?? []).filter((b: Schema) => typeof b.const === 'string').map((b: Schema) => b.const);
+const literals = (s: Schema): string[] =>
+  (s.anyOf ?? []).filter((b: Schema) => typeof b.const === 'string').map((b: Schema) => b.const);
 
-const isPlainObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+const isPlainObject = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === 'object' && !Array.isArray(v);
 
 const problem = (code: ConfigCode, message: string): ConfigProblem => ({ code, message });
 
@@ -68,7 +76,12 @@ const problem = (code: ConfigCode, message: string): ConfigProblem => ({ code, m
  * and field, or the environment variable it came from). Objects and lists are walked here rather
  * than read from Value.Errors, which drops the errors after a failed union.
  */
-export function describeErrors(schema: TSchema, value: unknown, where: (path: string) => string, path = ''): ConfigProblem[] {
+export function describeErrors(
+  schema: TSchema,
+  value: unknown,
+  where: (path: string) => string,
+  path = '',
+): ConfigProblem[] {
   const s = schema as Schema;
   if (s.type === 'object' && isPlainObject(value)) {
     const known = Object.keys(s.properties ?? {});
@@ -76,14 +89,27 @@ export function describeErrors(schema: TSchema, value: unknown, where: (path: st
     return [
       ...unknown.map((key) => {
         const hint = suggest(key, known);
-        return problem('TILE_ERR_CONFIG_UNKNOWN_KEY', `${where(`${path}/${key}`)} is not a setting (${hint ? `did you mean ${hint}?` : `settings here: ${known.join(', ')}`})`);
+        return problem(
+          'TILE_ERR_CONFIG_UNKNOWN_KEY',
+          `${where(`${path}/${key}`)} is not a setting (${hint ? `did you mean ${hint}?` : `settings here: ${known.join(', ')}`})`,
+        );
       }),
-      ...((s.required ?? []) as string[]).filter((key) => value[key] === undefined).map((key) => problem('TILE_ERR_CONFIG_MISSING_KEY', `${where(`${path}/${key}`)} is missing (required)`)),
-      ...known.filter((key) => value[key] !== undefined).flatMap((key) => describeErrors(s.properties[key], value[key], where, `${path}/${key}`)),
+      ...((s.required ?? []) as string[])
+        .filter((key) => value[key] === undefined)
+        .map((key) => problem('TILE_ERR_CONFIG_MISSING_KEY', `${where(`${path}/${key}`)} is missing (required)`)),
+      ...known
+        .filter((key) => value[key] !== undefined)
+        .flatMap((key) => describeErrors(s.properties[key], value[key], where, `${path}/${key}`)),
     ];
   }
-  if (s.type === 'array' && Array.isArray(value)) return value.flatMap((item, i) => describeErrors(s.items, item, where, `${path}/${i}`));
+  if (s.type === 'array' && Array.isArray(value))
+    return value.flatMap((item, i) => describeErrors(s.items, item, where, `${path}/${i}`));
   if (Value.Check(schema, value)) return [];
   const hint = typeof value === 'string' ? suggest(value, literals(s)) : undefined;
-  return [problem('TILE_ERR_CONFIG_VALUE', `${where(path)} is ${JSON.stringify(value)}, expected ${expected(s)}${hint ? ` (did you mean "${hint}"?)` : ''}`)];
+  return [
+    problem(
+      'TILE_ERR_CONFIG_VALUE',
+      `${where(path)} is ${JSON.stringify(value)}, expected ${expected(s)}${hint ? ` (did you mean "${hint}"?)` : ''}`,
+    ),
+  ];
 }

@@ -10,115 +10,141 @@ import { describeErrors, fieldName, suggest, type ConfigCode, type ConfigProblem
 
 const Provider = Type.Union([Type.Literal('cuda'), Type.Literal('webgpu'), Type.Literal('cpu')]);
 
-const ModelEntry = Type.Object({
-  name: Type.String({ pattern: '^[a-z0-9][a-z0-9-]*$' }),
-  /** Package folder; default <model_repository>/<name>. */
-  path: Type.Optional(Type.String()),
-  instances: Type.Integer({ minimum: 1, default: 1 }),
-  /** GPU ids to pin instances to (round-robin), or "auto" to use those nvidia-smi lists. */
-  gpus: Type.Union([Type.Literal('auto'), Type.Array(Type.String())], { default: 'auto' }),
-  /** Execution providers: "auto" (cuda when its libraries load, else webgpu on a GPU that is not
-   *  a software rasterizer, else cpu), or the ones to try, in order. */
-  provider: Type.Union([Type.Literal('auto'), Type.Array(Provider, { minItems: 1, uniqueItems: true })], { default: 'auto' }),
-  /** Batch sizes a worker runs: each batch is padded up to one of them, so a tile's outputs do not
-   *  depend on what else is in its batch. "auto": checked at warm-up; "any": no padding. */
-  batch_shapes: Type.Union([Type.Literal('auto'), Type.Literal('any'), Type.Array(Type.Integer({ minimum: 1 }), { minItems: 1, uniqueItems: true })], { default: 'auto' }),
-  /** ONNX Runtime intra-op threads per worker; default: the cores shared among the model's instances (idle threads sleep). */
-  intra_op_threads: Type.Optional(Type.Integer({ minimum: 1 })),
-  /** Threads decoding this model's PNG tiles in each worker (its libuv pool); default: every core. */
-  decode_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: 1024 })),
-  /** Largest batch; default the manifest's batch.max. */
-  max_batch: Type.Optional(Type.Integer({ minimum: 1 })),
-  /** Wait for a batch to fill when the worker is idle; 0 (as Triton) runs at once, and batches
-   *  still form from what arrives while a batch runs. */
-  max_queue_delay_ms: Type.Number({ minimum: 0, default: 0 }),
-  /** Requests outstanding for the model (all instances) before new ones get 503. */
-  max_queue: Type.Integer({ minimum: 1, default: 64 }),
-  request_timeout_ms: Type.Integer({ minimum: 1, default: 30000 }),
-}, { additionalProperties: false });
+const ModelEntry = Type.Object(
+  {
+    name: Type.String({ pattern: '^[a-z0-9][a-z0-9-]*$' }),
+    /** Package folder; default <model_repository>/<name>. */
+    path: Type.Optional(Type.String()),
+    instances: Type.Integer({ minimum: 1, default: 1 }),
+    /** GPU ids to pin instances to (round-robin), or "auto" to use those nvidia-smi lists. */
+    gpus: Type.Union([Type.Literal('auto'), Type.Array(Type.String())], { default: 'auto' }),
+    /** Execution providers: "auto" (cuda when its libraries load, else webgpu on a GPU that is not
+     *  a software rasterizer, else cpu), or the ones to try, in order. */
+    provider: Type.Union([Type.Literal('auto'), Type.Array(Provider, { minItems: 1, uniqueItems: true })], {
+      default: 'auto',
+    }),
+    /** Batch sizes a worker runs: each batch is padded up to one of them, so a tile's outputs do not
+     *  depend on what else is in its batch. "auto": checked at warm-up; "any": no padding. */
+    batch_shapes: Type.Union(
+      [
+        Type.Literal('auto'),
+        Type.Literal('any'),
+        Type.Array(Type.Integer({ minimum: 1 }), { minItems: 1, uniqueItems: true }),
+      ],
+      { default: 'auto' },
+    ),
+    /** ONNX Runtime intra-op threads per worker; default: the cores shared among the model's instances (idle threads sleep). */
+    intra_op_threads: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Threads decoding this model's PNG tiles in each worker (its libuv pool); default: every core. */
+    decode_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: 1024 })),
+    /** Largest batch; default the manifest's batch.max. */
+    max_batch: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Wait for a batch to fill when the worker is idle; 0 (as Triton) runs at once, and batches
+     *  still form from what arrives while a batch runs. */
+    max_queue_delay_ms: Type.Number({ minimum: 0, default: 0 }),
+    /** Requests outstanding for the model (all instances) before new ones get 503. */
+    max_queue: Type.Integer({ minimum: 1, default: 64 }),
+    request_timeout_ms: Type.Integer({ minimum: 1, default: 30000 }),
+  },
+  { additionalProperties: false },
+);
 
-export const ServiceConfig = Type.Object({
-  host: Type.String({ default: '127.0.0.1' }),
-  port: Type.Integer({ minimum: 0, maximum: 65535, default: 8000 }),
-  /** The Open Inference Protocol's gRPC service (inference.GRPCInferenceService) on this port,
-   *  beside HTTP; null: off. */
-  grpc_port: Type.Union([Type.Integer({ minimum: 0, maximum: 65535 }), Type.Null()], { default: null }),
-  body_limit_bytes: Type.Integer({ minimum: 1024, default: 16 * 1024 * 1024 }),
-  /** PNGs whose header declares more pixels than this are refused before inflating. */
-  max_tile_pixels: Type.Integer({ minimum: 1, default: 4096 * 4096 }),
-  model_repository: Type.String({ default: 'models' }),
-  data_dir: Type.String({ default: 'data' }),
-  log_file: Type.Union([Type.String(), Type.Null()], { default: null }),
-  /** pino's levels (env LOG_LEVEL). */
-  log_level: Type.Union([Type.Literal('fatal'), Type.Literal('error'), Type.Literal('warn'), Type.Literal('info'), Type.Literal('debug'), Type.Literal('trace'), Type.Literal('silent')], { default: 'info' }),
-  /** HTTP front processes sharing the port (node:cluster); 0 picks one per core, at most 4. */
-  fronts: Type.Integer({ minimum: 0, default: 0 }),
-  front: Type.Object(
-    {
-      /** Connections one front holds at once; 0 derives it from the process's open-file limit. */
-      max_connections: Type.Integer({ minimum: 0, default: 0 }),
-      /** Request bytes (bodies being read or waiting for their answer) one front holds at once:
-       *  past it, new model requests get 503 before their body is read. */
-      max_inflight_bytes: Type.Integer({ minimum: 1024, default: 256 * 1024 * 1024 }),
-      /** A client must send its headers within this time, and its whole request within
-       *  body_timeout_ms, or the connection is closed (slow-loris). */
-      headers_timeout_ms: Type.Integer({ minimum: 100, default: 10000 }),
-      body_timeout_ms: Type.Integer({ minimum: 100, default: 60000 }),
-      /** Keep-alive connections idle this long are closed. */
-      keep_alive_timeout_ms: Type.Integer({ minimum: 100, default: 72000 }),
-    },
-    { default: {} },
-  ),
-  supervisor: Type.Object(
-    {
-      heartbeat_interval_ms: Type.Integer({ minimum: 10, default: 1000 }),
-      heartbeat_timeout_ms: Type.Integer({ minimum: 100, default: 10000 }),
-      /** Loading a model blocks the worker's event loop (ONNX Runtime parses the graph
-       *  synchronously), so a loading worker gets this long instead of the heartbeat timeout. */
-      load_timeout_ms: Type.Integer({ minimum: 100, default: 120000 }),
-      restart_initial_delay_ms: Type.Integer({ minimum: 0, default: 100 }),
-      restart_max_delay_ms: Type.Integer({ minimum: 0, default: 10000 }),
-      /** A worker up this long has its backoff reset. */
-      restart_reset_after_ms: Type.Integer({ minimum: 0, default: 60000 }),
-      /** On SIGTERM, readiness reports 503 for this long before the front stops accepting, so a
-       *  balancer's health checks see it first (HAProxy: inter + (fall - 1) x fastinter, with margin). */
-      drain_delay_ms: Type.Integer({ minimum: 0, default: 5000 }),
-      shutdown_grace_ms: Type.Integer({ minimum: 0, default: 10000 }),
-      probe_timeout_ms: Type.Integer({ minimum: 1, default: 2000 }),
-      /** A model whose package cannot load is `failed`: tried again when its files change
-       *  (checked every package_poll_ms), on SIGHUP, or after failed_retry_ms. */
-      failed_retry_ms: Type.Integer({ minimum: 100, default: 300000 }),
-      package_poll_ms: Type.Integer({ minimum: 10, default: 2000 }),
-    },
-    { default: {}, additionalProperties: false },
-  ),
-  pressure: Type.Object(
-    {
-      max_event_loop_delay_ms: Type.Integer({ minimum: 0, default: 1000 }),
-      max_heap_used_bytes: Type.Integer({ minimum: 0, default: 0 }),
-      retry_after_s: Type.Integer({ minimum: 1, default: 2 }),
-    },
-    { default: {}, additionalProperties: false },
-  ),
-  usage: Type.Object(
-    {
-      max_file_bytes: Type.Integer({ minimum: 1024, default: 10 * 1024 * 1024 }),
-      recent_entries: Type.Integer({ minimum: 1, default: 200 }),
-    },
-    { default: {}, additionalProperties: false },
-  ),
-  health: Type.Object(
-    {
-      /** As Triton's strict readiness: /health/ready is 503 while any model is failed. Off, a
-       *  failed model is listed apart and the service is ready with the others. */
-      strict_readiness: Type.Boolean({ default: true }),
-    },
-    { default: {} },
-  ),
-  /** Optional bearer token for /diagnostics and /metrics; null leaves them open (bind to loopback). */
-  admin_token: Type.Union([Type.String({ minLength: 1 }), Type.Null()], { default: null }),
-  models: Type.Array(ModelEntry),
-}, { additionalProperties: false });
+export const ServiceConfig = Type.Object(
+  {
+    host: Type.String({ default: '127.0.0.1' }),
+    port: Type.Integer({ minimum: 0, maximum: 65535, default: 8000 }),
+    /** The Open Inference Protocol's gRPC service (inference.GRPCInferenceService) on this port,
+     *  beside HTTP; null: off. */
+    grpc_port: Type.Union([Type.Integer({ minimum: 0, maximum: 65535 }), Type.Null()], { default: null }),
+    body_limit_bytes: Type.Integer({ minimum: 1024, default: 16 * 1024 * 1024 }),
+    /** PNGs whose header declares more pixels than this are refused before inflating. */
+    max_tile_pixels: Type.Integer({ minimum: 1, default: 4096 * 4096 }),
+    model_repository: Type.String({ default: 'models' }),
+    data_dir: Type.String({ default: 'data' }),
+    log_file: Type.Union([Type.String(), Type.Null()], { default: null }),
+    /** pino's levels (env LOG_LEVEL). */
+    log_level: Type.Union(
+      [
+        Type.Literal('fatal'),
+        Type.Literal('error'),
+        Type.Literal('warn'),
+        Type.Literal('info'),
+        Type.Literal('debug'),
+        Type.Literal('trace'),
+        Type.Literal('silent'),
+      ],
+      { default: 'info' },
+    ),
+    /** HTTP front processes sharing the port (node:cluster); 0 picks one per core, at most 4. */
+    fronts: Type.Integer({ minimum: 0, default: 0 }),
+    front: Type.Object(
+      {
+        /** Connections one front holds at once; 0 derives it from the process's open-file limit. */
+        max_connections: Type.Integer({ minimum: 0, default: 0 }),
+        /** Request bytes (bodies being read or waiting for their answer) one front holds at once:
+         *  past it, new model requests get 503 before their body is read. */
+        max_inflight_bytes: Type.Integer({ minimum: 1024, default: 256 * 1024 * 1024 }),
+        /** A client must send its headers within this time, and its whole request within
+         *  body_timeout_ms, or the connection is closed (slow-loris). */
+        headers_timeout_ms: Type.Integer({ minimum: 100, default: 10000 }),
+        body_timeout_ms: Type.Integer({ minimum: 100, default: 60000 }),
+        /** Keep-alive connections idle this long are closed. */
+        keep_alive_timeout_ms: Type.Integer({ minimum: 100, default: 72000 }),
+      },
+      { default: {} },
+    ),
+    supervisor: Type.Object(
+      {
+        heartbeat_interval_ms: Type.Integer({ minimum: 10, default: 1000 }),
+        heartbeat_timeout_ms: Type.Integer({ minimum: 100, default: 10000 }),
+        /** Loading a model blocks the worker's event loop (ONNX Runtime parses the graph
+         *  synchronously), so a loading worker gets this long instead of the heartbeat timeout. */
+        load_timeout_ms: Type.Integer({ minimum: 100, default: 120000 }),
+        restart_initial_delay_ms: Type.Integer({ minimum: 0, default: 100 }),
+        restart_max_delay_ms: Type.Integer({ minimum: 0, default: 10000 }),
+        /** A worker up this long has its backoff reset. */
+        restart_reset_after_ms: Type.Integer({ minimum: 0, default: 60000 }),
+        /** On SIGTERM, readiness reports 503 for this long before the front stops accepting, so a
+         *  balancer's health checks see it first (HAProxy: inter + (fall - 1) x fastinter, with margin). */
+        drain_delay_ms: Type.Integer({ minimum: 0, default: 5000 }),
+        shutdown_grace_ms: Type.Integer({ minimum: 0, default: 10000 }),
+        probe_timeout_ms: Type.Integer({ minimum: 1, default: 2000 }),
+        /** A model whose package cannot load is `failed`: tried again when its files change
+         *  (checked every package_poll_ms), on SIGHUP, or after failed_retry_ms. */
+        failed_retry_ms: Type.Integer({ minimum: 100, default: 300000 }),
+        package_poll_ms: Type.Integer({ minimum: 10, default: 2000 }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
+    pressure: Type.Object(
+      {
+        max_event_loop_delay_ms: Type.Integer({ minimum: 0, default: 1000 }),
+        max_heap_used_bytes: Type.Integer({ minimum: 0, default: 0 }),
+        retry_after_s: Type.Integer({ minimum: 1, default: 2 }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
+    usage: Type.Object(
+      {
+        max_file_bytes: Type.Integer({ minimum: 1024, default: 10 * 1024 * 1024 }),
+        recent_entries: Type.Integer({ minimum: 1, default: 200 }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
+    health: Type.Object(
+      {
+        /** As Triton's strict readiness: /health/ready is 503 while any model is failed. Off, a
+         *  failed model is listed apart and the service is ready with the others. */
+        strict_readiness: Type.Boolean({ default: true }),
+      },
+      { default: {} },
+    ),
+    /** Optional bearer token for /diagnostics and /metrics; null leaves them open (bind to loopback). */
+    admin_token: Type.Union([Type.String({ minLength: 1 }), Type.Null()], { default: null }),
+    models: Type.Array(ModelEntry),
+  },
+  { additionalProperties: false },
+);
 export type ServiceConfig = Static<typeof ServiceConfig>;
 export type ModelEntry = Static<typeof ModelEntry>;
 export type ProviderName = Static<typeof Provider>;
@@ -142,9 +168,17 @@ export class ConfigError extends CodedError<ConfigCode> {
 }
 
 /** Settings an environment variable overrides, and the variable. */
-const ENV_SETTINGS = { port: 'PORT', host: 'HOST', log_file: 'LOG_FILE', data_dir: 'DATA_DIR', admin_token: 'ADMIN_TOKEN', log_level: 'LOG_LEVEL' } as const;
+const ENV_SETTINGS = {
+  port: 'PORT',
+  host: 'HOST',
+  log_file: 'LOG_FILE',
+  data_dir: 'DATA_DIR',
+  admin_token: 'ADMIN_TOKEN',
+  log_level: 'LOG_LEVEL',
+} as const;
 
-export const configFile = (env: NodeJS.ProcessEnv = process.env, root = process.cwd()): string => resolve(root, env.CONFIG ?? 'config/default.json');
+export const configFile = (env: NodeJS.ProcessEnv = process.env, root = process.cwd()): string =>
+  resolve(root, env.CONFIG ?? 'config/default.json');
 
 /** Where a setting (a dotted field name) comes from, for messages: "PORT" or "<file>: port". */
 export function settingSource(field: string, env: NodeJS.ProcessEnv = process.env, root = process.cwd()): string {
@@ -153,7 +187,11 @@ export function settingSource(field: string, env: NodeJS.ProcessEnv = process.en
 }
 
 function parsePort(value: string): number {
-  if (!/^\d+$/.test(value.trim()) || Number(value) > 65535) throw new ConfigError('TILE_ERR_CONFIG_VALUE', `PORT is ${JSON.stringify(value)}, expected an integer from 0 to 65535`);
+  if (!/^\d+$/.test(value.trim()) || Number(value) > 65535)
+    throw new ConfigError(
+      'TILE_ERR_CONFIG_VALUE',
+      `PORT is ${JSON.stringify(value)}, expected an integer from 0 to 65535`,
+    );
   return Number(value);
 }
 
@@ -164,9 +202,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
   try {
     raw = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
-    throw new ConfigError('TILE_ERR_CONFIG_FILE', `${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file (set CONFIG to the configuration file)' : (err as Error).message}`);
+    throw new ConfigError(
+      'TILE_ERR_CONFIG_FILE',
+      `${file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file (set CONFIG to the configuration file)' : (err as Error).message}`,
+    );
   }
-  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError('TILE_ERR_CONFIG_FILE', `${file}: expected a JSON object of settings`);
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw))
+    throw new ConfigError('TILE_ERR_CONFIG_FILE', `${file}: expected a JSON object of settings`);
   if (env.PORT) raw.port = parsePort(env.PORT);
   if (env.HOST) raw.host = env.HOST;
   if (env.LOG_FILE !== undefined) raw.log_file = env.LOG_FILE || null;
@@ -180,16 +222,29 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
 
   const names = config.models.map((m) => m.name);
   if (env.MODELS !== undefined) {
-    const wanted = env.MODELS.split(',').map((s) => s.trim()).filter(Boolean);
+    const wanted = env.MODELS.split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
     const unknown = wanted.filter((name) => !names.includes(name));
     if (unknown.length) {
       const hints = unknown.map((name) => suggest(name, names)).filter(Boolean);
-      throw new ConfigError('TILE_ERR_CONFIG_UNKNOWN_MODEL', `MODELS names ${unknown.join(', ')}, not in ${file}, expected some of ${names.join(', ')}${hints.length ? ` (did you mean ${hints.join(', ')}?)` : ''}`);
+      throw new ConfigError(
+        'TILE_ERR_CONFIG_UNKNOWN_MODEL',
+        `MODELS names ${unknown.join(', ')}, not in ${file}, expected some of ${names.join(', ')}${hints.length ? ` (did you mean ${hints.join(', ')}?)` : ''}`,
+      );
     }
-    if (wanted.length === 0) throw new ConfigError('TILE_ERR_CONFIG_NO_MODELS', `MODELS is empty, so no model would be served, expected a comma-separated list of some of ${names.join(', ')}`);
+    if (wanted.length === 0)
+      throw new ConfigError(
+        'TILE_ERR_CONFIG_NO_MODELS',
+        `MODELS is empty, so no model would be served, expected a comma-separated list of some of ${names.join(', ')}`,
+      );
     config.models = config.models.filter((m) => wanted.includes(m.name));
   }
-  if (config.models.length === 0) throw new ConfigError('TILE_ERR_CONFIG_NO_MODELS', `${file}: models is [], so no model would be served, expected at least one entry such as {"name": "tissue-seg"}`);
+  if (config.models.length === 0)
+    throw new ConfigError(
+      'TILE_ERR_CONFIG_NO_MODELS',
+      `${file}: models is [], so no model would be served, expected at least one entry such as {"name": "tissue-seg"}`,
+    );
   config.model_repository = resolve(root, config.model_repository);
   config.data_dir = resolve(root, config.data_dir);
   if (config.log_file) config.log_file = resolve(root, config.log_file);
@@ -203,7 +258,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
  *  not burn them. Not more threads than that: with two instances of two threads on two cores,
  *  tiles decoded beside a batch took a core from one of its threads and every operator waited
  *  for the slower one (tile-embed ran ~1.7x slower per tile than alone). */
-export const defaultIntraOpThreads = (instances: number): number => Math.max(1, Math.floor(availableParallelism() / instances));
+export const defaultIntraOpThreads = (instances: number): number =>
+  Math.max(1, Math.floor(availableParallelism() / instances));
 
 /** HTTP fronts when `fronts` is 0: one per core, at most 4. Measured (docs/throughput.md): a
  *  front spends 0.7-1.1 CPU ms on a 224 px tile and ~2 on a 512 px one, so 4 fronts feed about

@@ -23,5 +23,7 @@ export type PredictMode = 'prediction' | 'prediction_with_embedding';
 /** The modes of a model's POST /api/predict: the embedding of the same forward pass where the
  *  model predicts and embeds (a segmentation model's mask comes alone). */
 export function predictModes(tasks: readonly Task[]): PredictMode[] {
-  return tasks.includes('prediction') && tasks.includes('embedding') && !tasks.includes('segmentation') ? ['prediction', 'prediction_with_embedding'] : ['prediction'];
+  return tasks.includes('prediction') && tasks.includes('embedding') && !tasks.includes('segmentation')
+    ? ['prediction', 'prediction_with_embedding']
+    : ['prediction'];
 }

@@ -19,7 +19,10 @@ export const TileRequest = Type.Object(
     width: Type.Integer({ minimum: 1, maximum: SAFE.maximum, description: 'Tile width in pixels' }),
     height: Type.Integer({ minimum: 1, maximum: SAFE.maximum, description: 'Tile height in pixels' }),
     patch_idx: Type.Integer({ ...SAFE, description: 'Index of this tile in the extraction plan' }),
-    bulk_rna: Nullable(Type.Array(Type.Number()), "Bulk RNA counts, one per input gene of the model (see /api/metadata/{model}); prediction only"),
+    bulk_rna: Nullable(
+      Type.Array(Type.Number()),
+      'Bulk RNA counts, one per input gene of the model (see /api/metadata/{model}); prediction only',
+    ),
     tissue_ratio: Nullable(Type.Number({ minimum: 0, maximum: 1 }), 'Fraction of tissue in the tile, from 0 to 1'),
     resolution: Nullable(Type.Number(), 'Extraction resolution in microns per pixel'),
   },
@@ -29,14 +32,20 @@ export type TileRequest = Static<typeof TileRequest>;
 
 export const TileResponse = Type.Object(
   {
-    output: Type.Array(Type.Number(), { description: 'Model output: 0/1 mask (height x width, row-major), predicted expression per output gene, or the embedding' }),
+    output: Type.Array(Type.Number(), {
+      description:
+        'Model output: 0/1 mask (height x width, row-major), predicted expression per output gene, or the embedding',
+    }),
     slide_name: Type.String(),
     x: Type.Integer(),
     y: Type.Integer(),
     width: Type.Integer(),
     height: Type.Integer(),
     patch_idx: Type.Integer(),
-    tissue_ratio: Nullable(Type.Number(), 'Echo of the request value; for tissue-seg without one, the tissue fraction of the mask'),
+    tissue_ratio: Nullable(
+      Type.Number(),
+      'Echo of the request value; for tissue-seg without one, the tissue fraction of the mask',
+    ),
     resolution: Nullable(Type.Number(), 'Echo of the request value'),
     embedding: Nullable(Type.Array(Type.Number()), 'The embedding, in prediction_with_embedding mode only'),
   },
@@ -53,14 +62,28 @@ export const ValidationError = Type.Object(
   },
   { title: 'ValidationError' },
 );
-export const HTTPValidationError = Type.Object({ detail: Type.Optional(Type.Array(ValidationError)) }, { title: 'HTTPValidationError' });
-export const Loading = Type.Object({ status: Type.Literal('loading') }, { title: 'Loading', description: 'The model is starting or restarting; retry after Retry-After seconds' });
+export const HTTPValidationError = Type.Object(
+  { detail: Type.Optional(Type.Array(ValidationError)) },
+  { title: 'HTTPValidationError' },
+);
+export const Loading = Type.Object(
+  { status: Type.Literal('loading') },
+  { title: 'Loading', description: 'The model is starting or restarting; retry after Retry-After seconds' },
+);
 export const ErrorDetail = Type.Object({ detail: Type.String() }, { title: 'ErrorDetail' });
 
 /** The query of POST /api/predict/<model>, offering the model's modes (predictModes). */
 export const predictQuery = (modes: PredictMode[]) =>
   Type.Object({
-    mode: Type.Optional(Type.Enum(modes, { default: 'prediction', description: modes.length > 1 ? 'prediction_with_embedding also returns the embedding of the same forward pass' : 'this model has one mode' })),
+    mode: Type.Optional(
+      Type.Enum(modes, {
+        default: 'prediction',
+        description:
+          modes.length > 1
+            ? 'prediction_with_embedding also returns the embedding of the same forward pass'
+            : 'this model has one mode',
+      }),
+    ),
   });
 export const PredictQuery = predictQuery(['prediction', 'prediction_with_embedding']);
 export type PredictQuery = Static<typeof PredictQuery>;
@@ -70,7 +93,12 @@ export const ModelMetadata = Type.Object(
     model: Type.String(),
     version: Type.String(),
     tasks: Type.Array(Type.String()),
-    tile: Type.Object({ width: Type.Integer(), height: Type.Integer(), mpp: Type.Number(), mpp_tolerance: Type.Number() }),
+    tile: Type.Object({
+      width: Type.Integer(),
+      height: Type.Integer(),
+      mpp: Type.Number(),
+      mpp_tolerance: Type.Number(),
+    }),
     input_genes: Type.Optional(Type.Array(Type.String())),
     output_genes: Type.Optional(Type.Array(Type.String())),
     gene_panel: Type.Optional(Type.String()),

@@ -54,7 +54,9 @@ export interface AdmissionInput {
   instances: InstanceLoad[];
 }
 
-export type Decision = { admit: true } | { admit: false; reason: 'share' | 'wait'; waitMs: number; retryAfterS: number };
+export type Decision =
+  | { admit: true }
+  | { admit: false; reason: 'share' | 'wait'; waitMs: number; retryAfterS: number };
 
 /** Milliseconds until a tile sent to this instance now would have its answer: the batches of
  *  the tiles ahead of it (the worker's report, or this front's own count when higher, plus its

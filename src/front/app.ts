@@ -43,13 +43,25 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
     ajv: { customOptions: { allErrors: true, coerceTypes: false }, plugins: [tileImageKeyword] },
     // Slow clients cannot hold connections open: headers and whole requests have deadlines,
     // checked every second rather than Node's default 30 s.
-    serverFactory: (handler) => createServer({ headersTimeout: front.headers_timeout_ms, requestTimeout: front.body_timeout_ms, connectionsCheckingInterval: 1000, keepAliveTimeout: front.keep_alive_timeout_ms }, handler),
+    serverFactory: (handler) =>
+      createServer(
+        {
+          headersTimeout: front.headers_timeout_ms,
+          requestTimeout: front.body_timeout_ms,
+          connectionsCheckingInterval: 1000,
+          keepAliveTimeout: front.keep_alive_timeout_ms,
+        },
+        handler,
+      ),
     // During a stop the service answers 503 in its own shape (plugins/connections.ts).
     return503OnClosing: false,
     // HTTP that Node refuses (headers over the limit, timeouts, malformed) in the same shape.
     clientErrorHandler,
   });
-  await app.register(errors, { retryAfterS: config.pressure.retry_after_s, models: () => backend.models().map((m) => m.name) });
+  await app.register(errors, {
+    retryAfterS: config.pressure.retry_after_s,
+    models: () => backend.models().map((m) => m.name),
+  });
   await app.register(connections, { maxConnections: front.max_connections });
   await app.register(contentEncoding);
   await app.register(queryEncoding);
@@ -64,6 +76,11 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
   await app.register(diagnostics, { backend, token: config.admin_token });
   await app.register(modelRoutes, { backend, config });
   await app.register(models, { backend });
-  await app.register(v2, { prefix: '/v2', service: new V2Service(backend, config), retryAfterS: config.pressure.retry_after_s, bodyLimit: config.body_limit_bytes });
+  await app.register(v2, {
+    prefix: '/v2',
+    service: new V2Service(backend, config),
+    retryAfterS: config.pressure.retry_after_s,
+    bodyLimit: config.body_limit_bytes,
+  });
   return app;
 }

@@ -13,7 +13,9 @@ import { startGrpc } from './v2/grpc-server.js';
 
 const { service: config, index, fronts } = readFrontConfig();
 const logger = createLogger(config).child({ front: index });
-const client = new ModelClient(config, fronts, (message, written) => process.send!(message, undefined, undefined, written));
+const client = new ModelClient(config, fronts, (message, written) =>
+  process.send!(message, undefined, undefined, written),
+);
 const app = await buildApp({ config, backend: client, logger });
 
 /** How long a stopping front waits for its last usage entries to be written to the supervisor. */
@@ -26,7 +28,10 @@ async function stop(): Promise<void> {
   if (stopping) return;
   stopping = true;
   // Stops accepting; requests in flight finish (plugins/connections.ts asks keep-alive clients to go).
-  await Promise.all([app.close(), new Promise<void>((resolve) => (grpc ? grpc.server.tryShutdown(() => resolve()) : resolve()))]);
+  await Promise.all([
+    app.close(),
+    new Promise<void>((resolve) => (grpc ? grpc.server.tryShutdown(() => resolve()) : resolve())),
+  ]);
   // process.exit drops IPC writes still queued: the last usage entries are waited for (briefly:
   // a supervisor that reads nothing more is stopping anyway).
   await Promise.race([client.flushUsage(), new Promise((resolve) => setTimeout(resolve, FLUSH_WAIT_MS))]);
@@ -46,6 +51,15 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal
 process.send!({ type: 'hello' });
 await app.listen({ host: config.host, port: config.port });
 // The Open Inference Protocol's gRPC service, beside HTTP when grpc_port is set.
-grpc = config.grpc_port === null ? null : await startGrpc(new V2Service(client, config), { host: config.host, port: config.grpc_port, maxMessageBytes: config.body_limit_bytes, logger });
-if (grpc && index === 0) logger.info({ grpcPort: grpc.port }, `gRPC (inference.GRPCInferenceService) on ${config.host}:${grpc.port}`);
+grpc =
+  config.grpc_port === null
+    ? null
+    : await startGrpc(new V2Service(client, config), {
+        host: config.host,
+        port: config.grpc_port,
+        maxMessageBytes: config.body_limit_bytes,
+        logger,
+      });
+if (grpc && index === 0)
+  logger.info({ grpcPort: grpc.port }, `gRPC (inference.GRPCInferenceService) on ${config.host}:${grpc.port}`);
 process.send!({ type: 'listening' });

@@ -6,7 +6,17 @@ import { connect } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { ServiceConfig } from '../config/config.js';
 import { Channel } from '../ipc/channel.js';
-import type { ChannelReply, ChannelRequest, FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
+import type {
+  ChannelReply,
+  ChannelRequest,
+  FromFront,
+  FrontQuery,
+  InferResult,
+  ModelView,
+  TileJob,
+  ToFront,
+  UsageReport,
+} from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { errors, ServiceError } from '../lib/errors.js';
 import { unavailable, type InferOptions, type ModelBackend, type Ticket } from './backend.js';
@@ -51,7 +61,16 @@ class WorkerLink {
     channel.socket.once('connect', () => (this.connected = true));
     channel.on('message', (m) => {
       this.backlog.update(m.load);
-      this.requests.settle(m.id, m.type === 'result' ? m : m.type === 'error' ? ServiceError.fromWire(m.error) : m.reason === 'expired' ? new Expired() : errors.cancelled());
+      this.requests.settle(
+        m.id,
+        m.type === 'result'
+          ? m
+          : m.type === 'error'
+            ? ServiceError.fromWire(m.error)
+            : m.reason === 'expired'
+              ? new Expired()
+              : errors.cancelled(),
+      );
       this.done(m.id);
     });
   }
@@ -212,8 +231,21 @@ export class ModelClient implements ModelBackend {
     const share = this.share(model);
     const held = this.queued(model);
     const arriving = this.arriving.get(model) ?? 0;
-    const decision = decide({ held, arriving: arriving + tiles - 1, share, timeoutMs: entry.request_timeout_ms, instances: this.readyLinks(model).map((link) => ({ backlog: link.backlog, inflight: link.inflight })) });
-    if (!decision.admit) throw errors.queueFull(model, decision.reason === 'share' ? `${share} requests outstanding on this front, its share of max_queue` : `an expected wait of ${Math.round(decision.waitMs)} ms, past its ${entry.request_timeout_ms} ms deadline`, decision.retryAfterS);
+    const decision = decide({
+      held,
+      arriving: arriving + tiles - 1,
+      share,
+      timeoutMs: entry.request_timeout_ms,
+      instances: this.readyLinks(model).map((link) => ({ backlog: link.backlog, inflight: link.inflight })),
+    });
+    if (!decision.admit)
+      throw errors.queueFull(
+        model,
+        decision.reason === 'share'
+          ? `${share} requests outstanding on this front, its share of max_queue`
+          : `an expected wait of ${Math.round(decision.waitMs)} ms, past its ${entry.request_timeout_ms} ms deadline`,
+        decision.retryAfterS,
+      );
     const limit = this.config.front.max_inflight_bytes;
     if (this.inflightBytes >= limit) throw errors.frontBusy(limit);
     // Until its tiles go to a worker the request counts only in the estimate: a slow upload holds
@@ -230,7 +262,8 @@ export class ModelClient implements ModelBackend {
         bytes += n;
       },
       hold: () => {
-        if (this.queued(model) >= share) throw errors.queueFull(model, `${share} requests outstanding on this front, its share of max_queue`, 1);
+        if (this.queued(model) >= share)
+          throw errors.queueFull(model, `${share} requests outstanding on this front, its share of max_queue`, 1);
         if (waiting > 0) {
           waiting--;
           count(-1);
@@ -263,7 +296,11 @@ export class ModelClient implements ModelBackend {
    *  wherever it is once the deadline passes or `signal` aborts (the client left), and holds its
    *  own place of the ticket until the worker is done with it. Each tile's result or error, in
    *  order. */
-  async inferBatch(model: string, jobs: TileJob[], { deadline = Date.now() + this.entry(model).request_timeout_ms, signal, ticket }: InferOptions = {}): Promise<(InferResult | ServiceError)[]> {
+  async inferBatch(
+    model: string,
+    jobs: TileJob[],
+    { deadline = Date.now() + this.entry(model).request_timeout_ms, signal, ticket }: InferOptions = {},
+  ): Promise<(InferResult | ServiceError)[]> {
     const hold = ticket ? () => ticket.hold() : () => () => {};
     const send = (link: WorkerLink, some: TileJob[]) => Promise.allSettled(link.infer(some, deadline, hold, signal));
     const first = this.pick(model);
@@ -273,8 +310,15 @@ export class ModelClient implements ModelBackend {
     const again = settled.flatMap((s, i) => (s.status === 'rejected' && this.retryable(s.reason) ? [i] : []));
     if (again.length && Date.now() < deadline) {
       const retried = await Promise.resolve()
-        .then(() => send(this.pick(model, first), again.map((i) => jobs[i]!)))
-        .catch((err: unknown) => again.map((): PromiseSettledResult<InferResult> => ({ status: 'rejected', reason: err })));
+        .then(() =>
+          send(
+            this.pick(model, first),
+            again.map((i) => jobs[i]!),
+          ),
+        )
+        .catch((err: unknown) =>
+          again.map((): PromiseSettledResult<InferResult> => ({ status: 'rejected', reason: err })),
+        );
       again.forEach((i, k) => (settled[i] = retried[k]!));
     }
     return settled.map((s) => (s.status === 'fulfilled' ? s.value : this.answer(model, s.reason)));
@@ -308,7 +352,10 @@ export class ModelClient implements ModelBackend {
   private query(query: FrontQuery): Promise<unknown> {
     void this.flushUsage();
     const ms = this.config.supervisor.probe_timeout_ms + 2000;
-    return this.queries.request((id) => this.send({ type: 'query', id, ...query }), { ms, error: () => new Error(`the supervisor did not answer within ${ms} ms`) });
+    return this.queries.request((id) => this.send({ type: 'query', id, ...query }), {
+      ms,
+      error: () => new Error(`the supervisor did not answer within ${ms} ms`),
+    });
   }
 
   /** Each front may hold its share of the model's queue: together never more than max_queue. */
@@ -348,11 +395,16 @@ export class ModelClient implements ModelBackend {
 
   private retryable(err: unknown): boolean {
     // WORKER_GONE from a worker: it did not run the tile (its device failed), so another may.
-    return err instanceof NotSent || (err instanceof WorkerLost && err.external) || (err instanceof ServiceError && err.code === 'TILE_ERR_WORKER_GONE');
+    return (
+      err instanceof NotSent ||
+      (err instanceof WorkerLost && err.external) ||
+      (err instanceof ServiceError && err.code === 'TILE_ERR_WORKER_GONE')
+    );
   }
 
   private answer(model: string, err: unknown): ServiceError {
-    if (err instanceof NotSent || err instanceof WorkerLost) return errors.workerGone(`${model}: ${err.message} with the request in flight`);
+    if (err instanceof NotSent || err instanceof WorkerLost)
+      return errors.workerGone(`${model}: ${err.message} with the request in flight`);
     if (err instanceof Expired) return errors.deadline(model, this.entry(model).request_timeout_ms);
     return ServiceError.from(err);
   }

@@ -10,7 +10,9 @@ const ZERO = 0x30;
 
 const LITTLE_ENDIAN = new Uint8Array(Uint16Array.of(1).buffer)[0] === 1;
 /** "0," and "1," as one 16-bit store each. */
-const PAIR = LITTLE_ENDIAN ? [ZERO | (COMMA << 8), (ZERO + 1) | (COMMA << 8)] : [(ZERO << 8) | COMMA, ((ZERO + 1) << 8) | COMMA];
+const PAIR = LITTLE_ENDIAN
+  ? [ZERO | (COMMA << 8), (ZERO + 1) | (COMMA << 8)]
+  : [(ZERO << 8) | COMMA, ((ZERO + 1) << 8) | COMMA];
 
 /** A 0/1 mask as a JSON array. */
 export function maskJson(mask: Uint8Array): Buffer {
@@ -83,10 +85,23 @@ export function negotiate(accept: string | undefined, tensor = true): 'tensor' |
 
 /** The output tensor of a binary response: a mask as uint8 [height, width], other outputs as
  *  their float type [n]; little-endian. */
-export function outputTensor(output: TileOutput, height: number, width: number): { bytes: Buffer; dtype: string; shape: number[] } {
-  if (output.role === 'mask') return { bytes: Buffer.from(output.mask.buffer, output.mask.byteOffset, output.mask.byteLength), dtype: 'uint8', shape: [height, width] };
+export function outputTensor(
+  output: TileOutput,
+  height: number,
+  width: number,
+): { bytes: Buffer; dtype: string; shape: number[] } {
+  if (output.role === 'mask')
+    return {
+      bytes: Buffer.from(output.mask.buffer, output.mask.byteOffset, output.mask.byteLength),
+      dtype: 'uint8',
+      shape: [height, width],
+    };
   const { values } = output;
   const bytes = Buffer.from(values.buffer, values.byteOffset, values.byteLength);
   const wide = values instanceof Float64Array;
-  return { bytes: LITTLE_ENDIAN ? bytes : wide ? Buffer.from(bytes).swap64() : Buffer.from(bytes).swap32(), dtype: wide ? 'float64' : 'float32', shape: [values.length] };
+  return {
+    bytes: LITTLE_ENDIAN ? bytes : wide ? Buffer.from(bytes).swap64() : Buffer.from(bytes).swap32(),
+    dtype: wide ? 'float64' : 'float32',
+    shape: [values.length],
+  };
 }

@@ -34,15 +34,32 @@ export function endpointsOf(app: FastifyInstance, model: string): string[] {
 }
 
 /** How a model request was shed, from the error code it was answered with. */
-const SHED: Partial<Record<string, ShedOutcome>> = { TILE_ERR_DEADLINE: 'expired', TILE_ERR_QUEUE_FULL: 'refused', TILE_ERR_FRONT_BUSY: 'refused' };
+const SHED: Partial<Record<string, ShedOutcome>> = {
+  TILE_ERR_DEADLINE: 'expired',
+  TILE_ERR_QUEUE_FULL: 'refused',
+  TILE_ERR_FRONT_BUSY: 'refused',
+};
 
 /** Calls `record` once per model request: when its response is done, with how it was shed if it
  *  was (expired, refused), or when its client left before the answer (cancelled, status 499),
  *  which fastify's onResponse never sees. */
-export function onModelRequestDone(app: FastifyInstance, record: (request: FastifyRequest, reply: FastifyReply, route: Required<ModelRouteConfig>, status: number, shed: ShedOutcome | undefined) => void): void {
+export function onModelRequestDone(
+  app: FastifyInstance,
+  record: (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    route: Required<ModelRouteConfig>,
+    status: number,
+    shed: ShedOutcome | undefined,
+  ) => void,
+): void {
   app.addHook('onRequest', async (request, reply) => {
     const route = modelRoute(request);
-    if (route) reply.raw.once('close', () => reply.raw.writableEnded || record(request, reply, route, errors.cancelled().statusCode, 'cancelled'));
+    if (route)
+      reply.raw.once(
+        'close',
+        () => reply.raw.writableEnded || record(request, reply, route, errors.cancelled().statusCode, 'cancelled'),
+      );
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = modelRoute(request);

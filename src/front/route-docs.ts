@@ -13,10 +13,16 @@ export function describeRoute(name: string, manifest: Manifest | null, task: Tas
   const { tile, genes } = manifest;
   const takes = `Takes ${tile.width}x${tile.height} px tiles at ${tile.mpp} MPP (±${Math.round(tile.mpp_tolerance * 100)}%).`;
   const untrained = manifest.provenance.trained ? '' : ' Weights NOT TRAINED: outputs carry no biological meaning.';
-  if (task === 'segmentation') return `${takes} \`output\`: the tissue mask, ${tile.width * tile.height} values of 0 or 1 (row-major); \`tissue_ratio\` its tissue fraction unless sent.${untrained}`;
-  if (task === 'embedding') return `${takes} \`output\`: the embedding, ${manifest.embedding_dim ?? '?'} values.${untrained}`;
-  const outputs = genes ? `${genes.output.length} values, one per gene: ${genes.output.join(', ')}` : 'the prediction vector';
-  const bulk = genes ? ` Optional \`bulk_rna\`: ${genes.input.length} counts, one per input gene (${genes.panel}: ${genes.input.join(', ')}), transformed with ${genes.bulk_transform}; omitted, zeros.` : '';
+  if (task === 'segmentation')
+    return `${takes} \`output\`: the tissue mask, ${tile.width * tile.height} values of 0 or 1 (row-major); \`tissue_ratio\` its tissue fraction unless sent.${untrained}`;
+  if (task === 'embedding')
+    return `${takes} \`output\`: the embedding, ${manifest.embedding_dim ?? '?'} values.${untrained}`;
+  const outputs = genes
+    ? `${genes.output.length} values, one per gene: ${genes.output.join(', ')}`
+    : 'the prediction vector';
+  const bulk = genes
+    ? ` Optional \`bulk_rna\`: ${genes.input.length} counts, one per input gene (${genes.panel}: ${genes.input.join(', ')}), transformed with ${genes.bulk_transform}; omitted, zeros.`
+    : '';
   return `${takes} \`output\`: ${outputs}.${bulk}${untrained}`;
 }
 
@@ -28,7 +34,8 @@ export function describeBodies(path: string, manifest: Manifest | null): string 
     .filter(([k]) => k !== 'image_data')
     .map(([k, v]) => `${k}=${v}`)
     .join('&');
-  const curl = (file: string, type: string) => `    curl --data-binary @${file} -H 'Content-Type: ${type}' 'http://localhost:8000${path}?${query}'`;
+  const curl = (file: string, type: string) =>
+    `    curl --data-binary @${file} -H 'Content-Type: ${type}' 'http://localhost:8000${path}?${query}'`;
   return [
     "Three request bodies, by Content-Type: `application/json`, the contract's ModelRequest (image_data a base64 PNG); `image/png`, the PNG file itself;",
     `\`application/octet-stream\`, the tile's raw pixels, uint8 RGB, row-major, ${width} x ${height} x 3 bytes. With the last two the fields are query`,
@@ -47,7 +54,9 @@ export function requestDocs(manifest: Manifest | null, query: TObject | null): S
     content: {
       'application/json': { schema: example ? { ...TileRequest, examples: [example] } : TileRequest },
       'image/png': binary('The tile as a PNG file; its fields in the query'),
-      'application/octet-stream': binary('The tile\'s raw pixels: uint8 RGB, row-major, width x height x 3 bytes; its fields in the query'),
+      'application/octet-stream': binary(
+        "The tile's raw pixels: uint8 RGB, row-major, width x height x 3 bytes; its fields in the query",
+      ),
     },
   };
   const querystring = { type: 'object', properties: { ...query?.properties, ...tileQueryParameters(example) } };
@@ -62,5 +71,14 @@ export function exampleRequest(manifest: Manifest | null): TileRequest | undefin
   const png = new PNG({ width, height, colorType: 2 });
   for (let i = 0; i < width * height; i++) png.data.set([...PINK, 255], i * 4);
   const image = PNG.sync.write(png, { colorType: 2 });
-  return { image_data: image.toString('base64'), slide_name: 'example-slide', x: 0, y: 0, width, height, patch_idx: 0, resolution: mpp };
+  return {
+    image_data: image.toString('base64'),
+    slide_name: 'example-slide',
+    x: 0,
+    y: 0,
+    width,
+    height,
+    patch_idx: 0,
+    resolution: mpp,
+  };
 }

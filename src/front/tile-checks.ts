@@ -18,27 +18,43 @@ export function checkTile(body: TileBody, manifest: Manifest, usesBulk: boolean,
   const errors: FieldError[] = [];
   const { tile, name } = manifest;
   const fields = fieldsLocation(body);
-  const fail = (field: string, msg: string, ctx?: Record<string, unknown>) => errors.push({ loc: [fields, field], msg: `Value error, ${msg}`, type: 'value_error', ...(ctx && { ctx }) });
+  const fail = (field: string, msg: string, ctx?: Record<string, unknown>) =>
+    errors.push({ loc: [fields, field], msg: `Value error, ${msg}`, type: 'value_error', ...(ctx && { ctx }) });
 
   if (body.width !== tile.width || body.height !== tile.height) {
     const field = body.width !== tile.width ? 'width' : 'height';
-    fail(field, `${name} takes ${tile.width}x${tile.height} tiles, got width x height = ${body.width}x${body.height}`, { expected: `${tile.width}x${tile.height}` });
+    fail(field, `${name} takes ${tile.width}x${tile.height} tiles, got width x height = ${body.width}x${body.height}`, {
+      expected: `${tile.width}x${tile.height}`,
+    });
   }
   if (body.resolution !== undefined && body.resolution !== null) {
     const low = tile.mpp * (1 - tile.mpp_tolerance);
     const high = tile.mpp * (1 + tile.mpp_tolerance);
     if (!(body.resolution >= low && body.resolution <= high)) {
-      fail('resolution', `${name} takes tiles at ${tile.mpp} MPP (${low.toFixed(3)} to ${high.toFixed(3)}), got ${body.resolution}`, { expected: tile.mpp, tolerance: tile.mpp_tolerance });
+      fail(
+        'resolution',
+        `${name} takes tiles at ${tile.mpp} MPP (${low.toFixed(3)} to ${high.toFixed(3)}), got ${body.resolution}`,
+        { expected: tile.mpp, tolerance: tile.mpp_tolerance },
+      );
     }
   }
   if (usesBulk && manifest.genes && body.bulk_rna) {
     const genes = manifest.genes.input.length;
     if (body.bulk_rna.length !== genes) {
-      fail('bulk_rna', `bulk_rna should have ${genes} values, one per input gene of ${name} (GET /api/metadata/${name}), got ${body.bulk_rna.length}`, { expected: genes });
+      fail(
+        'bulk_rna',
+        `bulk_rna should have ${genes} values, one per input gene of ${name} (GET /api/metadata/${name}), got ${body.bulk_rna.length}`,
+        { expected: genes },
+      );
     } else {
       // The schema already refused non-numbers and non-finite values (ajv's number type is finite).
       const bad = body.bulk_rna.findIndex((v) => v < 0);
-      if (bad >= 0) errors.push({ loc: [fields, 'bulk_rna', bad], msg: 'Value error, bulk RNA counts should be >= 0', type: 'value_error' });
+      if (bad >= 0)
+        errors.push({
+          loc: [fields, 'bulk_rna', bad],
+          msg: 'Value error, bulk RNA counts should be >= 0',
+          type: 'value_error',
+        });
     }
   }
 
@@ -51,7 +67,10 @@ export function checkTile(body: TileBody, manifest: Manifest, usesBulk: boolean,
   }
   if (image.format === 'rgb') {
     const expected = body.width * body.height * 3;
-    if (image.bytes.length !== expected) imageFail(`a raw RGB body has width x height x 3 = ${body.width}x${body.height}x3 = ${expected} bytes (uint8 RGB, row-major), got ${image.bytes.length}`);
+    if (image.bytes.length !== expected)
+      imageFail(
+        `a raw RGB body has width x height x 3 = ${body.width}x${body.height}x3 = ${expected} bytes (uint8 RGB, row-major), got ${image.bytes.length}`,
+      );
     return { errors, image: { format: 'rgb', bytes: image.bytes, loc } };
   }
   let header: PngHeader;
@@ -60,12 +79,19 @@ export function checkTile(body: TileBody, manifest: Manifest, usesBulk: boolean,
   } catch (err) {
     if (!(err instanceof PngError)) throw err;
     const subject = image.from === 'body' ? 'the body' : 'image_data';
-    const what = err.rule !== 'signature' ? `${subject} is not a valid PNG` : image.from === 'body' ? 'the body should be a PNG' : 'image_data should be a base64-encoded PNG';
+    const what =
+      err.rule !== 'signature'
+        ? `${subject} is not a valid PNG`
+        : image.from === 'body'
+          ? 'the body should be a PNG'
+          : 'image_data should be a base64-encoded PNG';
     imageFail(`${what}: ${err.message}`);
     return { errors, image: null };
   }
   if (header.width * header.height > maxPixels) {
-    imageFail(`PNG declares ${header.width}x${header.height} pixels, more than the limit of ${maxPixels}; refused before decoding`);
+    imageFail(
+      `PNG declares ${header.width}x${header.height} pixels, more than the limit of ${maxPixels}; refused before decoding`,
+    );
   } else if (header.width !== body.width || header.height !== body.height) {
     imageFail(`PNG is ${header.width}x${header.height} pixels, expected width x height = ${body.width}x${body.height}`);
   }

@@ -22,9 +22,19 @@ export type TileImage = { readonly [CARRIER]: true } & (
   | { format: 'not-base64'; reason: string; from: 'image_data' }
 );
 
-export const pngImage = (bytes: Buffer, from: ImageSource): TileImage => ({ [CARRIER]: true, format: 'png', bytes, from });
+export const pngImage = (bytes: Buffer, from: ImageSource): TileImage => ({
+  [CARRIER]: true,
+  format: 'png',
+  bytes,
+  from,
+});
 export const rgbImage = (bytes: Buffer): TileImage => ({ [CARRIER]: true, format: 'rgb', bytes, from: 'body' });
-export const notBase64 = (reason: string): TileImage => ({ [CARRIER]: true, format: 'not-base64', reason, from: 'image_data' });
+export const notBase64 = (reason: string): TileImage => ({
+  [CARRIER]: true,
+  format: 'not-base64',
+  reason,
+  from: 'image_data',
+});
 
 export function isTileImage(value: unknown): value is TileImage {
   return typeof value === 'object' && value !== null && CARRIER in value;
@@ -41,11 +51,20 @@ export function fieldsLocation(body: unknown): 'body' | 'query' {
 }
 
 /** The ajv keyword `tileImage`: the value is a carrier (an ajv plugin of the front's, app.ts). */
-export const tileImageKeyword: Plugin<unknown> = (ajv) => ajv.addKeyword({ keyword: 'tileImage', schemaType: 'boolean', errors: false, validate: (_schema: boolean, value: unknown) => isTileImage(value) });
+export const tileImageKeyword: Plugin<unknown> = (ajv) =>
+  ajv.addKeyword({
+    keyword: 'tileImage',
+    schemaType: 'boolean',
+    errors: false,
+    validate: (_schema: boolean, value: unknown) => isTileImage(value),
+  });
 
 /** The contract's TileRequest as the parsers hand it to the route: image_data holds the carrier,
  *  in its place among the fields (ajv reports missing fields first, then each field in order). */
-export const TileBody = Type.Object({ ...TileRequest.properties, image_data: Type.Unsafe<TileImage>({ tileImage: true }) }, { title: 'ModelRequest' });
+export const TileBody = Type.Object(
+  { ...TileRequest.properties, image_data: Type.Unsafe<TileImage>({ tileImage: true }) },
+  { title: 'ModelRequest' },
+);
 export type TileBody = Static<typeof TileBody>;
 /** The tile's fields, wherever they were sent. */
 export type TileFields = Omit<TileBody, 'image_data'>;

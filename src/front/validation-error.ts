@@ -29,18 +29,28 @@ function segments(instancePath: string): (string | number)[] {
 
 function valueAt(data: unknown, path: (string | number)[]): unknown {
   let v: unknown = data;
-  for (const key of path) v = v !== null && typeof v === 'object' ? (v as Record<string | number, unknown>)[key] : undefined;
+  for (const key of path)
+    v = v !== null && typeof v === 'object' ? (v as Record<string | number, unknown>)[key] : undefined;
   return v;
 }
 
 /** Echo small inputs as pydantic does; leave out objects and long strings (a tile is megabytes). */
 function echo(value: unknown): { input?: unknown } {
-  if (value === undefined || (value !== null && typeof value === 'object') || (typeof value === 'number' && !Number.isFinite(value))) return {};
+  if (
+    value === undefined ||
+    (value !== null && typeof value === 'object') ||
+    (typeof value === 'number' && !Number.isFinite(value))
+  )
+    return {};
   if (typeof value === 'string' && value.length > 200) return {};
   return { input: value };
 }
 
-const quoted = (values: unknown[]) => values.map((v) => `'${String(v)}'`).join(', ').replace(/, ([^,]*)$/, ' or $1');
+const quoted = (values: unknown[]) =>
+  values
+    .map((v) => `'${String(v)}'`)
+    .join(', ')
+    .replace(/, ([^,]*)$/, ' or $1');
 
 /** A query value is text: one that is not a number failed to parse, as pydantic names it. */
 const PARSING_ERRORS: Record<string, [string, string]> = {
@@ -64,9 +74,13 @@ function describe(error: FastifySchemaValidationError, value: unknown, root: str
       }
       // JSON.parse reads 1e400 as Infinity; ajv's number types are finite. Pydantic's name for it.
       if (typeof value === 'number' && !Number.isFinite(value)) {
-        return { type: 'finite_number', msg: `Input should be a finite number; the number is out of range (beyond ${Number.MAX_VALUE.toPrecision(2)} in magnitude)` };
+        return {
+          type: 'finite_number',
+          msg: `Input should be a finite number; the number is out of range (beyond ${Number.MAX_VALUE.toPrecision(2)} in magnitude)`,
+        };
       }
-      if (wanted === 'integer' && typeof value === 'number') return { type: 'int_from_float', msg: 'Input should be a valid integer, got a number with a fractional part' };
+      if (wanted === 'integer' && typeof value === 'number')
+        return { type: 'int_from_float', msg: 'Input should be a valid integer, got a number with a fractional part' };
       const [type, msg] = TYPE_ERRORS[wanted] ?? ['value_error', `Input should be of type ${wanted}`];
       return { type, msg };
     }
@@ -76,7 +90,11 @@ function describe(error: FastifySchemaValidationError, value: unknown, root: str
       return { type: 'literal_error', msg: `Input should be ${expected}`, ctx: { expected } };
     }
     case 'minimum':
-      return { type: 'greater_than_equal', msg: `Input should be greater than or equal to ${p.limit}`, ctx: { ge: p.limit } };
+      return {
+        type: 'greater_than_equal',
+        msg: `Input should be greater than or equal to ${p.limit}`,
+        ctx: { ge: p.limit },
+      };
     case 'maximum':
       return { type: 'less_than_equal', msg: `Input should be less than or equal to ${p.limit}`, ctx: { le: p.limit } };
     default:
@@ -89,9 +107,16 @@ function describe(error: FastifySchemaValidationError, value: unknown, root: str
  * branch, as pydantic reports `Optional[T]`. `root` is where the data was sent, when not the
  * part validated (a binary tile's fields, validated as its body, come in the query).
  */
-export function toValidationItems(errors: FastifySchemaValidationError[], context: string, data: unknown, root = LOC_ROOT[context] ?? context): ValidationItem[] {
+export function toValidationItems(
+  errors: FastifySchemaValidationError[],
+  context: string,
+  data: unknown,
+  root = LOC_ROOT[context] ?? context,
+): ValidationItem[] {
   // ajv's anyOf error points at ".../anyOf"; its branches' errors at ".../anyOf/<n>/...".
-  const unions = errors.filter((e) => e.keyword === 'anyOf').map((e) => `${e.schemaPath.replace(/\/anyOf$/, '')}/anyOf/`);
+  const unions = errors
+    .filter((e) => e.keyword === 'anyOf')
+    .map((e) => `${e.schemaPath.replace(/\/anyOf$/, '')}/anyOf/`);
   const kept = errors.filter((e) => {
     if (e.keyword === 'anyOf') return false;
     const union = unions.find((u) => e.schemaPath.startsWith(u));

@@ -68,7 +68,9 @@ export function versionStrings(file: string): Set<string> {
 
 /** The bundled libonnxruntime's version, from its ELF symbol version ("VERS_1.30.0"). */
 export function bundledVersion(dir = runtimeDir()): string {
-  const match = /VERS_(\d+\.\d+\.\d+)\0/.exec(readHead(join(dir, 'libonnxruntime.so.1'), 1024 * 1024).toString('latin1'));
+  const match = /VERS_(\d+\.\d+\.\d+)\0/.exec(
+    readHead(join(dir, 'libonnxruntime.so.1'), 1024 * 1024).toString('latin1'),
+  );
   if (!match) throw new Error('libonnxruntime.so.1 carries no VERS_x.y.z symbol version');
   return match[1];
 }
@@ -79,7 +81,8 @@ function elfProblem(file: string): string | null {
   if (head.length < 20 || head.readUInt32BE(0) !== 0x7f454c46) return 'is not an ELF shared library';
   const machine = head.readUInt16LE(18);
   const expected = { x64: 0x3e, arm64: 0xb7 }[process.arch as 'x64' | 'arm64'];
-  if (head[4] !== 2 || machine !== expected) return `is an ELF file for another machine (class ${head[4]}, e_machine 0x${machine.toString(16)}), expected ${process.arch}`;
+  if (head[4] !== 2 || machine !== expected)
+    return `is an ELF file for another machine (class ${head[4]}, e_machine 0x${machine.toString(16)}), expected ${process.arch}`;
   return null;
 }
 
@@ -98,15 +101,26 @@ export function checkCudaProvider(dir: string, expected: string): CudaProviderCh
   const cuda = join(dir, CUDA_LIBRARY);
   const present = [CUDA_LIBRARY, SHARED_LIBRARY].filter((name) => existsSync(join(dir, name)));
   if (present.length === 0) return { state: 'absent' };
-  if (present.length === 1) return { state: 'problem', problem: `${dir}: ${present[0]} is there but not ${present[0] === CUDA_LIBRARY ? SHARED_LIBRARY : CUDA_LIBRARY}; both come from the same package` };
+  if (present.length === 1)
+    return {
+      state: 'problem',
+      problem: `${dir}: ${present[0]} is there but not ${present[0] === CUDA_LIBRARY ? SHARED_LIBRARY : CUDA_LIBRARY}; both come from the same package`,
+    };
   for (const name of [CUDA_LIBRARY, SHARED_LIBRARY]) {
     const problem = elfProblem(join(dir, name));
     if (problem) return { state: 'problem', problem: `${join(dir, name)} ${problem}` };
   }
   const versions = versionStrings(cuda);
   if (versions.has(expected)) return { state: 'ok', version: expected };
-  if (versions.size === 0) return { state: 'problem', problem: `${cuda} carries no ONNX Runtime version string, so it cannot be checked against the bundled ${expected}; install it with npm run cuda:install` };
-  return { state: 'problem', problem: `${cuda} is from another ONNX Runtime release: it carries version ${[...versions].sort().join(', ')}, not ${expected} (the bundled libonnxruntime's)` };
+  if (versions.size === 0)
+    return {
+      state: 'problem',
+      problem: `${cuda} carries no ONNX Runtime version string, so it cannot be checked against the bundled ${expected}; install it with npm run cuda:install`,
+    };
+  return {
+    state: 'problem',
+    problem: `${cuda} is from another ONNX Runtime release: it carries version ${[...versions].sort().join(', ')}, not ${expected} (the bundled libonnxruntime's)`,
+  };
 }
 
 /** The cheap check a worker makes before loading the CUDA provider: when `npm run cuda:install`
@@ -116,12 +130,14 @@ export function installRecordProblem(dir: string, expected: string): string | nu
   const file = join(dir, INSTALL_RECORD);
   if (!existsSync(file)) return null;
   const record = JSON.parse(readFileSync(file, 'utf8')) as InstallRecord;
-  if (record.version !== expected) return `${file}: the CUDA provider libraries are ONNX Runtime ${record.version}, expected ${expected}`;
+  if (record.version !== expected)
+    return `${file}: the CUDA provider libraries are ONNX Runtime ${record.version}, expected ${expected}`;
   for (const [name, { size, mtime_ms }] of Object.entries(record.files)) {
     const path = join(dir, name);
     if (!existsSync(path)) return `${path} was installed by npm run cuda:install and is gone`;
     const s = statSync(path);
-    if (s.size !== size || Math.round(s.mtimeMs) !== Math.round(mtime_ms)) return `${path} changed after npm run cuda:install; run it again`;
+    if (s.size !== size || Math.round(s.mtimeMs) !== Math.round(mtime_ms))
+      return `${path} changed after npm run cuda:install; run it again`;
   }
   return null;
 }

@@ -68,7 +68,11 @@ export function parseComputeApps(csv: string): Map<number, number> {
 export function parseGpuProcesses(csv: string): { pid: number; gpu_uuid: string; used_mib: number | null }[] {
   return rows(csv)
     .filter(([pid]) => /^\d+$/.test(pid))
-    .map(([pid, uuid, used]) => ({ pid: Number(pid), gpu_uuid: uuid, used_mib: Number.isFinite(Number(used)) && used !== '' ? Number(used) : null }));
+    .map(([pid, uuid, used]) => ({
+      pid: Number(pid),
+      gpu_uuid: uuid,
+      used_mib: Number.isFinite(Number(used)) && used !== '' ? Number(used) : null,
+    }));
 }
 
 /** Which GPU each process with a compute context holds memory on; null without nvidia-smi. */

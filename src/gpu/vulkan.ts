@@ -26,7 +26,13 @@ const TYPES = ['other', 'integrated', 'discrete', 'virtual', 'cpu'] as const;
 const SOFTWARE_NAMES = /llvmpipe|lavapipe|swiftshader|softpipe/i;
 
 const API_1_2 = (1 << 22) | (2 << 12);
-const S = { INSTANCE_CREATE_INFO: 1, PROPERTIES_2: 1000059001, ID: 1000071004, DRIVER: 1000196000, PCI_BUS_INFO: 1000212000 } as const;
+const S = {
+  INSTANCE_CREATE_INFO: 1,
+  PROPERTIES_2: 1000059001,
+  ID: 1000071004,
+  DRIVER: 1000196000,
+  PCI_BUS_INFO: 1000212000,
+} as const;
 
 interface Api {
   createInstance: (info: unknown, alloc: null, out: unknown[]) => number;
@@ -49,27 +55,78 @@ function load(): Api | null {
   }
   const name = (n: number) => koffi.array('char', n, 'String');
   const bytes = (n: number) => koffi.array('uint8', n, 'Array');
-  const AppInfo = koffi.struct('VkApplicationInfo', { sType: 'uint32', pNext: 'void *', pApplicationName: 'const char *', applicationVersion: 'uint32', pEngineName: 'const char *', engineVersion: 'uint32', apiVersion: 'uint32' });
+  const AppInfo = koffi.struct('VkApplicationInfo', {
+    sType: 'uint32',
+    pNext: 'void *',
+    pApplicationName: 'const char *',
+    applicationVersion: 'uint32',
+    pEngineName: 'const char *',
+    engineVersion: 'uint32',
+    apiVersion: 'uint32',
+  });
   koffi.struct('VkInstanceCreateInfo', {
-    sType: 'uint32', pNext: 'void *', flags: 'uint32', pApplicationInfo: koffi.pointer(AppInfo),
-    enabledLayerCount: 'uint32', ppEnabledLayerNames: 'void *', enabledExtensionCount: 'uint32', ppEnabledExtensionNames: 'void *',
+    sType: 'uint32',
+    pNext: 'void *',
+    flags: 'uint32',
+    pApplicationInfo: koffi.pointer(AppInfo),
+    enabledLayerCount: 'uint32',
+    ppEnabledLayerNames: 'void *',
+    enabledExtensionCount: 'uint32',
+    ppEnabledExtensionNames: 'void *',
   });
   // VkPhysicalDeviceLimits (504 bytes, 8-aligned) and the sparse properties are never read.
   const Properties = koffi.struct('VkPhysicalDeviceProperties', {
-    apiVersion: 'uint32', driverVersion: 'uint32', vendorID: 'uint32', deviceID: 'uint32', deviceType: 'uint32',
-    deviceName: name(256), pipelineCacheUUID: bytes(16), limits: koffi.array('uint64', 63), sparse: koffi.array('uint32', 5),
+    apiVersion: 'uint32',
+    driverVersion: 'uint32',
+    vendorID: 'uint32',
+    deviceID: 'uint32',
+    deviceType: 'uint32',
+    deviceName: name(256),
+    pipelineCacheUUID: bytes(16),
+    limits: koffi.array('uint64', 63),
+    sparse: koffi.array('uint32', 5),
   });
   api = {
     createInstance: lib.func('int32 vkCreateInstance(VkInstanceCreateInfo *info, void *alloc, _Out_ void **instance)'),
     destroyInstance: lib.func('void vkDestroyInstance(void *instance, void *alloc)'),
-    enumerateDevices: lib.func('int32 vkEnumeratePhysicalDevices(void *instance, _Inout_ uint32 *count, void *devices)'),
-    enumerateExtensions: lib.func('int32 vkEnumerateDeviceExtensionProperties(void *device, const char *layer, _Inout_ uint32 *count, void *props)'),
+    enumerateDevices: lib.func(
+      'int32 vkEnumeratePhysicalDevices(void *instance, _Inout_ uint32 *count, void *devices)',
+    ),
+    enumerateExtensions: lib.func(
+      'int32 vkEnumerateDeviceExtensionProperties(void *device, const char *layer, _Inout_ uint32 *count, void *props)',
+    ),
     properties2: lib.func('void vkGetPhysicalDeviceProperties2(void *device, void *props)'),
     types: {
-      Properties2: koffi.struct('VkPhysicalDeviceProperties2', { sType: 'uint32', pNext: 'void *', properties: Properties }),
-      Id: koffi.struct('VkPhysicalDeviceIDProperties', { sType: 'uint32', pNext: 'void *', deviceUUID: bytes(16), driverUUID: bytes(16), deviceLUID: bytes(8), deviceNodeMask: 'uint32', deviceLUIDValid: 'uint32' }),
-      Driver: koffi.struct('VkPhysicalDeviceDriverProperties', { sType: 'uint32', pNext: 'void *', driverID: 'uint32', driverName: name(256), driverInfo: name(256), conformance: bytes(4) }),
-      Pci: koffi.struct('VkPhysicalDevicePCIBusInfoPropertiesEXT', { sType: 'uint32', pNext: 'void *', pciDomain: 'uint32', pciBus: 'uint32', pciDevice: 'uint32', pciFunction: 'uint32' }),
+      Properties2: koffi.struct('VkPhysicalDeviceProperties2', {
+        sType: 'uint32',
+        pNext: 'void *',
+        properties: Properties,
+      }),
+      Id: koffi.struct('VkPhysicalDeviceIDProperties', {
+        sType: 'uint32',
+        pNext: 'void *',
+        deviceUUID: bytes(16),
+        driverUUID: bytes(16),
+        deviceLUID: bytes(8),
+        deviceNodeMask: 'uint32',
+        deviceLUIDValid: 'uint32',
+      }),
+      Driver: koffi.struct('VkPhysicalDeviceDriverProperties', {
+        sType: 'uint32',
+        pNext: 'void *',
+        driverID: 'uint32',
+        driverName: name(256),
+        driverInfo: name(256),
+        conformance: bytes(4),
+      }),
+      Pci: koffi.struct('VkPhysicalDevicePCIBusInfoPropertiesEXT', {
+        sType: 'uint32',
+        pNext: 'void *',
+        pciDomain: 'uint32',
+        pciBus: 'uint32',
+        pciDevice: 'uint32',
+        pciFunction: 'uint32',
+      }),
       Extension: koffi.struct('VkExtensionProperties', { extensionName: name(256), specVersion: 'uint32' }),
     },
   };
@@ -90,7 +147,9 @@ function describe(vk: Api, device: unknown): VulkanDevice {
   vk.enumerateExtensions(device, null, count, null);
   const extensions = koffi.alloc(types.Extension, Math.max(1, count[0]));
   vk.enumerateExtensions(device, null, count, extensions);
-  const names = (koffi.decode(extensions, koffi.array(types.Extension, count[0])) as { extensionName: string }[]).map((e) => e.extensionName);
+  const names = (koffi.decode(extensions, koffi.array(types.Extension, count[0])) as { extensionName: string }[]).map(
+    (e) => e.extensionName,
+  );
   const hasPci = names.includes('VK_EXT_pci_bus_info');
   // A chain Properties2 -> ID -> Driver [-> PCI bus info], each in memory of its own.
   const chained = (type: TypeObject, value: Record<string, unknown>) => {
@@ -104,7 +163,11 @@ function describe(vk: Api, device: unknown): VulkanDevice {
   const props = chained(types.Properties2, { sType: S.PROPERTIES_2, pNext: id });
   try {
     vk.properties2(device, props);
-    const p = (koffi.decode(props, types.Properties2) as { properties: { deviceName: string; deviceType: number; vendorID: number; deviceID: number } }).properties;
+    const p = (
+      koffi.decode(props, types.Properties2) as {
+        properties: { deviceName: string; deviceType: number; vendorID: number; deviceID: number };
+      }
+    ).properties;
     const bus = pci ? (koffi.decode(pci, types.Pci) as Record<string, number>) : null;
     const type = TYPES[p.deviceType] ?? 'other';
     return {
@@ -129,9 +192,22 @@ export function vulkanDevices(): VulkanDevice[] | null {
   if (!vk) return null;
   const instance: unknown[] = [null];
   const info = {
-    sType: S.INSTANCE_CREATE_INFO, pNext: null, flags: 0,
-    pApplicationInfo: { sType: 0, pNext: null, pApplicationName: 'tile-inference probe', applicationVersion: 0, pEngineName: null, engineVersion: 0, apiVersion: API_1_2 },
-    enabledLayerCount: 0, ppEnabledLayerNames: null, enabledExtensionCount: 0, ppEnabledExtensionNames: null,
+    sType: S.INSTANCE_CREATE_INFO,
+    pNext: null,
+    flags: 0,
+    pApplicationInfo: {
+      sType: 0,
+      pNext: null,
+      pApplicationName: 'tile-inference probe',
+      applicationVersion: 0,
+      pEngineName: null,
+      engineVersion: 0,
+      apiVersion: API_1_2,
+    },
+    enabledLayerCount: 0,
+    ppEnabledLayerNames: null,
+    enabledExtensionCount: 0,
+    ppEnabledExtensionNames: null,
   };
   const created = vk.createInstance(info, null, instance);
   // VK_ERROR_INCOMPATIBLE_DRIVER: the loader found no driver.
@@ -154,4 +230,5 @@ export function vulkanDevices(): VulkanDevice[] | null {
 }
 
 /** "llvmpipe (LLVM 15.0.6, 256 bits) (cpu, software)" for messages. */
-export const deviceLabel = (d: VulkanDevice) => `${d.name} (${d.type}${d.software ? ', software' : ''}${d.pci ? `, pci ${d.pci}` : ''})`;
+export const deviceLabel = (d: VulkanDevice) =>
+  `${d.name} (${d.type}${d.software ? ', software' : ''}${d.pci ? `, pci ${d.pci}` : ''})`;

@@ -12,7 +12,19 @@ import { DefaultDeserializer, DefaultSerializer } from 'node:v8';
 const U32 = 4;
 const ALIGN = 8;
 /** The typed arrays a message may hold, by the index that names them in a frame; Buffer follows. */
-const TYPED = [Int8Array, Uint8Array, Uint8ClampedArray, Int16Array, Uint16Array, Int32Array, Uint32Array, Float32Array, Float64Array, BigInt64Array, BigUint64Array];
+const TYPED = [
+  Int8Array,
+  Uint8Array,
+  Uint8ClampedArray,
+  Int16Array,
+  Uint16Array,
+  Int32Array,
+  Uint32Array,
+  Float32Array,
+  Float64Array,
+  BigInt64Array,
+  BigUint64Array,
+];
 const BUFFER = TYPED.length;
 type TypedArrayOf = new (buffer: ArrayBufferLike, byteOffset: number, length: number) => NodeJS.TypedArray;
 const PADDING = Buffer.alloc(ALIGN);

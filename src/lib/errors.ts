@@ -34,60 +34,180 @@ interface HttpEntry extends Entry {
 
 const REGISTRY = {
   // The HTTP API (ServiceError): the status and the contract's body.
-  TILE_ERR_VALIDATION: { status: 422, body: 'validation', meaning: 'The request fails a check (schema, tile size, resolution, bulk RNA, PNG): every field error in the 422 list.' },
-  TILE_ERR_UNAUTHORIZED: { status: 401, body: 'detail', meaning: 'admin_token is set and /diagnostics or /metrics was asked without `Authorization: Bearer <token>`.' },
-  TILE_ERR_NOT_FOUND: { status: 404, body: 'detail', meaning: 'No such route; under /api and /health/ready the answer names the enabled models.' },
-  TILE_ERR_METHOD_NOT_ALLOWED: { status: 405, body: 'detail', meaning: 'The path exists for other methods, listed in the Allow header.' },
-  TILE_ERR_NOT_ACCEPTABLE: { status: 406, body: 'detail', meaning: 'The Accept header admits no answer this request can have (a binary answer of two tensors).' },
-  TILE_ERR_UNSUPPORTED_ENCODING: { status: 415, body: 'detail', meaning: 'A Content-Encoding (gzip, ...) other than identity: send the body uncompressed.' },
-  TILE_ERR_HEADERS_TOO_LARGE: { status: 431, body: 'detail', meaning: "The request's headers, its URL included, are over Node's limit; the socket closes after the answer." },
-  TILE_ERR_REQUEST_TIMEOUT: { status: 408, body: 'detail', meaning: 'The request did not arrive within front.headers_timeout_ms or front.body_timeout_ms; the socket closes.' },
-  TILE_ERR_BAD_REQUEST: { status: 400, body: 'detail', meaning: "HTTP that Node's parser refuses (malformed); the socket closes." },
-  TILE_ERR_MODEL_LOADING: { status: 503, body: 'loading', meaning: 'No instance of the model is ready (starting, loading, restarting): retry after Retry-After.' },
-  TILE_ERR_WORKER_GONE: { status: 503, body: 'loading', meaning: 'The worker process died with the request in flight; it restarts: retry.' },
-  TILE_ERR_MODEL_FAILED: { status: 503, body: 'detail', meaning: "The model's package cannot load (the log has its TILE_ERR_PACKAGE_* or TILE_ERR_MODEL_LOAD code); retried when its files change, on SIGHUP, and slowly." },
-  TILE_ERR_QUEUE_FULL: { status: 503, body: 'detail', meaning: "Refused at once: the model's requests outstanding reached its max_queue share on this front, or its queue is too long for the request to finish before request_timeout_ms; retry after Retry-After (from the expected wait)." },
-  TILE_ERR_FRONT_BUSY: { status: 503, body: 'detail', meaning: 'The front holds front.max_inflight_bytes of requests, a bound on its memory: retry later.' },
-  TILE_ERR_UNDER_PRESSURE: { status: 503, body: 'detail', meaning: "The front's event loop, heap or open files are past their limit (the pressure settings): retry later." },
-  TILE_ERR_SHUTTING_DOWN: { status: 503, body: 'detail', meaning: 'The service is draining for a stop: retry on another host or later.' },
-  TILE_ERR_DEADLINE: { status: 504, body: 'detail', meaning: "No answer within the model's request_timeout_ms; the worker drops the tile if it has not run." },
-  TILE_ERR_CANCELLED: { status: 499, body: 'detail', meaning: 'The client closed its connection before the answer (never sent; the status the usage log records): the tile is dropped if it has not run.' },
-  TILE_ERR_V2_INVALID: { status: 400, body: 'detail', meaning: 'An Open Inference Protocol request (/v2, gRPC) fails a check: its JSON or binary framing, an input\'s name, datatype, shape or data, a tile rule; `{"error": ...}` names the input and what was expected (gRPC INVALID_ARGUMENT).' },
-  TILE_ERR_INTERNAL: { status: 500, body: 'internal', meaning: 'session.run or another server part failed; the reason is in the log, not the answer.' },
+  TILE_ERR_VALIDATION: {
+    status: 422,
+    body: 'validation',
+    meaning:
+      'The request fails a check (schema, tile size, resolution, bulk RNA, PNG): every field error in the 422 list.',
+  },
+  TILE_ERR_UNAUTHORIZED: {
+    status: 401,
+    body: 'detail',
+    meaning: 'admin_token is set and /diagnostics or /metrics was asked without `Authorization: Bearer <token>`.',
+  },
+  TILE_ERR_NOT_FOUND: {
+    status: 404,
+    body: 'detail',
+    meaning: 'No such route; under /api and /health/ready the answer names the enabled models.',
+  },
+  TILE_ERR_METHOD_NOT_ALLOWED: {
+    status: 405,
+    body: 'detail',
+    meaning: 'The path exists for other methods, listed in the Allow header.',
+  },
+  TILE_ERR_NOT_ACCEPTABLE: {
+    status: 406,
+    body: 'detail',
+    meaning: 'The Accept header admits no answer this request can have (a binary answer of two tensors).',
+  },
+  TILE_ERR_UNSUPPORTED_ENCODING: {
+    status: 415,
+    body: 'detail',
+    meaning: 'A Content-Encoding (gzip, ...) other than identity: send the body uncompressed.',
+  },
+  TILE_ERR_HEADERS_TOO_LARGE: {
+    status: 431,
+    body: 'detail',
+    meaning: "The request's headers, its URL included, are over Node's limit; the socket closes after the answer.",
+  },
+  TILE_ERR_REQUEST_TIMEOUT: {
+    status: 408,
+    body: 'detail',
+    meaning: 'The request did not arrive within front.headers_timeout_ms or front.body_timeout_ms; the socket closes.',
+  },
+  TILE_ERR_BAD_REQUEST: {
+    status: 400,
+    body: 'detail',
+    meaning: "HTTP that Node's parser refuses (malformed); the socket closes.",
+  },
+  TILE_ERR_MODEL_LOADING: {
+    status: 503,
+    body: 'loading',
+    meaning: 'No instance of the model is ready (starting, loading, restarting): retry after Retry-After.',
+  },
+  TILE_ERR_WORKER_GONE: {
+    status: 503,
+    body: 'loading',
+    meaning: 'The worker process died with the request in flight; it restarts: retry.',
+  },
+  TILE_ERR_MODEL_FAILED: {
+    status: 503,
+    body: 'detail',
+    meaning:
+      "The model's package cannot load (the log has its TILE_ERR_PACKAGE_* or TILE_ERR_MODEL_LOAD code); retried when its files change, on SIGHUP, and slowly.",
+  },
+  TILE_ERR_QUEUE_FULL: {
+    status: 503,
+    body: 'detail',
+    meaning:
+      "Refused at once: the model's requests outstanding reached its max_queue share on this front, or its queue is too long for the request to finish before request_timeout_ms; retry after Retry-After (from the expected wait).",
+  },
+  TILE_ERR_FRONT_BUSY: {
+    status: 503,
+    body: 'detail',
+    meaning: 'The front holds front.max_inflight_bytes of requests, a bound on its memory: retry later.',
+  },
+  TILE_ERR_UNDER_PRESSURE: {
+    status: 503,
+    body: 'detail',
+    meaning: "The front's event loop, heap or open files are past their limit (the pressure settings): retry later.",
+  },
+  TILE_ERR_SHUTTING_DOWN: {
+    status: 503,
+    body: 'detail',
+    meaning: 'The service is draining for a stop: retry on another host or later.',
+  },
+  TILE_ERR_DEADLINE: {
+    status: 504,
+    body: 'detail',
+    meaning: "No answer within the model's request_timeout_ms; the worker drops the tile if it has not run.",
+  },
+  TILE_ERR_CANCELLED: {
+    status: 499,
+    body: 'detail',
+    meaning:
+      'The client closed its connection before the answer (never sent; the status the usage log records): the tile is dropped if it has not run.',
+  },
+  TILE_ERR_V2_INVALID: {
+    status: 400,
+    body: 'detail',
+    meaning:
+      'An Open Inference Protocol request (/v2, gRPC) fails a check: its JSON or binary framing, an input\'s name, datatype, shape or data, a tile rule; `{"error": ...}` names the input and what was expected (gRPC INVALID_ARGUMENT).',
+  },
+  TILE_ERR_INTERNAL: {
+    status: 500,
+    body: 'internal',
+    meaning: 'session.run or another server part failed; the reason is in the log, not the answer.',
+  },
 
   // Configuration and start (ConfigError): one line on stderr, exit status 2, nothing started.
   TILE_ERR_CONFIG_ARGS: { meaning: 'An unknown command-line option (the service takes --check-config and --help).' },
-  TILE_ERR_CONFIG_FILE: { meaning: 'The configuration file (CONFIG, default config/default.json) is missing, not JSON, or not an object of settings.' },
-  TILE_ERR_CONFIG_UNKNOWN_KEY: { meaning: 'A setting that does not exist (a misspelling is answered with the likely name).' },
+  TILE_ERR_CONFIG_FILE: {
+    meaning:
+      'The configuration file (CONFIG, default config/default.json) is missing, not JSON, or not an object of settings.',
+  },
+  TILE_ERR_CONFIG_UNKNOWN_KEY: {
+    meaning: 'A setting that does not exist (a misspelling is answered with the likely name).',
+  },
   TILE_ERR_CONFIG_MISSING_KEY: { meaning: 'A required setting is missing (a model entry without its name).' },
-  TILE_ERR_CONFIG_VALUE: { meaning: "A setting's value (in the file or its environment variable) is not what it takes; the line names the expected values." },
-  TILE_ERR_CONFIG_UNKNOWN_MODEL: { meaning: "MODELS names a model the configuration file does not list." },
+  TILE_ERR_CONFIG_VALUE: {
+    meaning:
+      "A setting's value (in the file or its environment variable) is not what it takes; the line names the expected values.",
+  },
+  TILE_ERR_CONFIG_UNKNOWN_MODEL: { meaning: 'MODELS names a model the configuration file does not list.' },
   TILE_ERR_CONFIG_NO_MODELS: { meaning: 'No model would be served: models is [] or MODELS is empty.' },
   TILE_ERR_LISTEN_HOST: { meaning: 'HOST (or host) does not resolve, or is not an address of this machine.' },
   TILE_ERR_LISTEN_PORT_IN_USE: { meaning: 'PORT (or port) is in use by another process.' },
-  TILE_ERR_LISTEN_PORT_DENIED: { meaning: 'PORT (or port) is below 1024 and the service lacks the privilege to bind it.' },
+  TILE_ERR_LISTEN_PORT_DENIED: {
+    meaning: 'PORT (or port) is below 1024 and the service lacks the privilege to bind it.',
+  },
   TILE_ERR_LISTEN_FAILED: { meaning: 'The listen address cannot be bound for another reason, named on the line.' },
 
   // Model packages (PackageError) and loading them in a worker: the model is failed (503
   // TILE_ERR_MODEL_FAILED) and the log's "model failed to load" line carries the code;
   // --check-config and npm run package print it.
   TILE_ERR_PACKAGE_MANIFEST_UNREADABLE: { meaning: "The package's manifest.json is missing or not JSON." },
-  TILE_ERR_PACKAGE_MANIFEST: { meaning: 'manifest.json breaks its schema or a rule between its fields (name and folder, a task and its tensor, preprocess); the line names the field.' },
+  TILE_ERR_PACKAGE_MANIFEST: {
+    meaning:
+      'manifest.json breaks its schema or a rule between its fields (name and folder, a task and its tensor, preprocess); the line names the field.',
+  },
   TILE_ERR_PACKAGE_MODEL_UNREADABLE: { meaning: "The package's model.onnx is missing or unreadable." },
-  TILE_ERR_PACKAGE_GRAPH: { meaning: 'The manifest does not fit the ONNX graph (a tensor name, type, shape, batch dimension or mask channel); the line names the field and the graph.' },
-  TILE_ERR_PACKAGE_OUTPUT_SHAPE: { meaning: "At warm-up, an output's runtime shape does not fit its role (the graph's symbolic dimensions hid it at load)." },
-  TILE_ERR_MODEL_LOAD: { meaning: 'ONNX Runtime cannot load model.onnx (a corrupt graph, an unsupported operator, out of memory).' },
-  TILE_ERR_MODEL_NO_PROVIDER: { meaning: "No execution provider of the model's `provider` setting can run it here (/api/models and the log say why each was passed over): the model is failed." },
-  TILE_ERR_MODEL_DEVICE_FAULT: { meaning: 'A run failed with a device error (a CUDA failure, out of memory, a lost device): the worker stops serving and is restarted; its queued tiles go to another instance.' },
+  TILE_ERR_PACKAGE_GRAPH: {
+    meaning:
+      'The manifest does not fit the ONNX graph (a tensor name, type, shape, batch dimension or mask channel); the line names the field and the graph.',
+  },
+  TILE_ERR_PACKAGE_OUTPUT_SHAPE: {
+    meaning:
+      "At warm-up, an output's runtime shape does not fit its role (the graph's symbolic dimensions hid it at load).",
+  },
+  TILE_ERR_MODEL_LOAD: {
+    meaning: 'ONNX Runtime cannot load model.onnx (a corrupt graph, an unsupported operator, out of memory).',
+  },
+  TILE_ERR_MODEL_NO_PROVIDER: {
+    meaning:
+      "No execution provider of the model's `provider` setting can run it here (/api/models and the log say why each was passed over): the model is failed.",
+  },
+  TILE_ERR_MODEL_DEVICE_FAULT: {
+    meaning:
+      'A run failed with a device error (a CUDA failure, out of memory, a lost device): the worker stops serving and is restarted; its queued tiles go to another instance.',
+  },
 
   // GPU execution providers: --check-config's problems and `npm run cuda:install` (exit status 2).
-  TILE_ERR_PROVIDER_CUDA_LIBRARIES: { meaning: "The CUDA provider libraries beside libonnxruntime are incomplete or from another ONNX Runtime version, or missing while a model's provider list is only cuda." },
-  TILE_ERR_PROVIDER_CUDA_PACKAGE: { meaning: 'cuda:install was given a file that is not a CUDA provider package of the bundled ONNX Runtime version (missing, not a .nupkg, .whl or .tgz, without the libraries, another version): nothing installed.' },
+  TILE_ERR_PROVIDER_CUDA_LIBRARIES: {
+    meaning:
+      "The CUDA provider libraries beside libonnxruntime are incomplete or from another ONNX Runtime version, or missing while a model's provider list is only cuda.",
+  },
+  TILE_ERR_PROVIDER_CUDA_PACKAGE: {
+    meaning:
+      'cuda:install was given a file that is not a CUDA provider package of the bundled ONNX Runtime version (missing, not a .nupkg, .whl or .tgz, without the libraries, another version): nothing installed.',
+  },
 
   // PNG rules (PngError, src/tile/png-rules.ts; the code is the rule's name in capitals). Over
   // HTTP a refused PNG is a 422 whose msg names what is wrong.
   TILE_ERR_PNG_SIGNATURE: { meaning: 'The bytes do not start with the PNG signature.' },
-  TILE_ERR_PNG_IHDR: { meaning: 'The IHDR chunk is not first, or a field of it (size, bit depth, colour type, methods) is not allowed.' },
+  TILE_ERR_PNG_IHDR: {
+    meaning: 'The IHDR chunk is not first, or a field of it (size, bit depth, colour type, methods) is not allowed.',
+  },
   TILE_ERR_PNG_CHUNK_BOUNDS: { meaning: 'A chunk runs past the end of the file.' },
   TILE_ERR_PNG_CHUNK_TYPE: { meaning: 'A chunk type is not 4 ASCII letters.' },
   TILE_ERR_PNG_CRC: { meaning: "A chunk's CRC does not match its bytes." },
@@ -101,45 +221,118 @@ const REGISTRY = {
   TILE_ERR_PNG_AFTER_IEND: { meaning: 'Bytes after the IEND chunk.' },
   TILE_ERR_PNG_ZLIB: { meaning: 'The image data is not a valid zlib stream (its Adler-32 included).' },
   TILE_ERR_PNG_SHORT_IMAGE_DATA: { meaning: 'The image data inflates to fewer bytes than the declared size needs.' },
-  TILE_ERR_PNG_EXCESS_IMAGE_DATA: { meaning: 'A decompression bomb: the image data inflates past the bytes the declared size needs (refused there), or the size needs more than a buffer holds.' },
+  TILE_ERR_PNG_EXCESS_IMAGE_DATA: {
+    meaning:
+      'A decompression bomb: the image data inflates past the bytes the declared size needs (refused there), or the size needs more than a buffer holds.',
+  },
   TILE_ERR_PNG_TRAILING_IMAGE_DATA: { meaning: 'Bytes after the end of the zlib stream in IDAT.' },
 
   // The whole-slide client, tile-infer: `tile-infer: [CODE] ...` on stderr; exit status 2 for
   // a wrong command line, 1 otherwise.
   TILE_ERR_CLIENT_USAGE: { meaning: 'A missing or invalid option or command of tile-infer.' },
-  TILE_ERR_CLIENT_HTTP: { meaning: 'The service refused a request with a status that retrying will not change (4xx); the line has its body.' },
+  TILE_ERR_CLIENT_HTTP: {
+    meaning: 'The service refused a request with a status that retrying will not change (4xx); the line has its body.',
+  },
   TILE_ERR_CLIENT_DEADLINE: { meaning: 'A tile had no answer within --deadline, retries included.' },
-  TILE_ERR_CLIENT_UNREACHABLE: { meaning: 'No --server answered within seconds of the start; the line names the URLs and why (connection refused, ...).' },
-  TILE_ERR_CLIENT_MODEL_TASKS: { meaning: 'The --model serves neither embeddings nor predictions (a segmentation model goes in --tissue-model).' },
+  TILE_ERR_CLIENT_UNREACHABLE: {
+    meaning:
+      'No --server answered within seconds of the start; the line names the URLs and why (connection refused, ...).',
+  },
+  TILE_ERR_CLIENT_MODEL_TASKS: {
+    meaning: 'The --model serves neither embeddings nor predictions (a segmentation model goes in --tissue-model).',
+  },
   TILE_ERR_CLIENT_TILE_SHAPE: { meaning: "The model's tiles are not square; slides are tiled in squares." },
   TILE_ERR_CLIENT_HEATMAP_GENE: { meaning: '--heatmap names a gene the model does not predict.' },
-  TILE_ERR_SLIDE_FORMAT: { meaning: 'A slide format or encoding the built-in TIFF reader does not read, and libopenslide is not there to read it (or does not recognise the file).' },
+  TILE_ERR_SLIDE_FORMAT: {
+    meaning:
+      'A slide format or encoding the built-in TIFF reader does not read, and libopenslide is not there to read it (or does not recognise the file).',
+  },
   TILE_ERR_SLIDE_UNREADABLE: { meaning: 'A slide region cannot be read or decoded.' },
   TILE_ERR_SLIDE_NO_MPP: { meaning: 'The slide records no microns per pixel: give it with --mpp.' },
-  TILE_ERR_SLIDE_MISSING: { meaning: 'The slide path does not exist, is not a file, or cannot be read (permission); for a URL, the server answers 404 (S3: NoSuchKey, NoSuchBucket).' },
-  TILE_ERR_SLIDE_DENIED: { meaning: 'The server holding a remote slide refuses it (HTTP 401 or 403; S3: AccessDenied, InvalidAccessKeyId, SignatureDoesNotMatch); the line names the URL and what the server said.' },
-  TILE_ERR_SLIDE_NO_RANGES: { meaning: 'The HTTP server of a slide URL does not serve byte ranges (it answers a range request with the whole file): the slide is not downloaded; copy it or serve it from a server that does.' },
-  TILE_ERR_SLIDE_REMOTE: { meaning: 'A remote slide could not be read: the server is unreachable or kept failing (5xx) after retries, answered out of protocol, or the object changed while it was read (its ETag).' },
-  TILE_ERR_SLIDE_MPP_RANGE: { meaning: 'The MPP the slide records is outside what scanners produce (0.05 to 20 µm/px; a TIFF saying 72 dpi is 352.8); the line names the tag: give the MPP with --mpp.' },
-  TILE_ERR_SLIDE_TOO_LARGE: { meaning: 'The slide at its MPP is larger than a glass slide (100 mm a side): a wrong MPP or a damaged file.' },
-  TILE_ERR_SLIDE_MPP_CONFLICT: { meaning: "A DICOM slide's PixelSpacing gives pixels that are not square, or disagrees with ImagedVolumeWidth/Height over its pixel matrix; the line names both values: give the MPP with --mpp." },
-  TILE_ERR_SLIDE_SERIES: { meaning: 'A DICOM folder holds more than one series (the line names their UIDs), or a DICOMweb study URL more or fewer than one slide series: give one series.' },
-  TILE_ERR_SLIDE_DICOMWEB_AUTH: { meaning: 'The DICOMweb server answered 401 or 403 (the line names the URL): set TILE_INFER_DICOMWEB_AUTHORIZATION to the Authorization header it takes.' },
-  TILE_ERR_SLIDE_DICOMWEB_NOT_FOUND: { meaning: 'The DICOMweb server answered 404 for the study, series, instance or frame the line names.' },
-  TILE_ERR_SLIDE_DICOMWEB_DOWN: { meaning: 'The DICOMweb server did not answer, or answered 5xx, through every retry (the line names the URL and the last reason).' },
-  TILE_ERR_SLIDE_DICOMWEB_REFUSED: { meaning: 'The DICOMweb server answered another 4xx, or not what WADO-RS gives (the line names the URL and what came).' },
+  TILE_ERR_SLIDE_MISSING: {
+    meaning:
+      'The slide path does not exist, is not a file, or cannot be read (permission); for a URL, the server answers 404 (S3: NoSuchKey, NoSuchBucket).',
+  },
+  TILE_ERR_SLIDE_DENIED: {
+    meaning:
+      'The server holding a remote slide refuses it (HTTP 401 or 403; S3: AccessDenied, InvalidAccessKeyId, SignatureDoesNotMatch); the line names the URL and what the server said.',
+  },
+  TILE_ERR_SLIDE_NO_RANGES: {
+    meaning:
+      'The HTTP server of a slide URL does not serve byte ranges (it answers a range request with the whole file): the slide is not downloaded; copy it or serve it from a server that does.',
+  },
+  TILE_ERR_SLIDE_REMOTE: {
+    meaning:
+      'A remote slide could not be read: the server is unreachable or kept failing (5xx) after retries, answered out of protocol, or the object changed while it was read (its ETag).',
+  },
+  TILE_ERR_SLIDE_MPP_RANGE: {
+    meaning:
+      'The MPP the slide records is outside what scanners produce (0.05 to 20 µm/px; a TIFF saying 72 dpi is 352.8); the line names the tag: give the MPP with --mpp.',
+  },
+  TILE_ERR_SLIDE_TOO_LARGE: {
+    meaning: 'The slide at its MPP is larger than a glass slide (100 mm a side): a wrong MPP or a damaged file.',
+  },
+  TILE_ERR_SLIDE_MPP_CONFLICT: {
+    meaning:
+      "A DICOM slide's PixelSpacing gives pixels that are not square, or disagrees with ImagedVolumeWidth/Height over its pixel matrix; the line names both values: give the MPP with --mpp.",
+  },
+  TILE_ERR_SLIDE_SERIES: {
+    meaning:
+      'A DICOM folder holds more than one series (the line names their UIDs), or a DICOMweb study URL more or fewer than one slide series: give one series.',
+  },
+  TILE_ERR_SLIDE_DICOMWEB_AUTH: {
+    meaning:
+      'The DICOMweb server answered 401 or 403 (the line names the URL): set TILE_INFER_DICOMWEB_AUTHORIZATION to the Authorization header it takes.',
+  },
+  TILE_ERR_SLIDE_DICOMWEB_NOT_FOUND: {
+    meaning: 'The DICOMweb server answered 404 for the study, series, instance or frame the line names.',
+  },
+  TILE_ERR_SLIDE_DICOMWEB_DOWN: {
+    meaning:
+      'The DICOMweb server did not answer, or answered 5xx, through every retry (the line names the URL and the last reason).',
+  },
+  TILE_ERR_SLIDE_DICOMWEB_REFUSED: {
+    meaning:
+      'The DICOMweb server answered another 4xx, or not what WADO-RS gives (the line names the URL and what came).',
+  },
   TILE_ERR_SLIDE_NO_TISSUE: { meaning: 'No tile of the grid has --min-tissue of tissue.' },
-  TILE_ERR_SLIDE_TRUNCATED: { meaning: 'The slide file ends before the data its directories point to (a copy cut short): copy it again.' },
-  TILE_ERR_COHORT_MANIFEST: { meaning: 'A cohort manifest CSV cannot be used: unreadable, no wsi column, an empty wsi cell, an mpp outside 0.05 to 20.' },
-  TILE_ERR_COHORT_SHARD: { meaning: '--shard, --shards or the Slurm / Kubernetes variables give no valid shard (INDEX from 0 to COUNT-1).' },
-  TILE_ERR_COHORT_DUPLICATE: { meaning: 'A slide is named twice (two manifest rows, or a manifest and an argument); the line names both places.' },
-  TILE_ERR_COHORT_PLAN_CHANGED: { meaning: 'With --no-overwrite, a slide finished in --out under another plan (model, tile, MPP, --min-tissue, tissue model); the line names what changed.' },
-  TILE_ERR_COHORT_NAME_CLASH: { meaning: 'Two slides would write the same outputs (their file names are equal): in one run they are refused before any work; a slide whose name an earlier run gave another slide in the same --out fails.' },
-  TILE_ERR_OUTPUT_LOCKED: { meaning: 'Another tile-infer writes into --out (the same shard): OUT/tile-infer.lock names its host, pid and start time. A lock whose process is gone on this host is taken over.' },
-  TILE_ERR_OUTPUT_WRITE: { meaning: 'An output (a file or folder in --out) cannot be written; the line names the path and the reason (permission, not a folder, disk full).' },
-  TILE_ERR_OUTPUT_JOURNAL: { meaning: 'A journal line in OUT/.journal is damaged (a value not a finite float32, the wrong length, a tile twice); the line names file and line: delete the file to redo the slide.' },
+  TILE_ERR_SLIDE_TRUNCATED: {
+    meaning: 'The slide file ends before the data its directories point to (a copy cut short): copy it again.',
+  },
+  TILE_ERR_COHORT_MANIFEST: {
+    meaning:
+      'A cohort manifest CSV cannot be used: unreadable, no wsi column, an empty wsi cell, an mpp outside 0.05 to 20.',
+  },
+  TILE_ERR_COHORT_SHARD: {
+    meaning: '--shard, --shards or the Slurm / Kubernetes variables give no valid shard (INDEX from 0 to COUNT-1).',
+  },
+  TILE_ERR_COHORT_DUPLICATE: {
+    meaning: 'A slide is named twice (two manifest rows, or a manifest and an argument); the line names both places.',
+  },
+  TILE_ERR_COHORT_PLAN_CHANGED: {
+    meaning:
+      'With --no-overwrite, a slide finished in --out under another plan (model, tile, MPP, --min-tissue, tissue model); the line names what changed.',
+  },
+  TILE_ERR_COHORT_NAME_CLASH: {
+    meaning:
+      'Two slides would write the same outputs (their file names are equal): in one run they are refused before any work; a slide whose name an earlier run gave another slide in the same --out fails.',
+  },
+  TILE_ERR_OUTPUT_LOCKED: {
+    meaning:
+      'Another tile-infer writes into --out (the same shard): OUT/tile-infer.lock names its host, pid and start time. A lock whose process is gone on this host is taken over.',
+  },
+  TILE_ERR_OUTPUT_WRITE: {
+    meaning:
+      'An output (a file or folder in --out) cannot be written; the line names the path and the reason (permission, not a folder, disk full).',
+  },
+  TILE_ERR_OUTPUT_JOURNAL: {
+    meaning:
+      'A journal line in OUT/.journal is damaged (a value not a finite float32, the wrong length, a tile twice); the line names file and line: delete the file to redo the slide.',
+  },
   TILE_ERR_PLAN_HEADER: { meaning: 'The --plan CSV has no file, x and y columns.' },
-  TILE_ERR_PLAN_COORDS: { meaning: "A tile's x and y are not integers (plan) or not in its name (x<N>_y<N> or <N>_<N>.png)." },
+  TILE_ERR_PLAN_COORDS: {
+    meaning: "A tile's x and y are not integers (plan) or not in its name (x<N>_y<N> or <N>_<N>.png).",
+  },
   TILE_ERR_PLAN_NO_TILES: { meaning: 'The tiles folder holds no PNG tiles.' },
   TILE_ERR_PLAN_NOT_PNG: { meaning: 'A tile is not a PNG (its TILE_ERR_PNG_* reason follows).' },
 } as const satisfies Record<string, Entry | HttpEntry>;
@@ -151,11 +344,16 @@ export type HttpCode = { [C in ErrorCode]: (typeof REGISTRY)[C] extends HttpEntr
 export type CodesOf<Area extends string> = Extract<ErrorCode, `TILE_ERR_${Area}_${string}`>;
 
 /** An error as one line for a person: `[CODE] message` when it has a code. */
-export const errorLine = (err: Error): string => (err instanceof CodedError ? `[${err.code}] ${err.message}` : err.message);
+export const errorLine = (err: Error): string =>
+  err instanceof CodedError ? `[${err.code}] ${err.message}` : err.message;
 
 /** Every code with what it means and, for the HTTP API's, its status: README's table. */
 export const errorCodes = (): { code: ErrorCode; status: number | null; meaning: string }[] =>
-  Object.entries(REGISTRY).map(([code, entry]) => ({ code: code as ErrorCode, status: 'status' in entry ? entry.status : null, meaning: entry.meaning }));
+  Object.entries(REGISTRY).map(([code, entry]) => ({
+    code: code as ErrorCode,
+    status: 'status' in entry ? entry.status : null,
+    meaning: entry.meaning,
+  }));
 
 /** An error with its code; each area's error class extends it. */
 export class CodedError<C extends ErrorCode = ErrorCode> extends Error {
@@ -215,36 +413,74 @@ export class ServiceError extends CodedError<HttpCode> {
 
   /** Any thrown value as a ServiceError (an unknown error is TILE_ERR_INTERNAL, its message kept for the log). */
   static from(err: unknown): ServiceError {
-    return err instanceof ServiceError ? err : new ServiceError('TILE_ERR_INTERNAL', err instanceof Error ? err.message : String(err));
+    return err instanceof ServiceError
+      ? err
+      : new ServiceError('TILE_ERR_INTERNAL', err instanceof Error ? err.message : String(err));
   }
 }
 
 /** One constructor per error, so call sites read as what happened. */
 export const errors = {
-  tileInvalid: (detail: FieldError[]) => new ServiceError('TILE_ERR_VALIDATION', detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; '), detail),
+  tileInvalid: (detail: FieldError[]) =>
+    new ServiceError('TILE_ERR_VALIDATION', detail.map((d) => `${d.loc.join('.')}: ${d.msg}`).join('; '), detail),
   modelLoading: (model: string) => new ServiceError('TILE_ERR_MODEL_LOADING', `model ${model} is loading`),
-  modelFailed: (model: string, reason: string) => new ServiceError('TILE_ERR_MODEL_FAILED', `model ${model} failed to load: ${reason}`),
+  modelFailed: (model: string, reason: string) =>
+    new ServiceError('TILE_ERR_MODEL_FAILED', `model ${model} failed to load: ${reason}`),
   queueFull: (model: string, why: string, retryAfterS: number) =>
-    Object.assign(new ServiceError('TILE_ERR_QUEUE_FULL', `model ${model} cannot take the request: ${why}; retry after ${retryAfterS} s`), { retryAfterS }),
-  frontBusy: (bytes: number) => new ServiceError('TILE_ERR_FRONT_BUSY', `this front holds ${bytes} bytes of requests, its limit (front.max_inflight_bytes); retry later`),
-  underPressure: (what: string, value: number) => new ServiceError('TILE_ERR_UNDER_PRESSURE', `Service under pressure (${what}: ${Math.round(value)}); retry later`),
-  shuttingDown: () => new ServiceError('TILE_ERR_SHUTTING_DOWN', 'the service is shutting down; retry on another host or later'),
-  deadline: (model: string, timeoutMs: number) => new ServiceError('TILE_ERR_DEADLINE', `model ${model} did not answer within the ${timeoutMs} ms request deadline`),
+    Object.assign(
+      new ServiceError(
+        'TILE_ERR_QUEUE_FULL',
+        `model ${model} cannot take the request: ${why}; retry after ${retryAfterS} s`,
+      ),
+      { retryAfterS },
+    ),
+  frontBusy: (bytes: number) =>
+    new ServiceError(
+      'TILE_ERR_FRONT_BUSY',
+      `this front holds ${bytes} bytes of requests, its limit (front.max_inflight_bytes); retry later`,
+    ),
+  underPressure: (what: string, value: number) =>
+    new ServiceError('TILE_ERR_UNDER_PRESSURE', `Service under pressure (${what}: ${Math.round(value)}); retry later`),
+  shuttingDown: () =>
+    new ServiceError('TILE_ERR_SHUTTING_DOWN', 'the service is shutting down; retry on another host or later'),
+  deadline: (model: string, timeoutMs: number) =>
+    new ServiceError('TILE_ERR_DEADLINE', `model ${model} did not answer within the ${timeoutMs} ms request deadline`),
   cancelled: () => new ServiceError('TILE_ERR_CANCELLED', 'the client closed its connection before the answer'),
   workerGone: (why: string) => new ServiceError('TILE_ERR_WORKER_GONE', why),
   unauthorized: () => new ServiceError('TILE_ERR_UNAUTHORIZED', 'Not authenticated'),
-  methodNotAllowed: (method: string, path: string, allowed: string[]) => new ServiceError('TILE_ERR_METHOD_NOT_ALLOWED', `Method Not Allowed: ${path} takes ${allowed.join(', ')}, not ${method}`),
+  methodNotAllowed: (method: string, path: string, allowed: string[]) =>
+    new ServiceError(
+      'TILE_ERR_METHOD_NOT_ALLOWED',
+      `Method Not Allowed: ${path} takes ${allowed.join(', ')}, not ${method}`,
+    ),
   notAcceptable: (why: string) => new ServiceError('TILE_ERR_NOT_ACCEPTABLE', why),
   unsupportedContentEncoding: (encoding: string) =>
-    new ServiceError('TILE_ERR_UNSUPPORTED_ENCODING', `Content-Encoding ${encoding} is not supported: send the body uncompressed (a PNG is compressed already; raw pixels are the fastest body)`),
-  headersTooLarge: (limit: number) => new ServiceError('TILE_ERR_HEADERS_TOO_LARGE', `the request's headers, its URL included, are over the limit of ${limit} bytes`),
-  requestTimeout: () => new ServiceError('TILE_ERR_REQUEST_TIMEOUT', 'the request did not arrive in time (front.headers_timeout_ms, front.body_timeout_ms)'),
+    new ServiceError(
+      'TILE_ERR_UNSUPPORTED_ENCODING',
+      `Content-Encoding ${encoding} is not supported: send the body uncompressed (a PNG is compressed already; raw pixels are the fastest body)`,
+    ),
+  headersTooLarge: (limit: number) =>
+    new ServiceError(
+      'TILE_ERR_HEADERS_TOO_LARGE',
+      `the request's headers, its URL included, are over the limit of ${limit} bytes`,
+    ),
+  requestTimeout: () =>
+    new ServiceError(
+      'TILE_ERR_REQUEST_TIMEOUT',
+      'the request did not arrive in time (front.headers_timeout_ms, front.body_timeout_ms)',
+    ),
   v2Invalid: (why: string) => new ServiceError('TILE_ERR_V2_INVALID', why),
   /** A model (or a version of it) the Open Inference Protocol's paths name that is not served. */
-  modelNotFound: (what: string, models: string[]) => new ServiceError('TILE_ERR_NOT_FOUND', `${what} is not served; enabled models: ${models.join(', ') || 'none'}`),
+  modelNotFound: (what: string, models: string[]) =>
+    new ServiceError('TILE_ERR_NOT_FOUND', `${what} is not served; enabled models: ${models.join(', ') || 'none'}`),
   badRequest: (reason: string) => new ServiceError('TILE_ERR_BAD_REQUEST', `malformed HTTP request: ${reason}`),
   /** Under /api and /health/ready the answer names the enabled models, the likely mistake being
    *  a model's name. */
   notFound: (url: string, models: string[]) =>
-    new ServiceError('TILE_ERR_NOT_FOUND', /^\/(api|health\/ready)\//.test(url) ? `Not Found; enabled models: ${models.join(', ') || 'none'} (GET /api/models)` : 'Not Found'),
+    new ServiceError(
+      'TILE_ERR_NOT_FOUND',
+      /^\/(api|health\/ready)\//.test(url)
+        ? `Not Found; enabled models: ${models.join(', ') || 'none'} (GET /api/models)`
+        : 'Not Found',
+    ),
 };

@@ -12,7 +12,14 @@ const require = createRequire(import.meta.url);
 /** pino-pretty is loaded only for a terminal: a service under systemd never pays for it. */
 function readable(out: NodeJS.WritableStream): NodeJS.WritableStream {
   const pretty = require('pino-pretty') as typeof pinoPretty;
-  return pretty({ destination: out, colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid', singleLine: true, sync: true });
+  return pretty({
+    destination: out,
+    colorize: true,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid',
+    singleLine: true,
+    sync: true,
+  });
 }
 
 /** The logging part of the service configuration (config.ts), named here so that lib depends on
@@ -22,7 +29,10 @@ export interface LogSettings {
   log_level: pino.LevelWithSilent;
 }
 
-export function createLogger(config: LogSettings, out: NodeJS.WritableStream & { isTTY?: boolean } = process.stdout): Logger {
+export function createLogger(
+  config: LogSettings,
+  out: NodeJS.WritableStream & { isTTY?: boolean } = process.stdout,
+): Logger {
   // Every stream takes every line the logger's level lets through (multistream's default is info).
   const streams: pino.StreamEntry[] = [{ level: 'trace', stream: out.isTTY ? readable(out) : out }];
   if (config.log_file) {

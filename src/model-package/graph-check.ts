@@ -10,9 +10,16 @@ export async function checkGraph(pkg: ModelPackage): Promise<ServingPlan> {
   const { default: ort } = await import('onnxruntime-node');
   let session: Awaited<ReturnType<typeof ort.InferenceSession.create>>;
   try {
-    session = await ort.InferenceSession.create(pkg.modelPath, { executionProviders: ['cpu'], intraOpNumThreads: 1, interOpNumThreads: 1 });
+    session = await ort.InferenceSession.create(pkg.modelPath, {
+      executionProviders: ['cpu'],
+      intraOpNumThreads: 1,
+      interOpNumThreads: 1,
+    });
   } catch (err) {
-    throw new CodedError('TILE_ERR_MODEL_LOAD', `${pkg.modelPath}: ONNX Runtime cannot load the graph: ${(err as Error).message.split('\n')[0]}`);
+    throw new CodedError(
+      'TILE_ERR_MODEL_LOAD',
+      `${pkg.modelPath}: ONNX Runtime cannot load the graph: ${(err as Error).message.split('\n')[0]}`,
+    );
   }
   try {
     return checkSignature(pkg, session);

@@ -14,9 +14,14 @@ function schemaAt(root: TSchema, pointer: string): Record<string, any> | undefin
 }
 
 const quote = (v: unknown) => JSON.stringify(v);
-const describe = (s: Record<string, any>): string => s.description ?? (s.enum ? s.enum.map(quote).join(', ') : (s.type ?? 'a value'));
+const describe = (s: Record<string, any>): string =>
+  s.description ?? (s.enum ? s.enum.map(quote).join(', ') : (s.type ?? 'a value'));
 
-export function manifestErrors(schema: TSchema, value: unknown, errors: readonly TLocalizedValidationError[]): string[] {
+export function manifestErrors(
+  schema: TSchema,
+  value: unknown,
+  errors: readonly TLocalizedValidationError[],
+): string[] {
   const unions = errors.filter((e) => e.keyword === 'anyOf').map((e) => e.schemaPath);
   const lines: string[] = [];
   for (const e of errors) {
@@ -24,8 +29,10 @@ export function manifestErrors(schema: TSchema, value: unknown, errors: readonly
     if (unions.some((u) => e.schemaPath.startsWith(`${u}/anyOf/`))) continue;
     const got = schemaAt(value as TSchema, `#${e.instancePath}`);
     let message = e.message;
-    if (e.keyword === 'enum') message = `must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.map(quote).join(', ')} (got ${quote(got)})`;
-    if (e.keyword === 'anyOf') message = `must be ${(schemaAt(schema, e.schemaPath)?.anyOf ?? []).map(describe).join(' or ')} (got ${quote(got)})`;
+    if (e.keyword === 'enum')
+      message = `must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.map(quote).join(', ')} (got ${quote(got)})`;
+    if (e.keyword === 'anyOf')
+      message = `must be ${(schemaAt(schema, e.schemaPath)?.anyOf ?? []).map(describe).join(' or ')} (got ${quote(got)})`;
     lines.push(`${field(e.instancePath)}: ${message}`);
   }
   return lines;

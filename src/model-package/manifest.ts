@@ -21,7 +21,10 @@ export type ChannelOrder = Static<typeof ChannelOrder>;
  *  the loader accepts only with channel_order RGB: with BGR an array invites the RGB/BGR mix-up. */
 export const ChannelValues = Type.Union(
   [
-    Type.Object({ R: Type.Number(), G: Type.Number(), B: Type.Number() }, { additionalProperties: false, description: '{"R": r, "G": g, "B": b}' }),
+    Type.Object(
+      { R: Type.Number(), G: Type.Number(), B: Type.Number() },
+      { additionalProperties: false, description: '{"R": r, "G": g, "B": b}' },
+    ),
     Type.Array(Type.Number(), { minItems: 3, maxItems: 3, description: '[r, g, b] (channel_order RGB only)' }),
   ],
   { description: 'Per channel, named {"R", "G", "B"}; an array [r, g, b] only with channel_order RGB' },
@@ -81,7 +84,10 @@ export const Manifest = Type.Object({
   warmup: Type.Optional(Type.Object({ iterations: Type.Integer({ minimum: 0 }) })),
   /** What `npm run package` read from model.onnx, per tensor "dtype[dims]"; checked at load. */
   graph: Type.Optional(
-    Type.Object({ inputs: Type.Record(Type.String(), Type.String()), outputs: Type.Record(Type.String(), Type.String()) }),
+    Type.Object({
+      inputs: Type.Record(Type.String(), Type.String()),
+      outputs: Type.Record(Type.String(), Type.String()),
+    }),
   ),
   provenance: Type.Object({
     trained: Type.Boolean(),

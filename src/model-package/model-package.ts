@@ -31,29 +31,46 @@ export function readManifest(dir: string): Manifest {
   try {
     raw = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
-    throw new PackageError('TILE_ERR_PACKAGE_MANIFEST_UNREADABLE', `${file}: cannot read manifest: ${(err as Error).message}`);
+    throw new PackageError(
+      'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE',
+      `${file}: cannot read manifest: ${(err as Error).message}`,
+    );
   }
   const errors = Value.Errors(Manifest, raw);
-  if (errors.length > 0) throw new PackageError('TILE_ERR_PACKAGE_MANIFEST', `${file}: invalid manifest: ${manifestErrors(Manifest, raw, errors).join('; ')}`);
+  if (errors.length > 0)
+    throw new PackageError(
+      'TILE_ERR_PACKAGE_MANIFEST',
+      `${file}: invalid manifest: ${manifestErrors(Manifest, raw, errors).join('; ')}`,
+    );
   const manifest = raw as Manifest;
   const folder = basename(resolve(dir));
-  if (manifest.name !== folder) fail('name', `"${manifest.name}" differs from its folder "${folder}"; the name is the package's folder name`);
+  if (manifest.name !== folder)
+    fail('name', `"${manifest.name}" differs from its folder "${folder}"; the name is the package's folder name`);
   for (const task of manifest.tasks) {
-    if (!manifest.tensors[taskOutput[task]]) fail(`tensors.${taskOutput[task]}`, `task "${task}" needs an output tensor for role "${taskOutput[task]}"`);
+    if (!manifest.tensors[taskOutput[task]])
+      fail(`tensors.${taskOutput[task]}`, `task "${task}" needs an output tensor for role "${taskOutput[task]}"`);
   }
   if (manifest.tensors.bulk && !manifest.genes) fail('genes', 'required when tensors.bulk is set');
   const p = manifest.preprocess;
   if (p.input === 'uint8') {
     for (const key of ['scale', 'mean', 'std'] as const) {
-      if (p[key] !== undefined) fail(`preprocess.${key}`, 'not used with preprocess.input "uint8" (the graph normalizes the decoded bytes); remove it');
+      if (p[key] !== undefined)
+        fail(
+          `preprocess.${key}`,
+          'not used with preprocess.input "uint8" (the graph normalizes the decoded bytes); remove it',
+        );
     }
   } else {
     for (const key of ['scale', 'mean', 'std'] as const) {
-      if (p[key] === undefined) fail(`preprocess.${key}`, `required for a float image input (preprocess.input "${p.input ?? 'float32'}")`);
+      if (p[key] === undefined)
+        fail(`preprocess.${key}`, `required for a float image input (preprocess.input "${p.input ?? 'float32'}")`);
     }
     for (const key of ['mean', 'std'] as const) {
       if (Array.isArray(p[key]) && p.channel_order === 'BGR') {
-        fail(`preprocess.${key}`, `with channel_order "BGR" give it by channel name, {"R": r, "G": g, "B": b}: an array is ambiguous between RGB and BGR order`);
+        fail(
+          `preprocess.${key}`,
+          `with channel_order "BGR" give it by channel name, {"R": r, "G": g, "B": b}: an array is ambiguous between RGB and BGR order`,
+        );
       }
     }
   }
@@ -69,7 +86,10 @@ export function readPackage(dir: string): ModelPackage {
     accessSync(modelPath);
     sha256 = packageDigest(dir);
   } catch (err) {
-    throw new PackageError('TILE_ERR_PACKAGE_MODEL_UNREADABLE', `${modelPath}: cannot read model: ${(err as Error).message}`);
+    throw new PackageError(
+      'TILE_ERR_PACKAGE_MODEL_UNREADABLE',
+      `${modelPath}: cannot read model: ${(err as Error).message}`,
+    );
   }
   return { dir, manifest, modelPath, sha256 };
 }
@@ -112,27 +132,43 @@ export function checkSignature(pkg: ModelPackage, session: SessionSignature): Se
   const { manifest } = pkg;
   const file = join(pkg.dir, 'manifest.json');
   const fail = (field: string, msg: string): never => {
-    throw new PackageError('TILE_ERR_PACKAGE_GRAPH', `${file}: ${field}: ${msg} (model.onnx inputs: ${session.inputNames.join(', ')}; outputs: ${session.outputNames.join(', ')})`);
+    throw new PackageError(
+      'TILE_ERR_PACKAGE_GRAPH',
+      `${file}: ${field}: ${msg} (model.onnx inputs: ${session.inputNames.join(', ')}; outputs: ${session.outputNames.join(', ')})`,
+    );
   };
   const meta = (list: readonly TensorMeta[], name: string) => list.find((m) => m.name === name);
   const expectDims = (field: string, m: TensorMeta | undefined, want: (number | null)[]) => {
     const shape = m?.shape;
     if (!shape) return;
-    if (shape.length !== want.length) fail(field, `"${m.name}" has rank ${shape.length}, expected ${want.length} ([${want.map((d) => d ?? 'N').join(', ')}])`);
+    if (shape.length !== want.length)
+      fail(
+        field,
+        `"${m.name}" has rank ${shape.length}, expected ${want.length} ([${want.map((d) => d ?? 'N').join(', ')}])`,
+      );
     want.forEach((d, i) => {
-      if (d !== null && typeof shape[i] === 'number' && shape[i] !== d) fail(field, `"${m.name}" dimension ${i} is ${shape[i]}, expected ${d}`);
+      if (d !== null && typeof shape[i] === 'number' && shape[i] !== d)
+        fail(field, `"${m.name}" dimension ${i} is ${shape[i]}, expected ${d}`);
     });
   };
   const expectType = (field: string, m: TensorMeta | undefined, allowed: string[], what: string) => {
-    if (m?.type && !allowed.includes(m.type)) fail(field, `"${m.name}" has type ${m.type}; ${what} may be ${allowed.join(', ')}`);
+    if (m?.type && !allowed.includes(m.type))
+      fail(field, `"${m.name}" has type ${m.type}; ${what} may be ${allowed.join(', ')}`);
   };
 
-  for (const [kind, declared] of Object.entries(manifest.graph ?? {}) as ['inputs' | 'outputs', Record<string, string>][]) {
+  for (const [kind, declared] of Object.entries(manifest.graph ?? {}) as [
+    'inputs' | 'outputs',
+    Record<string, string>,
+  ][]) {
     const list = kind === 'inputs' ? session.inputMetadata : session.outputMetadata;
     for (const [name, described] of Object.entries(declared)) {
       const m = meta(list, name);
       const actual = m ? describeTensor(m) : 'absent';
-      if (actual !== described) fail(`graph.${kind}.${name}`, `model.onnx has ${actual}, the manifest says ${described} (another export than the one packaged?)`);
+      if (actual !== described)
+        fail(
+          `graph.${kind}.${name}`,
+          `model.onnx has ${actual}, the manifest says ${described} (another export than the one packaged?)`,
+        );
     }
   }
 
@@ -142,7 +178,8 @@ export function checkSignature(pkg: ModelPackage, session: SessionSignature): Se
     if (name === undefined) continue;
     const isInput = role === 'image' || role === 'bulk';
     const names = isInput ? session.inputNames : session.outputNames;
-    if (!names.includes(name)) fail(`tensors.${role}`, `"${name}" is not ${isInput ? 'an input' : 'an output'} of model.onnx`);
+    if (!names.includes(name))
+      fail(`tensors.${role}`, `"${name}" is not ${isInput ? 'an input' : 'an output'} of model.onnx`);
   }
   const extra = session.inputNames.filter((n) => !inputs.has(n));
   if (extra.length) fail('tensors', `model.onnx input(s) ${extra.join(', ')} have no role in the manifest`);
@@ -151,12 +188,19 @@ export function checkSignature(pkg: ModelPackage, session: SessionSignature): Se
   const { height, width } = manifest.tile;
   const declared = manifest.preprocess.input;
   const graphType = image?.type ?? declared ?? 'float32';
-  if (!['float32', 'float16', 'uint8'].includes(graphType)) fail('tensors.image', `"${roles.image}" has type ${graphType}; image inputs may be float32, float16 or uint8`);
+  if (!['float32', 'float16', 'uint8'].includes(graphType))
+    fail('tensors.image', `"${roles.image}" has type ${graphType}; image inputs may be float32, float16 or uint8`);
   if (declared !== undefined && declared !== graphType) {
-    fail('preprocess.input', `"${roles.image}" has type ${graphType} in model.onnx, the manifest says "${declared}"; allowed: "float32", "float16", "uint8", set "${graphType}"`);
+    fail(
+      'preprocess.input',
+      `"${roles.image}" has type ${graphType} in model.onnx, the manifest says "${declared}"; allowed: "float32", "float16", "uint8", set "${graphType}"`,
+    );
   }
   if (declared === undefined && graphType === 'uint8') {
-    fail('preprocess.input', `"${roles.image}" has type uint8: set preprocess.input "uint8" (the graph normalizes) and remove scale, mean and std`);
+    fail(
+      'preprocess.input',
+      `"${roles.image}" has type uint8: set preprocess.input "uint8" (the graph normalizes) and remove scale, mean and std`,
+    );
   }
   const imageInput = graphType as ImageInput;
   expectDims('tensors.image', image, imageInput === 'uint8' ? [null, height, width, 3] : [null, 3, height, width]);
@@ -188,9 +232,15 @@ export function checkSignature(pkg: ModelPackage, session: SessionSignature): Se
     const batch = m.shape?.[0];
     if (typeof batch !== 'number' || batch === maxBatch) continue;
     const fix = `export with dynamic_axes={"${m.name}": {0: "batch"}} to batch tiles`;
-    if (batch !== 1) fail('batch.max', `model.onnx fixes the batch dimension of "${m.name}" at ${batch}; the service runs batches of 1 to batch.max: ${fix}`);
+    if (batch !== 1)
+      fail(
+        'batch.max',
+        `model.onnx fixes the batch dimension of "${m.name}" at ${batch}; the service runs batches of 1 to batch.max: ${fix}`,
+      );
     maxBatch = 1;
-    warnings.push(`batch.max: ${manifest.batch.max}, but model.onnx fixes the batch dimension of "${m.name}" at 1: one tile per run (${fix})`);
+    warnings.push(
+      `batch.max: ${manifest.batch.max}, but model.onnx fixes the batch dimension of "${m.name}" at 1: one tile per run (${fix})`,
+    );
   }
   return { imageInput, bulkInput, maxBatch, warnings: [...new Set(warnings)] };
 }
@@ -206,24 +256,44 @@ function checkMask(
   const shape = m?.shape;
   const channel = manifest.mask_channel;
   if (shape) {
-    if (shape.length !== 3 && shape.length !== 4) fail('tensors.mask', `"${name}" has rank ${shape.length}, expected [N, H, W], [N, 1, H, W] or [N, C, H, W] with mask_channel`);
+    if (shape.length !== 3 && shape.length !== 4)
+      fail(
+        'tensors.mask',
+        `"${name}" has rank ${shape.length}, expected [N, H, W], [N, 1, H, W] or [N, C, H, W] with mask_channel`,
+      );
     const [h, w] = shape.slice(-2);
     const { height, width } = manifest.tile;
     if ((typeof h === 'number' && h !== height) || (typeof w === 'number' && w !== width)) {
-      fail('tensors.mask', `"${name}" has shape [${shape.join(', ')}], its last two dimensions must be the tile's ${height}x${width}`);
+      fail(
+        'tensors.mask',
+        `"${name}" has shape [${shape.join(', ')}], its last two dimensions must be the tile's ${height}x${width}`,
+      );
     }
     const channels = shape.length === 4 ? shape[1] : 1;
-    if (channel && shape.length === 3) fail('mask_channel', `"${name}" is [N, H, W]: there are no channels to choose from; remove mask_channel`);
+    if (channel && shape.length === 3)
+      fail('mask_channel', `"${name}" is [N, H, W]: there are no channels to choose from; remove mask_channel`);
     if (!channel && typeof channels === 'number' && channels > 1) {
-      fail('mask_channel', `"${name}" has ${channels} channels ([${shape.join(', ')}]): say which is tissue, {"index": <channel>, "rule": "argmax"} (or "threshold" with mask_threshold)`);
+      fail(
+        'mask_channel',
+        `"${name}" has ${channels} channels ([${shape.join(', ')}]): say which is tissue, {"index": <channel>, "rule": "argmax"} (or "threshold" with mask_threshold)`,
+      );
     }
-    if (channel && typeof channels === 'number' && channel.index >= channels) fail('mask_channel.index', `${channel.index} but "${name}" has ${channels} channels`);
+    if (channel && typeof channels === 'number' && channel.index >= channels)
+      fail('mask_channel.index', `${channel.index} but "${name}" has ${channels} channels`);
   }
   const isFloat = m?.type === undefined || FLOAT_TYPES.includes(m.type);
   const thresholded = channel?.rule !== 'argmax';
-  if (isFloat && thresholded && manifest.mask_threshold === undefined) fail('mask_threshold', `required because "${name}" is ${m?.type ?? 'float'} (tissue where value > mask_threshold; 0 for logits, 0.5 for probabilities)`);
-  if (!thresholded && manifest.mask_threshold !== undefined) fail('mask_threshold', 'not used with mask_channel.rule "argmax"; remove it');
+  if (isFloat && thresholded && manifest.mask_threshold === undefined)
+    fail(
+      'mask_threshold',
+      `required because "${name}" is ${m?.type ?? 'float'} (tissue where value > mask_threshold; 0 for logits, 0.5 for probabilities)`,
+    );
+  if (!thresholded && manifest.mask_threshold !== undefined)
+    fail('mask_threshold', 'not used with mask_channel.rule "argmax"; remove it');
   if (!isFloat && manifest.mask_threshold !== undefined) {
-    fail('mask_threshold', `"${name}" is ${m!.type}: integer and bool masks are tissue where the value is not 0; mask_threshold is for float masks, remove it`);
+    fail(
+      'mask_threshold',
+      `"${name}" is ${m!.type}: integer and bool masks are tissue where the value is not 0; mask_threshold is for float masks, remove it`,
+    );
   }
 }

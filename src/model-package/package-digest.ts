@@ -16,7 +16,12 @@ export function packageFiles(dir: string): string[] {
 /** sha256 of the lines "<sha256 of file>  <path>\n", as sha256sum prints them. */
 export function packageDigest(dir: string): string {
   const listing = packageFiles(dir)
-    .map((file) => `${createHash('sha256').update(readFileSync(join(dir, file))).digest('hex')}  ${file}\n`)
+    .map(
+      (file) =>
+        `${createHash('sha256')
+          .update(readFileSync(join(dir, file)))
+          .digest('hex')}  ${file}\n`,
+    )
     .join('');
   return createHash('sha256').update(listing).digest('hex');
 }

@@ -11,20 +11,25 @@ const SLICE = 32768;
 /** The bytes, or the reason the text (a string, or its ASCII bytes) is not strict standard base64. */
 export function decodeBase64Strict(text: string | Buffer): { bytes: Buffer } | { reason: string } {
   if (text.includes('-') || text.includes('_')) {
-    return { reason: `image_data uses the URL-safe base64 alphabet (- and _), which is refused; expected ${BASE64_ALPHABET}` };
+    return {
+      reason: `image_data uses the URL-safe base64 alphabet (- and _), which is refused; expected ${BASE64_ALPHABET}`,
+    };
   }
-  if (text.length % 4 !== 0) return { reason: `image_data has ${text.length} characters, not a multiple of 4; expected ${BASE64_ALPHABET}` };
+  if (text.length % 4 !== 0)
+    return { reason: `image_data has ${text.length} characters, not a multiple of 4; expected ${BASE64_ALPHABET}` };
   const bytes = typeof text === 'string' ? Buffer.from(text, 'base64') : decodeSlices(text);
   const tail = typeof text === 'string' ? text.slice(-2) : text.toString('latin1', Math.max(0, text.length - 2));
   const padding = tail.endsWith('==') ? 2 : tail.endsWith('=') ? 1 : 0;
   // A decoded length other than the text length implies means characters were skipped.
-  if (bytes.length !== (text.length / 4) * 3 - padding) return { reason: `image_data holds characters outside ${BASE64_ALPHABET}` };
+  if (bytes.length !== (text.length / 4) * 3 - padding)
+    return { reason: `image_data holds characters outside ${BASE64_ALPHABET}` };
   return { bytes };
 }
 
 function decodeSlices(text: Buffer): Buffer {
   const out = Buffer.allocUnsafe((text.length / 4) * 3);
   let written = 0;
-  for (let at = 0; at < text.length; at += SLICE) written += out.write(text.toString('latin1', at, Math.min(text.length, at + SLICE)), written, 'base64');
+  for (let at = 0; at < text.length; at += SLICE)
+    written += out.write(text.toString('latin1', at, Math.min(text.length, at + SLICE)), written, 'base64');
   return out.subarray(0, written);
 }

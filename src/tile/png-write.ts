@@ -30,7 +30,12 @@ let lines = Buffer.alloc(0);
  *  Level 0 (the default) writes the rows straight into stored deflate blocks of whole scanlines
  *  with their Adler-32 (no zlib call, no copy of the image data) and returns a view of a reused
  *  buffer, valid until the next call; other levels are zlib's (1 fastest ... 9). */
-export function encodeRgbRows(width: number, height: number, rows: (y: number, out: Uint8Array, at: number) => void, level = 0): Buffer {
+export function encodeRgbRows(
+  width: number,
+  height: number,
+  rows: (y: number, out: Uint8Array, at: number) => void,
+  level = 0,
+): Buffer {
   const stride = width * 3 + 1;
   const perBlock = Math.floor(STORED_BLOCK / stride);
   let zlib: Buffer | null = null;
@@ -92,5 +97,7 @@ export function encodeRgbRows(width: number, height: number, rows: (y: number, o
 /** PNG of interleaved 8-bit RGB pixels; `level` is zlib's (0 stored, 1 fastest ... 9). */
 export function encodeRgbPng(rgb: Uint8Array, width: number, height: number, level = 0): Buffer {
   const row = width * 3;
-  return Buffer.from(encodeRgbRows(width, height, (y, out, at) => out.set(rgb.subarray(y * row, (y + 1) * row), at), level));
+  return Buffer.from(
+    encodeRgbRows(width, height, (y, out, at) => out.set(rgb.subarray(y * row, (y + 1) * row), at), level),
+  );
 }

@@ -68,6 +68,7 @@ function storedPng({ headChunks, imageData }: PngLayout, scanlines: Buffer): Buf
 /** RGB, or RGBA (also for RGB with a tRNS chunk, which the decoder expands to alpha). */
 function channelsOf(data: Uint8Array, header: PngHeader): 3 | 4 {
   const channels = data.length / (header.width * header.height);
-  if (channels !== 3 && channels !== 4) throw new Error(`decoder returned ${data.length} bytes for ${header.width}x${header.height} pixels`);
+  if (channels !== 3 && channels !== 4)
+    throw new Error(`decoder returned ${data.length} bytes for ${header.width}x${header.height} pixels`);
   return channels;
 }

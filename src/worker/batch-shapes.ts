@@ -41,7 +41,13 @@ export function candidateShapes(setting: BatchShapesSetting, provider: ProviderN
  * every candidate is kept; when a tile's outputs changed with the other tiles of its batch
  * (`neighbours` true: the graph mixes the batch) only a batch of one is independent.
  */
-export function servedShapes(setting: BatchShapesSetting, checks: ShapeCheck[], deterministic: boolean, neighbours: boolean, maxBatch: number): number[] {
+export function servedShapes(
+  setting: BatchShapesSetting,
+  checks: ShapeCheck[],
+  deterministic: boolean,
+  neighbours: boolean,
+  maxBatch: number,
+): number[] {
   if (setting === 'any') return range(1, maxBatch);
   if (!deterministic) return checks.map((c) => c.batch);
   const identical = checks.filter((c) => c.identical).map((c) => c.batch);
@@ -49,4 +55,5 @@ export function servedShapes(setting: BatchShapesSetting, checks: ShapeCheck[], 
 }
 
 /** The shape a batch of n runs as. */
-export const padTo = (shapes: readonly number[], n: number): number => shapes.find((s) => s >= n) ?? shapes[shapes.length - 1];
+export const padTo = (shapes: readonly number[], n: number): number =>
+  shapes.find((s) => s >= n) ?? shapes[shapes.length - 1];

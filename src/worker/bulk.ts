@@ -1,7 +1,12 @@
 import type { BulkTransform } from '../model-package/manifest.js';
 
 /** Writes bulk RNA counts, transformed as the manifest says, into `out`; null (omitted) is zeros. */
-export function writeBulk(counts: readonly number[] | null, transform: BulkTransform, out: Float32Array, offset: number): void {
+export function writeBulk(
+  counts: readonly number[] | null,
+  transform: BulkTransform,
+  out: Float32Array,
+  offset: number,
+): void {
   if (!counts) return;
   let factor = 1;
   if (transform === 'log1p_cp10k') {

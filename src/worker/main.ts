@@ -77,7 +77,13 @@ async function main(): Promise<void> {
       return send({
         type: 'probe',
         id: message.id,
-        data: { pid: process.pid, uptime_s: process.uptime(), memory: process.memoryUsage(), ...(worker?.load() ?? { queued: 0 }), ...worker?.stats },
+        data: {
+          pid: process.pid,
+          uptime_s: process.uptime(),
+          memory: process.memoryUsage(),
+          ...(worker?.load() ?? { queued: 0 }),
+          ...worker?.stats,
+        },
       });
     }
     if (message.type === 'stop') {
@@ -102,11 +108,27 @@ async function main(): Promise<void> {
     pkg = readPackage(config.dir);
     session = await ModelSession.open(pkg, config);
     const { provider, skipped } = session.choice;
-    for (const s of skipped) send({ type: 'log', level: config.gpu !== null && provider === 'cpu' ? 'warn' : 'info', msg: `provider ${s.provider} passed over: ${s.reason}` });
+    for (const s of skipped)
+      send({
+        type: 'log',
+        level: config.gpu !== null && provider === 'cpu' ? 'warn' : 'info',
+        msg: `provider ${s.provider} passed over: ${s.reason}`,
+      });
     for (const msg of session.plan.warnings) send({ type: 'log', level: 'warn', msg });
-    const candidate = new ModelWorker(pkg, session, { maxBatch: config.maxBatch, maxDelayMs: config.maxDelayMs, batchShapes: config.batchShapes, onDeviceFault });
+    const candidate = new ModelWorker(pkg, session, {
+      maxBatch: config.maxBatch,
+      maxDelayMs: config.maxDelayMs,
+      batchShapes: config.batchShapes,
+      onDeviceFault,
+    });
     warmup = await candidate.warmup(pkg.manifest.warmup?.iterations ?? 1);
-    for (const c of warmup.checks) if (!c.identical) send({ type: 'log', level: 'info', msg: `batches of ${c.batch} are padded: a tile's outputs there differ from the first row of a batch of ${warmup.checks.at(-1)!.batch} (${c.difference})` });
+    for (const c of warmup.checks)
+      if (!c.identical)
+        send({
+          type: 'log',
+          level: 'info',
+          msg: `batches of ${c.batch} are padded: a tile's outputs there differ from the first row of a batch of ${warmup.checks.at(-1)!.batch} (${c.difference})`,
+        });
     if (warmup.note) send({ type: 'log', level: 'warn', msg: warmup.note });
     worker = candidate;
     rmSync(config.socket, { force: true });

@@ -3,7 +3,12 @@
 // sends batches over, handing their buffers across without a copy.
 import threads, { Worker } from 'node:worker_threads';
 import type ort from 'onnxruntime-node';
-import { checkSignature, type ModelPackage, type ServingPlan, type SessionSignature } from '../model-package/model-package.js';
+import {
+  checkSignature,
+  type ModelPackage,
+  type ServingPlan,
+  type SessionSignature,
+} from '../model-package/model-package.js';
 import type { WorkerConfig } from '../ipc/fork-config.js';
 import type { SessionThreadData, ThreadReply, ThreadRequest, WireTensor } from './session-thread.js';
 import { RequestReply } from '../ipc/request-reply.js';
@@ -51,7 +56,10 @@ export class ModelSession {
   }
 
   /** Loads the package's graph on a session thread and checks it against the manifest. */
-  static async open(pkg: ModelPackage, config: Pick<WorkerConfig, 'intraOpThreads' | 'provider' | 'gpu' | 'gpuPci' | 'gpuUuid'>): Promise<ModelSession> {
+  static async open(
+    pkg: ModelPackage,
+    config: Pick<WorkerConfig, 'intraOpThreads' | 'provider' | 'gpu' | 'gpuPci' | 'gpuUuid'>,
+  ): Promise<ModelSession> {
     const { intraOpThreads, provider, gpu, gpuPci, gpuUuid } = config;
     const data: SessionThreadData = { modelPath: pkg.modelPath, intraOpThreads, provider, gpu, gpuPci, gpuUuid };
     const thread = new Worker(THREAD_ENTRY, { workerData: data });
@@ -71,7 +79,13 @@ export class ModelSession {
       await thread.terminate();
       throw err;
     }
-    return new ModelSession(thread, ready, plan, { provider: ready.provider, skipped: ready.skipped, adapter: ready.adapter }, ready.sessionMs);
+    return new ModelSession(
+      thread,
+      ready,
+      plan,
+      { provider: ready.provider, skipped: ready.skipped, adapter: ready.adapter },
+      ready.sessionMs,
+    );
   }
 
   /** Ends the session thread (the packaging lint; a worker process just exits). */

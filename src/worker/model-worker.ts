@@ -1,7 +1,16 @@
 // One model's serving loop in the worker process: tiles in, decoded, batched, run through the
 // model session, each answer back on the channel its tile came from.
 import ort from './ort.js';
-import type { ChannelReply, DropReason, InferResult, ShapeCheck, TileJob, TileOutput, WarmupReport, WorkerLoad } from '../ipc/protocol.js';
+import type {
+  ChannelReply,
+  DropReason,
+  InferResult,
+  ShapeCheck,
+  TileJob,
+  TileOutput,
+  WarmupReport,
+  WorkerLoad,
+} from '../ipc/protocol.js';
 import { errors, ServiceError } from '../lib/errors.js';
 import type { ModelPackage } from '../model-package/model-package.js';
 import type { ModelSession } from './model-session.js';
@@ -41,7 +50,10 @@ interface Waiting {
 
 /** A tile the worker holds for a front: waiting to be decoded, being decoded (cancelled: drop it
  *  once decoded), or queued. */
-type Held = { state: 'waiting'; tile: Waiting } | { state: 'decoding'; cancelled: boolean } | { state: 'queued'; item: Pending };
+type Held =
+  | { state: 'waiting'; tile: Waiting }
+  | { state: 'decoding'; cancelled: boolean }
+  | { state: 'queued'; item: Pending };
 
 /** One front's channel as the worker sees it: tiles in with their deadlines, cancellations, and
  *  the answers back. */
@@ -58,7 +70,6 @@ export interface ModelWorkerOptions {
   /** A run failed with a device error: the worker must stop serving (it is restarted). */
   onDeviceFault?: (reason: string) => void;
 }
-
 
 /** The warm-up's probe tile; the tiles around it in the neighbour check follow it. */
 const PROBE_SEED = 7;
@@ -96,7 +107,12 @@ const sameBytes = (a: Uint8Array[], b: Uint8Array[]) => a.every((x, k) => Buffer
 
 /** How row `row` of `outputs` differs from the reference's first row:
  *  "embedding: 147 of 160 values differ, by up to 1.9e-7". */
-function difference(outputs: Record<string, WireTensor>, row: number, reference: Record<string, WireTensor>, names: string[]): string {
+function difference(
+  outputs: Record<string, WireTensor>,
+  row: number,
+  reference: Record<string, WireTensor>,
+  names: string[],
+): string {
   return names
     .map((name) => {
       const expected = rowOf(numbersOf(reference[name]), reference[name].dims[0], 0);
@@ -118,7 +134,16 @@ function difference(outputs: Record<string, WireTensor>, row: number, reference:
 export class ModelWorker {
   /** tiles: run; expired and cancelled: dropped without running; late: run after their deadline
    *  (started: never, by construction; finished: when a batch ran longer than its recent time). */
-  readonly stats = { batches: 0, tiles: 0, failures: 0, lastError: null as string | null, expired: 0, cancelled: 0, startedLate: 0, finishedLate: 0 };
+  readonly stats = {
+    batches: 0,
+    tiles: 0,
+    failures: 0,
+    lastError: null as string | null,
+    expired: 0,
+    cancelled: 0,
+    startedLate: 0,
+    finishedLate: 0,
+  };
   /** Tiles being decoded, from every front. */
   private decoding = 0;
   /** Tiles received and not yet decoded, from every front. */
@@ -153,12 +178,19 @@ export class ModelWorker {
       expire: (item) => this.drop(item.link, item.id, 'expired'),
     });
     // Two batches decoded or decoding ahead: the next one is ready when the running one ends.
-    this.undecoded = new DecodeWindow<Waiting>({ room: () => 2 * this.batcher.maxBatch - this.decoding - this.batcher.pending, start: (tile) => void this.decode(tile) });
+    this.undecoded = new DecodeWindow<Waiting>({
+      room: () => 2 * this.batcher.maxBatch - this.decoding - this.batcher.pending,
+      start: (tile) => void this.decode(tile),
+    });
   }
 
   /** What every answer tells the fronts of this worker's queue and pace, for their admission. */
   load(): WorkerLoad {
-    return { queued: this.undecoded.length + this.decoding + this.batcher.pending, batchMs: this.batcher.batchMs, maxBatch: this.batcher.maxBatch };
+    return {
+      queued: this.undecoded.length + this.decoding + this.batcher.pending,
+      batchMs: this.batcher.batchMs,
+      maxBatch: this.batcher.maxBatch,
+    };
   }
 
   /** A front's channel: `reply` answers on it. */
@@ -199,7 +231,14 @@ export class ModelWorker {
     } else if ('errors' in decoded) {
       this.answer(link, { type: 'error', id, error: errors.tileInvalid(decoded.errors).toWire(), load: this.load() });
     } else {
-      const item: Pending = { id, link, job, deadline, pixels: decoded.pixels, times: { receivedAt, decode: decoded.decodeMs } };
+      const item: Pending = {
+        id,
+        link,
+        job,
+        deadline,
+        pixels: decoded.pixels,
+        times: { receivedAt, decode: decoded.decodeMs },
+      };
       held.set(id, { state: 'queued', item });
       this.batcher.push(item);
     }
@@ -239,12 +278,19 @@ export class ModelWorker {
     const { manifest } = this.pkg;
     const { width, height } = manifest.tile;
     const { provider } = this.session.choice;
-    const names = (['mask', 'prediction', 'embedding'] as const).map((role) => manifest.tensors[role]).filter((n): n is string => !!n);
+    const names = (['mask', 'prediction', 'embedding'] as const)
+      .map((role) => manifest.tensors[role])
+      .filter((n): n is string => !!n);
     const candidates = candidateShapes(this.options.batchShapes, provider, this.maxBatch);
     const largest = candidates[candidates.length - 1];
-    const run = (seeds: number[]) => this.forward(seeds.map((seed) => noiseTile(width, height, seed)), seeds.map(() => null));
+    const run = (seeds: number[]) =>
+      this.forward(
+        seeds.map((seed) => noiseTile(width, height, seed)),
+        seeds.map(() => null),
+      );
     const probe = (size: number) => run(Array(size).fill(PROBE_SEED));
-    const rows = (outputs: Record<string, WireTensor>, size: number) => Array.from({ length: size }, (_, i) => rowBytes(outputs, names, i));
+    const rows = (outputs: Record<string, WireTensor>, size: number) =>
+      Array.from({ length: size }, (_, i) => rowBytes(outputs, names, i));
     const results = new Map<number, { rows: Uint8Array[][]; outputs: Record<string, WireTensor>; ms: number }>();
     for (const size of candidates) {
       const started = performance.now();
@@ -260,16 +306,26 @@ export class ModelWorker {
     let deterministic = true;
     if (largest > 1) {
       // The probe first and last, other tiles between.
-      const mixed = await run(Array.from({ length: largest }, (_, i) => (i === 0 || i === largest - 1 ? PROBE_SEED : PROBE_SEED + 1 + i)));
+      const mixed = await run(
+        Array.from({ length: largest }, (_, i) => (i === 0 || i === largest - 1 ? PROBE_SEED : PROBE_SEED + 1 + i)),
+      );
       const got = rows(mixed.outputs, largest);
       neighbours = !sameBytes(got[0], reference.rows[0]) || !sameBytes(got[largest - 1], reference.rows[largest - 1]);
     }
     // ONNX Runtime's cpu kernels give one answer per shape and row; a GPU library may not (atomics).
-    if (provider !== 'cpu') deterministic = rows((await probe(largest)).outputs, largest).every((row, i) => sameBytes(row, reference.rows[i]));
+    if (provider !== 'cpu')
+      deterministic = rows((await probe(largest)).outputs, largest).every((row, i) =>
+        sameBytes(row, reference.rows[i]),
+      );
     const checks: ShapeCheck[] = candidates.map((size) => {
       const { rows: got, outputs, ms } = results.get(size)!;
       const row = mismatch(got);
-      return { batch: size, ms: Math.round(ms), identical: row < 0, ...(row >= 0 && { difference: `row ${row}: ${difference(outputs, row, reference.outputs, names)}` }) };
+      return {
+        batch: size,
+        ms: Math.round(ms),
+        identical: row < 0,
+        ...(row >= 0 && { difference: `row ${row}: ${difference(outputs, row, reference.outputs, names)}` }),
+      };
     });
     this.shapes = servedShapes(this.options.batchShapes, checks, deterministic, neighbours, this.maxBatch);
     this.batcher.maxBatch = this.shapes[this.shapes.length - 1];
@@ -278,7 +334,13 @@ export class ModelWorker {
       : neighbours
         ? 'a tile changed the outputs of the other tiles of its batch (the graph mixes the batch): batches of one only'
         : null;
-    return { shapes: this.shapes, checks, deterministic, batchIndependent: this.options.batchShapes !== 'any' && deterministic, note };
+    return {
+      shapes: this.shapes,
+      checks,
+      deterministic,
+      batchIndependent: this.options.batchShapes !== 'any' && deterministic,
+      note,
+    };
   }
 
   idle(): Promise<void> {
@@ -330,7 +392,10 @@ export class ModelWorker {
       const bulk = new Float32Array(n * genes);
       bulks.forEach((counts, i) => writeBulk(counts, manifest.genes!.bulk_transform, bulk, i * genes));
       const dims = [n, genes];
-      feeds[tensors.bulk] = this.session.plan.bulkInput === 'float16' ? new ort.Tensor('float16', float32ToFloat16(bulk), dims) : new ort.Tensor('float32', bulk, dims);
+      feeds[tensors.bulk] =
+        this.session.plan.bulkInput === 'float16'
+          ? new ort.Tensor('float16', float32ToFloat16(bulk), dims)
+          : new ort.Tensor('float32', bulk, dims);
     }
     const t1 = performance.now();
     const outputs = await this.session.run(feeds);
@@ -379,7 +444,16 @@ export class ModelWorker {
         worker: performance.now() - item.times.receivedAt,
       };
       const withEmbedding = task === 'prediction' && item.job.withEmbedding;
-      return { type: 'result', id: item.id, output, embedding: withEmbedding ? rowOf(embedding!, size, i) : null, tissueFraction, batchSize: n, times, load: this.load() };
+      return {
+        type: 'result',
+        id: item.id,
+        output,
+        embedding: withEmbedding ? rowOf(embedding!, size, i) : null,
+        tissueFraction,
+        batchSize: n,
+        times,
+        load: this.load(),
+      };
     });
   }
 }

@@ -29,18 +29,26 @@ export function checkOutputShape(manifest: Manifest, role: OutputRole, t: WireTe
   const { width, height } = manifest.tile;
   const per = dims.slice(1).reduce((a, b) => a * b, 1);
   const fail = (expected: string) => {
-    throw new PackageError('TILE_ERR_PACKAGE_OUTPUT_SHAPE', `${manifest.name}: tensors.${role}: "${name}" has shape [${dims.join(', ')}] for a batch of ${n} ${width}x${height} tiles, expected ${expected}`);
+    throw new PackageError(
+      'TILE_ERR_PACKAGE_OUTPUT_SHAPE',
+      `${manifest.name}: tensors.${role}: "${name}" has shape [${dims.join(', ')}] for a batch of ${n} ${width}x${height} tiles, expected ${expected}`,
+    );
   };
   if (dims[0] !== n) fail(`the batch (${n}) as dimension 0`);
   if (role === 'mask') {
     const channels = dims.length === 4 ? dims[1] : 1;
     const fits = (dims.length === 3 || dims.length === 4) && dims.at(-2) === height && dims.at(-1) === width;
-    if (!fits) fail(`[N, ${height}, ${width}], [N, 1, ${height}, ${width}] or [N, C, ${height}, ${width}] with mask_channel`);
-    if (channels > 1 && !manifest.mask_channel) fail(`one channel, or mask_channel to say which of the ${channels} is tissue`);
-    if (manifest.mask_channel && manifest.mask_channel.index >= channels) fail(`more than mask_channel.index (${manifest.mask_channel.index}) channels`);
+    if (!fits)
+      fail(`[N, ${height}, ${width}], [N, 1, ${height}, ${width}] or [N, C, ${height}, ${width}] with mask_channel`);
+    if (channels > 1 && !manifest.mask_channel)
+      fail(`one channel, or mask_channel to say which of the ${channels} is tissue`);
+    if (manifest.mask_channel && manifest.mask_channel.index >= channels)
+      fail(`more than mask_channel.index (${manifest.mask_channel.index}) channels`);
   }
-  if (role === 'embedding' && per !== manifest.embedding_dim) fail(`embedding_dim (${manifest.embedding_dim}) values per tile`);
-  if (role === 'prediction' && manifest.genes && per !== manifest.genes.output.length) fail(`one value per output gene (${manifest.genes.output.length})`);
+  if (role === 'embedding' && per !== manifest.embedding_dim)
+    fail(`embedding_dim (${manifest.embedding_dim}) values per tile`);
+  if (role === 'prediction' && manifest.genes && per !== manifest.genes.output.length)
+    fail(`one value per output gene (${manifest.genes.output.length})`);
 }
 
 export interface Mask {

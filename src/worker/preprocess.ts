@@ -11,7 +11,10 @@ export interface Preprocessor {
 }
 
 /** `input` is the plan's image input: the manifest's, or the graph's float type when omitted. */
-export function makePreprocessor(manifest: Manifest, input: ImageInput = manifest.preprocess.input ?? 'float32'): Preprocessor {
+export function makePreprocessor(
+  manifest: Manifest,
+  input: ImageInput = manifest.preprocess.input ?? 'float32',
+): Preprocessor {
   const { width, height } = manifest.tile;
   const plane = width * height;
   const p = manifest.preprocess;
@@ -56,7 +59,9 @@ export function makePreprocessor(manifest: Manifest, input: ImageInput = manifes
         }
       });
       const dims = [tiles.length, 3, height, width];
-      return input === 'float16' ? new ort.Tensor('float16', float32ToFloat16(out), dims) : new ort.Tensor('float32', out, dims);
+      return input === 'float16'
+        ? new ort.Tensor('float16', float32ToFloat16(out), dims)
+        : new ort.Tensor('float32', out, dims);
     },
   };
 }

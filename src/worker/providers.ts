@@ -19,7 +19,6 @@ export interface ProviderTarget {
   gpuUuid: string | null;
 }
 
-
 export interface ProviderChoice {
   provider: ProviderName;
   skipped: SkippedProvider[];
@@ -42,7 +41,8 @@ const firstLine = (err: unknown) => (err as Error).message.split('\n')[0].trim()
 function cudaPrecheck(target: ProviderTarget): string | null {
   if (target.gpu === null) return NO_GPU;
   const dir = runtimeDir();
-  if (!existsSync(join(dir, CUDA_LIBRARY))) return 'the CUDA provider libraries are not installed (README "GPU hosts": npm run cuda:install)';
+  if (!existsSync(join(dir, CUDA_LIBRARY)))
+    return 'the CUDA provider libraries are not installed (README "GPU hosts": npm run cuda:install)';
   try {
     return installRecordProblem(dir, bundledVersion(dir));
   } catch (err) {
@@ -64,13 +64,25 @@ function webgpuPrecheck(target: ProviderTarget, auto: boolean): { adapter: Vulka
   const list = devices.map(deviceLabel).join('; ');
   const hardware = devices.filter((d) => !d.software);
   if (target.gpu !== null && (target.gpuPci || target.gpuUuid)) {
-    const mine = hardware.find((d) => (target.gpuPci && d.pci === target.gpuPci) || d.uuid.toLowerCase() === target.gpuUuid?.toLowerCase());
-    if (!mine) return { skip: `GPU ${target.gpu} (pci ${target.gpuPci ?? '?'}) is not among the Vulkan devices: ${list}` };
-    if (hardware.length > 1) return { skip: `Vulkan shows ${hardware.length} GPUs (${hardware.map(deviceLabel).join('; ')}) to a worker pinned to GPU ${target.gpu}, so Dawn could take another: pinning needs Mesa's device-select layer (Debian: mesa-vulkan-drivers)` };
+    const mine = hardware.find(
+      (d) => (target.gpuPci && d.pci === target.gpuPci) || d.uuid.toLowerCase() === target.gpuUuid?.toLowerCase(),
+    );
+    if (!mine)
+      return { skip: `GPU ${target.gpu} (pci ${target.gpuPci ?? '?'}) is not among the Vulkan devices: ${list}` };
+    if (hardware.length > 1)
+      return {
+        skip: `Vulkan shows ${hardware.length} GPUs (${hardware.map(deviceLabel).join('; ')}) to a worker pinned to GPU ${target.gpu}, so Dawn could take another: pinning needs Mesa's device-select layer (Debian: mesa-vulkan-drivers)`,
+      };
     return { adapter: mine };
   }
-  if (hardware.length > 1 && target.gpu !== null) return { skip: `Vulkan shows ${hardware.length} GPUs (${list}) and GPU ${target.gpu} is not known to nvidia-smi, so it cannot be pinned` };
-  if (hardware.length === 0 && auto) return { skip: `only software Vulkan devices (${list}); "auto" never uses them (list "webgpu" in provider to allow one)` };
+  if (hardware.length > 1 && target.gpu !== null)
+    return {
+      skip: `Vulkan shows ${hardware.length} GPUs (${list}) and GPU ${target.gpu} is not known to nvidia-smi, so it cannot be pinned`,
+    };
+  if (hardware.length === 0 && auto)
+    return {
+      skip: `only software Vulkan devices (${list}); "auto" never uses them (list "webgpu" in provider to allow one)`,
+    };
   const candidates = hardware.length ? hardware : devices;
   return { adapter: candidates.length === 1 ? candidates[0] : null };
 }
@@ -115,5 +127,7 @@ export async function openSession(
       skipped.push({ provider, reason: firstLine(err) });
     }
   }
-  throw new NoProviderError(`no usable execution provider in ${JSON.stringify(setting)}: ${skipped.map((s) => `${s.provider}: ${s.reason}`).join('; ')}`);
+  throw new NoProviderError(
+    `no usable execution provider in ${JSON.stringify(setting)}: ${skipped.map((s) => `${s.provider}: ${s.reason}`).join('; ')}`,
+  );
 }

@@ -52,7 +52,8 @@ function injectedFault(): void {
       // Another worker took it.
     }
   }
-  if (faulted) throw new Error('CUDA failure 700: an illegal memory access was encountered (injected by TILE_TEST_DEVICE_FAULT)');
+  if (faulted)
+    throw new Error('CUDA failure 700: an illegal memory access was encountered (injected by TILE_TEST_DEVICE_FAULT)');
 }
 
 const port = parentPort!;
@@ -72,11 +73,21 @@ try {
   };
   const { session, choice } = await openSession(data.modelPath, options, data.provider, data);
   const { inputNames, outputNames, inputMetadata, outputMetadata } = session;
-  reply({ type: 'ready', inputNames, outputNames, inputMetadata, outputMetadata, sessionMs: performance.now() - started, ...choice });
+  reply({
+    type: 'ready',
+    inputNames,
+    outputNames,
+    inputMetadata,
+    outputMetadata,
+    sessionMs: performance.now() - started,
+    ...choice,
+  });
   port.on('message', async ({ id, feeds }: ThreadRequest) => {
     try {
       injectedFault();
-      const inputs = Object.fromEntries(Object.entries(feeds).map(([name, t]) => [name, new ort.Tensor(t.type, t.data as never, t.dims)]));
+      const inputs = Object.fromEntries(
+        Object.entries(feeds).map(([name, t]) => [name, new ort.Tensor(t.type, t.data as never, t.dims)]),
+      );
       const results = await session.run(inputs);
       const outputs: Record<string, WireTensor> = {};
       for (const [name, t] of Object.entries(results)) outputs[name] = { type: t.type, data: t.data, dims: t.dims };

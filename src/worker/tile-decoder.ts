@@ -13,8 +13,12 @@ export async function decodeTile(job: TileJob): Promise<Decoded> {
   const fail = (msg: string): Decoded => ({ errors: [{ loc, msg: `Value error, ${msg}`, type: 'value_error' }] });
   if (format === 'rgb') {
     // The front checked the length; a job is still never trusted to size anything.
-    if (bytes.length !== job.width * job.height * 3) return fail(`a raw RGB body has width x height x 3 = ${job.width * job.height * 3} bytes, got ${bytes.length}`);
-    return { pixels: { width: job.width, height: job.height, channels: 3, data: bytes }, decodeMs: performance.now() - started };
+    if (bytes.length !== job.width * job.height * 3)
+      return fail(`a raw RGB body has width x height x 3 = ${job.width * job.height * 3} bytes, got ${bytes.length}`);
+    return {
+      pixels: { width: job.width, height: job.height, channels: 3, data: bytes },
+      decodeMs: performance.now() - started,
+    };
   }
   const subject = loc.length > 1 ? String(loc.at(-1)) : 'the body';
   let pixels: Pixels;

@@ -8,16 +8,21 @@ import { homedir, hostname, userInfo } from 'node:os';
 const IPV4 = /\b(?!127\.)(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}\b/g;
 const IPV6 = /(?<![\w:])[0-9a-f]{0,4}(?::[0-9a-f]{0,4}){2,7}(?![\w:])/gi;
 /** An IPv6 address rather than a time of day or a C++ scope: "::" between hex groups, or 4+ groups. */
-const isIpv6 = (m: string) => m !== '::1' && (m.includes('::') ? m.split(':').filter(Boolean).length >= 2 : m.split(':').length >= 4);
+const isIpv6 = (m: string) =>
+  m !== '::1' && (m.includes('::') ? m.split(':').filter(Boolean).length >= 2 : m.split(':').length >= 4);
 const MAC = /\b(?:[0-9a-f]{2}[:-]){5}[0-9a-f]{2}\b/gi;
 /** Values too short or too generic to be secrets, and which would wreck the payload if scrubbed. */
-const isGeneric = (value: string) => value.length < 4 || /^v?\d+(\.\d+)*$/.test(value) || /^(true|false|yes|no|on|off|production|development)$/i.test(value);
+const isGeneric = (value: string) =>
+  value.length < 4 ||
+  /^v?\d+(\.\d+)*$/.test(value) ||
+  /^(true|false|yes|no|on|off|production|development)$/i.test(value);
 /** Variables whose name says they hold a credential. */
 const SECRET_NAME = /KEY|SECRET|TOKEN|PASS|CREDENTIAL|AUTH|COOKIE|PRIVATE|SIGNATURE|DSN/i;
 /** Values shaped like a credential whatever the variable is called: a URL with a user or
  *  password, or a long random-looking token (letters and digits, no spaces). */
 const isCredentialShaped = (value: string) =>
-  /^[a-z][\w+.-]*:\/\/[^/\s]*@/i.test(value) || (/^[\w+/=.-]{20,}$/.test(value) && /\d/.test(value) && /[a-z]/i.test(value) && !value.includes('/'));
+  /^[a-z][\w+.-]*:\/\/[^/\s]*@/i.test(value) ||
+  (/^[\w+/=.-]{20,}$/.test(value) && /\d/.test(value) && /[a-z]/i.test(value) && !value.includes('/'));
 /** A single token (a name, state, id, hash, timestamp or number) is data; anything else (log
  *  lines, messages, paths, JSON) is free text, where slide names are looked for. */
 const isFreeText = (text: string) => /[^\w.#:+-]/.test(text);
@@ -55,23 +60,31 @@ export class Anonymizer {
     } catch {
       // no passwd entry for this uid: nothing to hide
     }
-    for (const name of ['USER', 'LOGNAME', 'HOSTNAME', 'HOME']) if (env[name]) pairs.push([env[name]!, `<${name.toLowerCase()}>`]);
+    for (const name of ['USER', 'LOGNAME', 'HOSTNAME', 'HOME'])
+      if (env[name]) pairs.push([env[name]!, `<${name.toLowerCase()}>`]);
     for (const [name, value] of Object.entries(env)) {
-      if (value && !isGeneric(value) && (SECRET_NAME.test(name) || isCredentialShaped(value))) pairs.push([value, `<env:${name}>`]);
+      if (value && !isGeneric(value) && (SECRET_NAME.test(name) || isCredentialShaped(value)))
+        pairs.push([value, `<env:${name}>`]);
     }
     // Longest first, so a path is replaced before the user name inside it. Short values (a host
     // called "vm", a user called "root") only as whole words, so other words survive.
     this.fixed = pairs
       .filter(([v]) => v && v.length >= 2 && !isPublic(v))
       .sort((a, b) => b[0].length - a[0].length)
-      .map(([v, label]) => [v.length < 6 ? new RegExp(`(?<!\\w)${escapeRegExp(v)}(?!\\w)`, 'g') : new RegExp(escapeRegExp(v), 'g'), label]);
+      .map(([v, label]) => [
+        v.length < 6 ? new RegExp(`(?<!\\w)${escapeRegExp(v)}(?!\\w)`, 'g') : new RegExp(escapeRegExp(v), 'g'),
+        label,
+      ]);
   }
 
   /** Identity (host, user, paths, addresses, secrets): from any string, keys included. */
   private scrubIdentity(text: string): string {
     let out = text;
     for (const [secret, label] of this.fixed) out = out.replace(secret, label);
-    return out.replace(MAC, '<mac>').replace(IPV4, '<ip>').replace(IPV6, (m) => (isIpv6(m) ? '<ip>' : m));
+    return out
+      .replace(MAC, '<mac>')
+      .replace(IPV4, '<ip>')
+      .replace(IPV6, (m) => (isIpv6(m) ? '<ip>' : m));
   }
 
   /** Slide names, as whole tokens of free text. A slide named like a model or made of digits is

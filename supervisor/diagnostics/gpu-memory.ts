@@ -30,7 +30,9 @@ export function gpuMemoryRegistry(workers: () => GpuWorker[]): Registry {
       this.reset();
       const used = await gpuMemory();
       if (!used) return;
-      for (const w of workers()) if (w.pid !== null && used.has(w.pid)) this.set({ model: w.model, instance: String(w.instance) }, used.get(w.pid)! * 1024 * 1024);
+      for (const w of workers())
+        if (w.pid !== null && used.has(w.pid))
+          this.set({ model: w.model, instance: String(w.instance) }, used.get(w.pid)! * 1024 * 1024);
     },
   });
   return registry;

@@ -11,7 +11,9 @@ const ROOT = new URL('../../../', import.meta.url);
 
 export async function runProbe(probe: () => unknown, timeoutMs: number): Promise<unknown> {
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`probe timed out after ${timeoutMs} ms`)), timeoutMs)));
+  const timeout = new Promise(
+    (_, reject) => (timer = setTimeout(() => reject(new Error(`probe timed out after ${timeoutMs} ms`)), timeoutMs)),
+  );
   try {
     return await Promise.race([Promise.resolve().then(probe), timeout]);
   } catch (err) {

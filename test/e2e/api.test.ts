@@ -37,7 +37,9 @@ t.test('health endpoints', async (t) => {
   t.same(await json(model), { model: 'gene-expr', status: 'ready', reason: null });
   const unknown = await server.get('/health/ready/no-such-model');
   t.equal(unknown.status, 404);
-  t.same(await json(unknown), { detail: 'Not Found; enabled models: tissue-seg, gene-expr, tile-embed (GET /api/models)' });
+  t.same(await json(unknown), {
+    detail: 'Not Found; enabled models: tissue-seg, gene-expr, tile-embed (GET /api/models)',
+  });
 });
 
 t.test('tissue-seg returns a 0/1 mask of height x width and echoes the tile', async (t) => {
@@ -47,7 +49,16 @@ t.test('tissue-seg returns a 0/1 mask of height x width and echoes the tile', as
   const body = await json(res);
   t.equal(body.output.length, 512 * 512);
   t.ok(body.output.every((v: number) => v === 0 || v === 1));
-  t.match(body, { slide_name: 'slide-001', x: 1024, y: 2048, width: 512, height: 512, patch_idx: 7, resolution: 8.0, embedding: null });
+  t.match(body, {
+    slide_name: 'slide-001',
+    x: 1024,
+    y: 2048,
+    width: 512,
+    height: 512,
+    patch_idx: 7,
+    resolution: 8.0,
+    embedding: null,
+  });
   const fraction = body.output.reduce((s: number, v: number) => s + v, 0) / body.output.length;
   t.equal(body.tissue_ratio, fraction, 'tissue_ratio defaults to the mask fraction');
 
@@ -61,27 +72,45 @@ t.test('tissue-seg returns a 0/1 mask of height x width and echoes the tile', as
   });
   t.ok(inter / union >= 0.85, `IoU over HTTP ${(inter / union).toFixed(3)} >= 0.85`);
 
-  const given = await json(await server.post('/api/predict/tissue-seg', tileRequest(fixturePng('he-mixed'), { tissue_ratio: 0.25 })));
+  const given = await json(
+    await server.post('/api/predict/tissue-seg', tileRequest(fixturePng('he-mixed'), { tissue_ratio: 0.25 })),
+  );
   t.equal(given.tissue_ratio, 0.25, 'a given tissue_ratio is echoed');
   t.equal(given.resolution, null);
 });
 
 t.test('gene-expr prediction depends on pixels and bulk, deterministically', async (t) => {
-  const predict = async (png: Buffer, fields: Json = {}) => json(await server.post('/api/predict/gene-expr', tileRequest(png, fields)));
+  const predict = async (png: Buffer, fields: Json = {}) =>
+    json(await server.post('/api/predict/gene-expr', tileRequest(png, fields)));
   const a = await predict(tile224);
   t.equal(a.output.length, 21);
   t.equal(a.embedding, null);
   t.same((await predict(tile224)).output, a.output, 'same tile, same output');
-  t.not(JSON.stringify((await predict(cellularPng(12))).output), JSON.stringify(a.output), 'different tiles, different outputs');
+  t.not(
+    JSON.stringify((await predict(cellularPng(12))).output),
+    JSON.stringify(a.output),
+    'different tiles, different outputs',
+  );
   const withBulk = await predict(tile224, { bulk_rna: bulk });
   t.not(JSON.stringify(withBulk.output), JSON.stringify(a.output), 'bulk changes the prediction');
-  t.same((await predict(tile224, { bulk_rna: new Array(50).fill(0) })).output, a.output, 'omitted bulk is the zero vector');
+  t.same(
+    (await predict(tile224, { bulk_rna: new Array(50).fill(0) })).output,
+    a.output,
+    'omitted bulk is the zero vector',
+  );
   t.same((await predict(tile224, { bulk_rna: null })).output, a.output, 'null bulk is the zero vector');
 });
 
 t.test('prediction_with_embedding matches /api/predict and /api/embed', async (t) => {
-  const both = await json(await server.post('/api/predict/gene-expr?mode=prediction_with_embedding', tileRequest(tile224, { bulk_rna: bulk })));
-  const prediction = await json(await server.post('/api/predict/gene-expr?mode=prediction', tileRequest(tile224, { bulk_rna: bulk })));
+  const both = await json(
+    await server.post(
+      '/api/predict/gene-expr?mode=prediction_with_embedding',
+      tileRequest(tile224, { bulk_rna: bulk }),
+    ),
+  );
+  const prediction = await json(
+    await server.post('/api/predict/gene-expr?mode=prediction', tileRequest(tile224, { bulk_rna: bulk })),
+  );
   const embedding = await json(await server.post('/api/embed/gene-expr', tileRequest(tile224, { bulk_rna: bulk })));
   t.equal(both.embedding.length, 256);
   t.same(both.output, prediction.output);
@@ -96,7 +125,11 @@ t.test('tile-embed serves its own embedding', async (t) => {
   t.ok(Math.abs(norm - 1) < 1e-4, 'unit length');
   const other = await json(await server.post('/api/embed/tile-embed', tileRequest(cellularPng(99))));
   t.not(JSON.stringify(other.output), JSON.stringify(res.output));
-  t.equal((await server.post('/api/predict/tile-embed', tileRequest(tile224))).status, 404, 'no predict route for an embedding-only package');
+  t.equal(
+    (await server.post('/api/predict/tile-embed', tileRequest(tile224))).status,
+    404,
+    'no predict route for an embedding-only package',
+  );
 });
 
 /** The tile's pixels as uint8 RGB, by another decoder than the service's (pngjs, RGBA). */
@@ -110,46 +143,88 @@ function rgbOf(png: Buffer): Buffer {
 t.test('the same tile as JSON, as a PNG body and as raw RGB: identical answers from every model', async (t) => {
   const cases = [
     { path: '/api/predict/tissue-seg', png: fixturePng('he-mixed'), fields: { resolution: 8.0 } },
-    { path: '/api/predict/gene-expr?mode=prediction_with_embedding', png: tile224, fields: { bulk_rna: bulk, tissue_ratio: 0.5 } },
+    {
+      path: '/api/predict/gene-expr?mode=prediction_with_embedding',
+      png: tile224,
+      fields: { bulk_rna: bulk, tissue_ratio: 0.5 },
+    },
     { path: '/api/embed/tile-embed', png: tile224, fields: { resolution: 0.5 } },
   ];
   for (const { path, png, fields } of cases) {
     const { image_data: _, ...rest } = tileRequest(png, fields);
-    const query = Object.entries(rest).map(([k, v]) => `${k}=${Array.isArray(v) ? v.join(',') : v}`).join('&');
+    const query = Object.entries(rest)
+      .map(([k, v]) => `${k}=${Array.isArray(v) ? v.join(',') : v}`)
+      .join('&');
     const url = `${server.url}${path}${path.includes('?') ? '&' : '?'}${query}`;
     // One at a time: a tile's answer is compared with itself, not across batch sizes.
     const asJson = await json(await server.post(path, tileRequest(png, fields)));
-    const asPng = await (await fetch(url, { method: 'POST', headers: { 'content-type': 'image/png' }, body: png })).json();
-    const asRgb = await (await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: rgbOf(png) })).json();
+    const asPng = await (
+      await fetch(url, { method: 'POST', headers: { 'content-type': 'image/png' }, body: png })
+    ).json();
+    const asRgb = await (
+      await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: rgbOf(png) })
+    ).json();
     t.ok(asJson.output.length > 0, `${path}: ${asJson.output.length} values`);
     t.same(asPng, asJson, `${path}: the PNG body's answer is the JSON body's`);
     t.same(asRgb, asJson, `${path}: the raw RGB body's answer is the JSON body's`);
     if (path.includes('tissue-seg')) {
-      const tensor = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/octet-stream', accept: 'application/octet-stream' }, body: rgbOf(png) });
-      t.same([...new Uint8Array(await tensor.arrayBuffer())], asJson.output, `${path}: the tensor answer is the JSON answer's mask`);
+      const tensor = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/octet-stream', accept: 'application/octet-stream' },
+        body: rgbOf(png),
+      });
+      t.same(
+        [...new Uint8Array(await tensor.arrayBuffer())],
+        asJson.output,
+        `${path}: the tensor answer is the JSON answer's mask`,
+      );
     }
   }
   // The client library sends raw pixels to this server, JSON when told to: the same answer.
   const client = new TileClient({ servers: [server.url], concurrency: 1 });
   const jsonClient = new TileClient({ servers: [server.url], concurrency: 1, bodies: 'json' });
   const { image_data: _, ...fields } = tileRequest(tile224, { bulk_rna: bulk });
-  const viaRaw = await client.inferTile('/api/predict/gene-expr?mode=prediction_with_embedding', { fields: fields as TileFields, rgb: rgbOf(tile224) });
-  const viaJson = await jsonClient.inferTile('/api/predict/gene-expr?mode=prediction_with_embedding', { fields: fields as TileFields, rgb: rgbOf(tile224) });
+  const viaRaw = await client.inferTile('/api/predict/gene-expr?mode=prediction_with_embedding', {
+    fields: fields as TileFields,
+    rgb: rgbOf(tile224),
+  });
+  const viaJson = await jsonClient.inferTile('/api/predict/gene-expr?mode=prediction_with_embedding', {
+    fields: fields as TileFields,
+    rgb: rgbOf(tile224),
+  });
   await Promise.all([client.close(), jsonClient.close()]);
   t.same(viaRaw, viaJson, 'tile-client: raw pixels and JSON give the same answer');
-  const short = await fetch(`${server.url}/api/embed/tile-embed?slide_name=s&x=0&y=0&width=224&height=224&patch_idx=0`, { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: Buffer.alloc(100) });
+  const short = await fetch(
+    `${server.url}/api/embed/tile-embed?slide_name=s&x=0&y=0&width=224&height=224&patch_idx=0`,
+    { method: 'POST', headers: { 'content-type': 'application/octet-stream' }, body: Buffer.alloc(100) },
+  );
   t.equal(short.status, 422);
   t.match(await short.json(), { detail: [{ loc: ['body'], msg: /150528 bytes/ }] });
   const broken = Buffer.from(tile224);
   broken.fill(0x55, 60, 400);
-  const corrupt = await fetch(`${server.url}/api/embed/tile-embed?slide_name=s&x=0&y=0&width=224&height=224&patch_idx=0`, { method: 'POST', headers: { 'content-type': 'image/png' }, body: broken });
-  t.match(await corrupt.json(), { detail: [{ loc: ['body'], msg: /the body is not a decodable PNG/ }] }, 'the worker names the body');
+  const corrupt = await fetch(
+    `${server.url}/api/embed/tile-embed?slide_name=s&x=0&y=0&width=224&height=224&patch_idx=0`,
+    { method: 'POST', headers: { 'content-type': 'image/png' }, body: broken },
+  );
+  t.match(
+    await corrupt.json(),
+    { detail: [{ loc: ['body'], msg: /the body is not a decodable PNG/ }] },
+    'the worker names the body',
+  );
 });
 
 t.test('metadata', async (t) => {
   const gene = await json(await server.get('/api/metadata/gene-expr'));
   const sha = shellDigest(join(MODELS, 'gene-expr'));
-  t.match(gene, { model: 'gene-expr', tasks: ['prediction', 'embedding'], tile: { width: 224, height: 224, mpp: 0.5 }, embedding_dim: 256, trained: false, sha256: sha, licence: 'Apache-2.0' });
+  t.match(gene, {
+    model: 'gene-expr',
+    tasks: ['prediction', 'embedding'],
+    tile: { width: 224, height: 224, mpp: 0.5 },
+    embedding_dim: 256,
+    trained: false,
+    sha256: sha,
+    licence: 'Apache-2.0',
+  });
   t.equal(gene.input_genes.length, 50);
   t.equal(gene.output_genes.length, 21);
   t.ok(gene.input_genes.includes('ESR1') && gene.output_genes.includes('MKI67'));
@@ -160,13 +235,31 @@ t.test('metadata', async (t) => {
 });
 
 t.test('422: schema errors in the pydantic shape, all at once', async (t) => {
-  const res = await server.post('/api/predict/gene-expr', { ...tileRequest(tile224), x: 'left', y: 1.5, slide_name: undefined, bulk_rna: [1, 2, 'three'] });
+  const res = await server.post('/api/predict/gene-expr', {
+    ...tileRequest(tile224),
+    x: 'left',
+    y: 1.5,
+    slide_name: undefined,
+    bulk_rna: [1, 2, 'three'],
+  });
   t.equal(res.status, 422);
   const { detail } = await json(res);
-  t.same(detail.find((d: Json) => d.loc[1] === 'x'), { loc: ['body', 'x'], msg: 'Input should be a valid integer', type: 'int_type', input: 'left' });
-  t.match(detail.find((d: Json) => d.loc[1] === 'y'), { type: 'int_from_float', input: 1.5 });
-  t.match(detail.find((d: Json) => d.loc[1] === 'slide_name'), { loc: ['body', 'slide_name'], type: 'missing', msg: 'Field required' });
-  t.match(detail.find((d: Json) => d.loc[1] === 'bulk_rna'), { loc: ['body', 'bulk_rna', 2], type: 'float_type', input: 'three' });
+  t.same(
+    detail.find((d: Json) => d.loc[1] === 'x'),
+    { loc: ['body', 'x'], msg: 'Input should be a valid integer', type: 'int_type', input: 'left' },
+  );
+  t.match(
+    detail.find((d: Json) => d.loc[1] === 'y'),
+    { type: 'int_from_float', input: 1.5 },
+  );
+  t.match(
+    detail.find((d: Json) => d.loc[1] === 'slide_name'),
+    { loc: ['body', 'slide_name'], type: 'missing', msg: 'Field required' },
+  );
+  t.match(
+    detail.find((d: Json) => d.loc[1] === 'bulk_rna'),
+    { loc: ['body', 'bulk_rna', 2], type: 'float_type', input: 'three' },
+  );
   t.equal(detail.length, 4);
 });
 
@@ -191,19 +284,31 @@ t.test('a body nested millions of levels deep is refused before it is parsed, as
   for (let i = 0; i < 3; i++) {
     const d = await timed(deep);
     t.equal(d.status, 422);
-    if (i === 0) t.match(d.body.detail[0], { type: 'json_invalid', msg: 'JSON decode error', loc: ['body', 21], ctx: { error: /nested deeper than 16 levels at position 21/ } });
+    if (i === 0)
+      t.match(d.body.detail[0], {
+        type: 'json_invalid',
+        msg: 'JSON decode error',
+        loc: ['body', 21],
+        ctx: { error: /nested deeper than 16 levels at position 21/ },
+      });
     runs.deep.push(d.ms);
     runs.flat.push((await timed(flat)).ms);
   }
   const median = (v: number[]) => v.sort((a, b) => a - b)[1];
-  t.ok(median(runs.deep) < 5 * median(runs.flat), `answered in ${median(runs.deep).toFixed(0)} ms, a flat body of the same size in ${median(runs.flat).toFixed(0)} ms`);
+  t.ok(
+    median(runs.deep) < 5 * median(runs.flat),
+    `answered in ${median(runs.deep).toFixed(0)} ms, a flat body of the same size in ${median(runs.flat).toFixed(0)} ms`,
+  );
   t.equal((await server.get('/health/live')).status, 200);
 });
 
 t.test('422: query parameters', async (t) => {
   const bad = await json(await server.post('/api/predict/gene-expr?mode=both', tileRequest(tile224)));
   t.match(bad.detail[0], { loc: ['query', 'mode'], type: 'literal_error', input: 'both' });
-  const seg = await server.post('/api/predict/tissue-seg?mode=prediction_with_embedding', tileRequest(fixturePng('he-mixed')));
+  const seg = await server.post(
+    '/api/predict/tissue-seg?mode=prediction_with_embedding',
+    tileRequest(fixturePng('he-mixed')),
+  );
   t.equal(seg.status, 422);
   t.match((await json(seg)).detail[0], { loc: ['query', 'mode'], msg: "Input should be 'prediction'" });
 });
@@ -212,7 +317,12 @@ t.test('422: tile checks name the field and what was expected', async (t) => {
   const cases: [string, Json, string, RegExp][] = [
     ['not base64', { image_data: '!!not base64!!' }, 'base64_decode', /base64/],
     ['not a PNG', { image_data: Buffer.from('GIF89a, a picture of sorts').toString('base64') }, 'value_error', /PNG/],
-    ['PNG dims differ from width/height', { image_data: cellularPng(3, 200).toString('base64') }, 'value_error', /PNG is 200x200 pixels, expected width x height = 224x224/],
+    [
+      'PNG dims differ from width/height',
+      { image_data: cellularPng(3, 200).toString('base64') },
+      'value_error',
+      /PNG is 200x200 pixels, expected width x height = 224x224/,
+    ],
   ];
   for (const [name, fields, type, msg] of cases) {
     const res = await server.post('/api/predict/gene-expr', tileRequest(tile224, fields));
@@ -221,21 +331,43 @@ t.test('422: tile checks name the field and what was expected', async (t) => {
     t.match(d[0], { loc: ['body', 'image_data'], type, msg }, name);
   }
   const size = await json(await server.post('/api/predict/gene-expr', tileRequest(fixturePng('he-mixed'))));
-  t.match(size.detail[0], { loc: ['body', 'width'], msg: /gene-expr takes 224x224 tiles, got width x height = 512x512/ });
+  t.match(size.detail[0], {
+    loc: ['body', 'width'],
+    msg: /gene-expr takes 224x224 tiles, got width x height = 512x512/,
+  });
   const seg = await json(await server.post('/api/predict/tissue-seg', tileRequest(tile224)));
   t.match(seg.detail[0], { loc: ['body', 'width'], msg: /tissue-seg takes 512x512 tiles/ });
   const res = await json(await server.post('/api/predict/gene-expr', tileRequest(tile224, { resolution: 0.25 })));
   t.match(res.detail[0], { loc: ['body', 'resolution'], msg: /0.5 MPP \(0.450 to 0.550\), got 0.25/ });
-  t.equal((await server.post('/api/predict/gene-expr', tileRequest(tile224, { resolution: 0.54 }))).status, 200, 'within 10%');
+  t.equal(
+    (await server.post('/api/predict/gene-expr', tileRequest(tile224, { resolution: 0.54 }))).status,
+    200,
+    'within 10%',
+  );
   const short = await json(await server.post('/api/predict/gene-expr', tileRequest(tile224, { bulk_rna: [1, 2, 3] })));
   t.match(short.detail[0], { loc: ['body', 'bulk_rna'], msg: /50 values, one per input gene of gene-expr .* got 3/ });
-  const negative = await json(await server.post('/api/predict/gene-expr', tileRequest(tile224, { bulk_rna: [...bulk.slice(1), -4] })));
+  const negative = await json(
+    await server.post('/api/predict/gene-expr', tileRequest(tile224, { bulk_rna: [...bulk.slice(1), -4] })),
+  );
   t.match(negative.detail[0], { loc: ['body', 'bulk_rna', 49], msg: /counts should be >= 0/ });
-  const overflow = JSON.stringify(tileRequest(tile224, { bulk_rna: [...bulk.slice(1), 'INF'] })).replace('"INF"', '1e400');
+  const overflow = JSON.stringify(tileRequest(tile224, { bulk_rna: [...bulk.slice(1), 'INF'] })).replace(
+    '"INF"',
+    '1e400',
+  );
   const huge = await json(await server.post('/api/predict/gene-expr', overflow));
-  t.match(huge.detail[0], { loc: ['body', 'bulk_rna', 49], type: 'finite_number', msg: /out of range/ }, 'a count that overflows to infinity');
-  t.equal((await server.post('/api/embed/gene-expr', tileRequest(tile224, { bulk_rna: [1] }))).status, 200, 'embed ignores bulk_rna');
-  const several = await json(await server.post('/api/predict/gene-expr', tileRequest(tile224, { resolution: 8, bulk_rna: [1] })));
+  t.match(
+    huge.detail[0],
+    { loc: ['body', 'bulk_rna', 49], type: 'finite_number', msg: /out of range/ },
+    'a count that overflows to infinity',
+  );
+  t.equal(
+    (await server.post('/api/embed/gene-expr', tileRequest(tile224, { bulk_rna: [1] }))).status,
+    200,
+    'embed ignores bulk_rna',
+  );
+  const several = await json(
+    await server.post('/api/predict/gene-expr', tileRequest(tile224, { resolution: 8, bulk_rna: [1] })),
+  );
   t.equal(several.detail.length, 2, 'tile checks report every failure at once');
 });
 
@@ -246,7 +378,10 @@ t.test('a PNG declaring huge dimensions is refused before it is inflated', async
   png.writeUInt32BE(crc32(png.subarray(12, 29)), 29);
   const res = await server.post('/api/predict/gene-expr', tileRequest(png, { width: 224, height: 224 }));
   t.equal(res.status, 422);
-  t.match((await json(res)).detail[0], { loc: ['body', 'image_data'], msg: /declares 100000x100000 pixels, more than the limit/ });
+  t.match((await json(res)).detail[0], {
+    loc: ['body', 'image_data'],
+    msg: /declares 100000x100000 pixels, more than the limit/,
+  });
 });
 
 t.test('a PNG with corrupt image data is a 422 from the worker', async (t) => {
@@ -263,14 +398,22 @@ t.test('bodies over the limit answer 413', async (t) => {
   // sends the headers and a first chunk, reads the answer, and stops uploading.
   const size = 5 * 1024 * 1024;
   const { status, text } = await new Promise<{ status: number; text: string }>((resolve, reject) => {
-    const req = request(server.url + '/api/predict/gene-expr', { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': size } }, (res) => {
-      let text = '';
-      res.on('data', (d) => (text += d)).on('end', () => {
-        resolve({ status: res.statusCode!, text });
-        req.destroy();
-      });
-    });
-    req.on('error', (err) => (['EPIPE', 'ECONNRESET'].includes((err as NodeJS.ErrnoException).code!) ? undefined : reject(err)));
+    const req = request(
+      server.url + '/api/predict/gene-expr',
+      { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': size } },
+      (res) => {
+        let text = '';
+        res
+          .on('data', (d) => (text += d))
+          .on('end', () => {
+            resolve({ status: res.statusCode!, text });
+            req.destroy();
+          });
+      },
+    );
+    req.on('error', (err) =>
+      ['EPIPE', 'ECONNRESET'].includes((err as NodeJS.ErrnoException).code!) ? undefined : reject(err),
+    );
     req.write('{"image_data": "' + 'A'.repeat(1024));
   });
   t.equal(status, 413);
@@ -279,7 +422,9 @@ t.test('bodies over the limit answer 413', async (t) => {
 
 t.test('unknown paths are 404; under /api the answer names the enabled models', async (t) => {
   t.equal((await server.post('/api/predict/nope', tileRequest(tile224))).status, 404);
-  t.same(await json(await server.get('/api/metadata/nope')), { detail: 'Not Found; enabled models: tissue-seg, gene-expr, tile-embed (GET /api/models)' });
+  t.same(await json(await server.get('/api/metadata/nope')), {
+    detail: 'Not Found; enabled models: tissue-seg, gene-expr, tile-embed (GET /api/models)',
+  });
   t.same(await json(await server.get('/nope')), { detail: 'Not Found' });
 });
 
@@ -287,7 +432,15 @@ t.test('OpenAPI document and Swagger UI', async (t) => {
   const doc = await json(await server.get('/openapi.json'));
   t.match(doc.openapi, /^3\./);
   t.equal(doc.info.version, '1.0.0');
-  for (const path of ['/api/predict/tissue-seg', '/api/predict/gene-expr', '/api/embed/gene-expr', '/api/embed/tile-embed', '/api/metadata/gene-expr', '/health/ready', '/health/ready/{model}']) {
+  for (const path of [
+    '/api/predict/tissue-seg',
+    '/api/predict/gene-expr',
+    '/api/embed/gene-expr',
+    '/api/embed/tile-embed',
+    '/api/metadata/gene-expr',
+    '/health/ready',
+    '/health/ready/{model}',
+  ]) {
     t.ok(doc.paths[path], `${path} documented`);
   }
   const predict = doc.paths['/api/predict/gene-expr'].post;
@@ -304,7 +457,11 @@ t.test('OpenAPI document and Swagger UI', async (t) => {
 });
 
 t.test('the README quick start: each example request is served by the real models', async (t) => {
-  for (const [model, path] of [['tissue-seg', '/api/predict/tissue-seg'], ['gene-expr', '/api/predict/gene-expr?mode=prediction_with_embedding'], ['tile-embed', '/api/embed/tile-embed']]) {
+  for (const [model, path] of [
+    ['tissue-seg', '/api/predict/tissue-seg'],
+    ['gene-expr', '/api/predict/gene-expr?mode=prediction_with_embedding'],
+    ['tile-embed', '/api/embed/tile-embed'],
+  ]) {
     const res = await server.post(path, readFileSync(join(ROOT_DIR, 'examples', `${model}.json`), 'utf8'));
     t.equal(res.status, 200, `examples/${model}.json`);
     const body = (await res.json()) as Json;

@@ -17,7 +17,10 @@ function renamed(name: string): string {
   const dir = join(mkdtempSync(join(tmpdir(), 'pkg-')), name);
   mkdirSync(dir);
   copyFileSync(join(MODELS, 'tile-embed', 'model.onnx'), join(dir, 'model.onnx'));
-  writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ ...JSON.parse(readFileSync(join(MODELS, 'tile-embed', 'manifest.json'), 'utf8')), name }));
+  writeFileSync(
+    join(dir, 'manifest.json'),
+    JSON.stringify({ ...JSON.parse(readFileSync(join(MODELS, 'tile-embed', 'manifest.json'), 'utf8')), name }),
+  );
   return dir;
 }
 
@@ -25,14 +28,23 @@ const server = await startServer({
   models: [
     { name: 'tile-embed', instances: 2, gpus: [] },
     { name: 'gene-expr', gpus: [] },
-    { name: 'tile-embed-padded', path: renamed('tile-embed-padded'), gpus: [], max_batch: 4, batch_shapes: [2, 4], intra_op_threads: 1 },
+    {
+      name: 'tile-embed-padded',
+      path: renamed('tile-embed-padded'),
+      gpus: [],
+      max_batch: 4,
+      batch_shapes: [2, 4],
+      intra_op_threads: 1,
+    },
   ],
 });
 t.teardown(() => server.stop());
 
 const tile = tileRequest(cellularPng(5), { resolution: 0.5 });
 /** The same tile at places 0, 11 and 23 of 24 sent at once, the others distinct. */
-const burst = Array.from({ length: 24 }, (_, i) => ([0, 11, 23].includes(i) ? tile : tileRequest(cellularPng(100 + i), { resolution: 0.5, patch_idx: i })));
+const burst = Array.from({ length: 24 }, (_, i) =>
+  [0, 11, 23].includes(i) ? tile : tileRequest(cellularPng(100 + i), { resolution: 0.5, patch_idx: i }),
+);
 
 async function outputs(path: string, bodies: Json[]): Promise<Json[]> {
   return Promise.all(
@@ -63,12 +75,22 @@ for (const [model, path, field] of [
 t.test('what warm-up found is in /api/models', async (t) => {
   const { models } = (await (await server.get('/api/models')).json()) as Json;
   const byName = Object.fromEntries(models.map((m: Json) => [m.name, m]));
-  t.match(byName['tile-embed'].workers[0].warmup, { batch_shapes: [1], batch_independent: true, shapes: [{ batch: 1, identical: true }] }, 'cpu, auto: one tile per run');
+  t.match(
+    byName['tile-embed'].workers[0].warmup,
+    { batch_shapes: [1], batch_independent: true, shapes: [{ batch: 1, identical: true }] },
+    'cpu, auto: one tile per run',
+  );
   const padded = byName['tile-embed-padded'].workers[0].warmup;
   t.ok(padded.batch_independent);
   t.notOk(padded.batch_shapes.includes(1), `a lone tile runs padded, in ${padded.batch_shapes}`);
   // Tiles batched together on the padded model: its batches of 2 and 4 were used.
   const metrics = await (await server.get('/metrics')).text();
-  const batches = /model_batch_size_bucket\{le="1",model="tile-embed-padded"\} (\d+)[\s\S]*model_batch_size_count\{model="tile-embed-padded"\} (\d+)/.exec(metrics);
-  t.ok(batches && Number(batches[2]) > Number(batches[1]), 'some tiles of the padded model ran in batches of more than one');
+  const batches =
+    /model_batch_size_bucket\{le="1",model="tile-embed-padded"\} (\d+)[\s\S]*model_batch_size_count\{model="tile-embed-padded"\} (\d+)/.exec(
+      metrics,
+    );
+  t.ok(
+    batches && Number(batches[2]) > Number(batches[1]),
+    'some tiles of the padded model ran in batches of more than one',
+  );
 });

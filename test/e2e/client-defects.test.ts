@@ -14,19 +14,45 @@ import { startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { freePort, summaryRows, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'client-defects-'));
-const spec = (seed: number, extra: Partial<SlideSpec> = {}): SlideSpec => ({ widthUm: 700, heightUm: 500, mpp: 0.5, seed, format: 'tiff', islands: [{ cx: 350, cy: 250, rx: 260, ry: 180 }], ...extra });
+const spec = (seed: number, extra: Partial<SlideSpec> = {}): SlideSpec => ({
+  widthUm: 700,
+  heightUm: 500,
+  mpp: 0.5,
+  seed,
+  format: 'tiff',
+  islands: [{ cx: 350, cy: 250, rx: 260, ry: 180 }],
+  ...extra,
+});
 const models = mkdtempSync(join(tmpdir(), 'defects-models-'));
-const MODELS = [{ name: 'tissue-seg', instances: 1, intra_op_threads: 1 }, { name: 'null-224', path: writeNullPackage(models, 224), max_batch: 1 }];
+const MODELS = [
+  { name: 'tissue-seg', instances: 1, intra_op_threads: 1 },
+  { name: 'null-224', path: writeNullPackage(models, 224), max_batch: 1 },
+];
 let port: number;
 let server: TestServer;
 const url = () => `http://127.0.0.1:${port}`;
-const slide = (paths: string[], out: string, extra: string[] = []) => ['slide', ...paths, '--model', 'null-224', '--out', out, '--server', url(), '--concurrency', '4', ...extra];
+const slide = (paths: string[], out: string, extra: string[] = []) => [
+  'slide',
+  ...paths,
+  '--model',
+  'null-224',
+  '--out',
+  out,
+  '--server',
+  url(),
+  '--concurrency',
+  '4',
+  ...extra,
+];
 
 async function features(path: string): Promise<{ coords: number[]; values: number[] }> {
   await h5wasm.ready;
   const f = new h5wasm.File(path, 'r');
   try {
-    return { coords: Array.from((f.get('coords') as InstanceType<typeof h5wasm.Dataset>).value as Int32Array), values: Array.from((f.get('predictions') as InstanceType<typeof h5wasm.Dataset>).value as Float32Array) };
+    return {
+      coords: Array.from((f.get('coords') as InstanceType<typeof h5wasm.Dataset>).value as Int32Array),
+      values: Array.from((f.get('predictions') as InstanceType<typeof h5wasm.Dataset>).value as Float32Array),
+    };
   } finally {
     f.close();
   }
@@ -75,18 +101,31 @@ t.test("a slide changed since its run is run again: a journal never answers for 
   const fresh = join(dir, 'changing-fresh');
   t.equal((await tileInfer(slide([path], fresh))).code, 0);
   t.notSame(after.values, before.values, 'new results');
-  t.same(after, await features(join(fresh, 'predictions_null-224/changing.h5')), 'the same as a first run of the new file');
+  t.same(
+    after,
+    await features(join(fresh, 'predictions_null-224/changing.h5')),
+    'the same as a first run of the new file',
+  );
 });
 
 t.test('a 72-dpi TIFF: refused naming the tag and --mpp, with no huge allocation; --mpp runs it', async (t) => {
   const path = join(dir, 'screen.tif');
   // 4096 x 3072 px: at 352.8 µm/px its 8 MPP overview would be 73 GB.
-  await writeSlide(path, { ...spec(5), widthUm: 2048, heightUm: 1536, islands: [{ cx: 1024, cy: 768, rx: 300, ry: 200 }], resolution: { perUnit: 72, unit: 2 } });
+  await writeSlide(path, {
+    ...spec(5),
+    widthUm: 2048,
+    heightUm: 1536,
+    islands: [{ cx: 1024, cy: 768, rx: 300, ry: 200 }],
+    resolution: { perUnit: 72, unit: 2 },
+  });
   const out = join(dir, 'screen-out');
   const run = await tileInfer(slide([path], out));
   t.equal(run.code, 3, run.stderr);
   const [row] = summaryRows(join(out, 'summary.csv'));
-  t.match(row.reason, /\[TILE_ERR_SLIDE_MPP_RANGE\] .*XResolution 72 pixels per inch \(ResolutionUnit 2\) gives 352\.8 µm\/px, outside what slide scanners produce.*--mpp/);
+  t.match(
+    row.reason,
+    /\[TILE_ERR_SLIDE_MPP_RANGE\] .*XResolution 72 pixels per inch \(ResolutionUnit 2\) gives 352\.8 µm\/px, outside what slide scanners produce.*--mpp/,
+  );
   const given = await tileInfer(slide([path], out, ['--mpp', '0.5']));
   t.equal(given.code, 0, given.stderr);
 });
@@ -102,51 +141,85 @@ t.test('a missing slide reads "not found", and the others go on', async (t) => {
   t.match(rows[1], { status: 'done' });
 });
 
-t.test('tiles: a damaged PNG is recorded with its reason, the others are posted, the exit status says so', async (t) => {
-  const folder = join(dir, 'tiles');
-  mkdirSync(folder);
-  const level0 = renderLevel0(spec(7));
-  for (let k = 0; k < 4; k++) {
-    const png = await sharp(level0.rgb, { raw: { width: level0.width, height: level0.height, channels: 3 } }).extract({ left: k * 224, top: 224, width: 224, height: 224 }).png().toBuffer();
-    writeFileSync(join(folder, `tile_x${k * 224}_y224.png`), k === 1 ? png.subarray(0, png.length - 300) : png);
-  }
-  writeFileSync(join(folder, 'tile_x9_y9.png'), 'not a png');
-  const out = join(dir, 'tiles-out');
-  const run = await tileInfer(['tiles', folder, '--model', 'null-224', '--out', out, '--server', url()]);
-  t.equal(run.code, 3, run.stderr);
-  const rows = summaryRows(join(out, 'summary.csv'));
-  t.match(rows.find((r) => r.slide.endsWith('tile_x224_y224.png')), { status: 'failed', reason: /\[TILE_ERR_CLIENT_HTTP\] 422 from the service/ });
-  t.match(rows.find((r) => r.slide.endsWith('tile_x9_y9.png')), { status: 'failed', reason: /\[TILE_ERR_PLAN_NOT_PNG\] not a PNG tile: \[TILE_ERR_PNG_/ });
-  t.match(rows.find((r) => r.slide === folder), { status: 'done', tiles: 3 });
-  t.same((await features(join(out, 'predictions_null-224/tiles.h5'))).coords, [0, 224, 448, 224, 672, 224], 'the good tiles');
-});
+t.test(
+  'tiles: a damaged PNG is recorded with its reason, the others are posted, the exit status says so',
+  async (t) => {
+    const folder = join(dir, 'tiles');
+    mkdirSync(folder);
+    const level0 = renderLevel0(spec(7));
+    for (let k = 0; k < 4; k++) {
+      const png = await sharp(level0.rgb, { raw: { width: level0.width, height: level0.height, channels: 3 } })
+        .extract({ left: k * 224, top: 224, width: 224, height: 224 })
+        .png()
+        .toBuffer();
+      writeFileSync(join(folder, `tile_x${k * 224}_y224.png`), k === 1 ? png.subarray(0, png.length - 300) : png);
+    }
+    writeFileSync(join(folder, 'tile_x9_y9.png'), 'not a png');
+    const out = join(dir, 'tiles-out');
+    const run = await tileInfer(['tiles', folder, '--model', 'null-224', '--out', out, '--server', url()]);
+    t.equal(run.code, 3, run.stderr);
+    const rows = summaryRows(join(out, 'summary.csv'));
+    t.match(
+      rows.find((r) => r.slide.endsWith('tile_x224_y224.png')),
+      { status: 'failed', reason: /\[TILE_ERR_CLIENT_HTTP\] 422 from the service/ },
+    );
+    t.match(
+      rows.find((r) => r.slide.endsWith('tile_x9_y9.png')),
+      { status: 'failed', reason: /\[TILE_ERR_PLAN_NOT_PNG\] not a PNG tile: \[TILE_ERR_PNG_/ },
+    );
+    t.match(
+      rows.find((r) => r.slide === folder),
+      { status: 'done', tiles: 3 },
+    );
+    t.same(
+      (await features(join(out, 'predictions_null-224/tiles.h5'))).coords,
+      [0, 224, 448, 224, 672, 224],
+      'the good tiles',
+    );
+  },
+);
 
 t.test('a server that is not there: an error naming it within seconds', async (t) => {
   const closed = `http://127.0.0.1:${await freePort()}`;
   const path = join(dir, 'present.tif');
-  const run = await tileInfer(['slide', path, '--model', 'null-224', '--out', join(dir, 'nowhere-out'), '--server', closed], { timeoutMs: 60000 });
+  const run = await tileInfer(
+    ['slide', path, '--model', 'null-224', '--out', join(dir, 'nowhere-out'), '--server', closed],
+    { timeoutMs: 60000 },
+  );
   t.equal(run.code, 1, run.stderr);
   t.ok(run.seconds < 30, `${run.seconds.toFixed(1)} s`);
   t.match(run.stderr, new RegExp(`\\[TILE_ERR_CLIENT_UNREACHABLE\\] cannot reach ${closed} \\(ECONNREFUSED\\)`));
 });
 
-t.test('a server that goes away mid-run: the progress shows the retries while it waits, then the run ends', async (t) => {
-  const path = join(dir, 'long.tif');
-  await writeSlide(path, { ...spec(8), widthUm: 1400, heightUm: 1000, islands: [{ cx: 700, cy: 500, rx: 600, ry: 420 }] });
-  const out = join(dir, 'away-out');
-  const journal = join(out, '.journal/long.null-224.jsonl');
-  const lines = () => (existsSync(journal) ? readFileSync(journal, 'utf8').split('\n').length - 2 : 0);
-  const run = await tileInfer(slide([path], out, ['--concurrency', '2']), {
-    onStart: () =>
-      void waitFor(() => lines() >= 3, 60000).then(async () => {
-        await server.stop();
-        await new Promise((r) => setTimeout(r, 7000));
-        server = await startServer({ models: MODELS, config: { port } });
-      }),
-  });
-  t.equal(run.code, 0, run.stderr);
-  t.match(run.stderr, /\d+ retries \(waiting: ECONNREFUSED from http:\/\/127\.0\.0\.1:\d+\)/, 'a progress line while waiting');
-});
+t.test(
+  'a server that goes away mid-run: the progress shows the retries while it waits, then the run ends',
+  async (t) => {
+    const path = join(dir, 'long.tif');
+    await writeSlide(path, {
+      ...spec(8),
+      widthUm: 1400,
+      heightUm: 1000,
+      islands: [{ cx: 700, cy: 500, rx: 600, ry: 420 }],
+    });
+    const out = join(dir, 'away-out');
+    const journal = join(out, '.journal/long.null-224.jsonl');
+    const lines = () => (existsSync(journal) ? readFileSync(journal, 'utf8').split('\n').length - 2 : 0);
+    const run = await tileInfer(slide([path], out, ['--concurrency', '2']), {
+      onStart: () =>
+        void waitFor(() => lines() >= 3, 60000).then(async () => {
+          await server.stop();
+          await new Promise((r) => setTimeout(r, 7000));
+          server = await startServer({ models: MODELS, config: { port } });
+        }),
+    });
+    t.equal(run.code, 0, run.stderr);
+    t.match(
+      run.stderr,
+      /\d+ retries \(waiting: ECONNREFUSED from http:\/\/127\.0\.0\.1:\d+\)/,
+      'a progress line while waiting',
+    );
+  },
+);
 
 t.test('copies keep their name clash check honest: the same content moved resumes', async (t) => {
   const out = join(dir, 'moved-out');

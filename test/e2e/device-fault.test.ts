@@ -40,7 +40,11 @@ const geneRequest = (seed: number) => tileRequest(cellularPng(seed), { resolutio
 /** Every answer comes, in time: 200 or a retryable 503. */
 async function ask(path: string, body: Json) {
   const response = await server.post(path, body, {});
-  return { status: response.status, retryAfter: response.headers.get('retry-after'), body: (await response.json()) as Json };
+  return {
+    status: response.status,
+    retryAfter: response.headers.get('retry-after'),
+    body: (await response.json()) as Json,
+  };
 }
 
 t.test('one instance: the request during the fault is answered 503 loading, then the model serves again', async (t) => {
@@ -58,10 +62,20 @@ t.test('one instance: the request during the fault is answered 503 loading, then
 t.test('two instances: requests during the fault are retried on the other one', async (t) => {
   writeFileSync(fault, '');
   const answers = await Promise.all(Array.from({ length: 8 }, (_, i) => ask('/api/predict/gene-expr', geneRequest(i))));
-  for (const a of answers) t.ok(a.status === 200 || (a.status === 503 && a.body.status === 'loading' && a.retryAfter), `answered ${a.status}`);
-  t.same(answers.map((a) => a.status), Array(8).fill(200), 'all served, by the other instance when not by the first');
+  for (const a of answers)
+    t.ok(a.status === 200 || (a.status === 503 && a.body.status === 'loading' && a.retryAfter), `answered ${a.status}`);
+  t.same(
+    answers.map((a) => a.status),
+    Array(8).fill(200),
+    'all served, by the other instance when not by the first',
+  );
   const faulted = await recovered('gene-expr');
   t.equal(faulted.restarts, 1);
-  const after = await Promise.all(Array.from({ length: 4 }, (_, i) => ask('/api/predict/gene-expr', geneRequest(100 + i))));
-  t.same(after.map((a) => a.status), [200, 200, 200, 200]);
+  const after = await Promise.all(
+    Array.from({ length: 4 }, (_, i) => ask('/api/predict/gene-expr', geneRequest(100 + i))),
+  );
+  t.same(
+    after.map((a) => a.status),
+    [200, 200, 200, 200],
+  );
 });

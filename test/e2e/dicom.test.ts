@@ -4,7 +4,16 @@
 // tiles as they are), a finished series is skipped on a rerun, kill -9 then rerun resumes, and
 // each damaged or unreachable slide fails with its code while the others are done.
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { parse } from 'csv-parse/sync';
@@ -15,10 +24,23 @@ import { dicomize, startOrthanc, uidsOf, type Orthanc } from '../../tools/orthan
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { freePort, outputs, tileInfer } from '../helpers/tile-infer.js';
 
-const MODELS = [{ name: 'tissue-seg', instances: 1, intra_op_threads: 1 }, { name: 'gene-expr', max_batch: 1 }];
+const MODELS = [
+  { name: 'tissue-seg', instances: 1, intra_op_threads: 1 },
+  { name: 'gene-expr', max_batch: 1 },
+];
 const dir = mkdtempSync(join(tmpdir(), 'tile-infer-dicom-'));
 // Not square, so that the converter's width/height swap shows (1.6 x 1.2 mm at 0.5 MPP).
-const SPEC: SlideSpec = { widthUm: 1600, heightUm: 1200, mpp: 0.5, seed: 21, format: 'tiff', islands: [{ cx: 560, cy: 600, rx: 380, ry: 300 }, { cx: 1200, cy: 560, rx: 250, ry: 320 }] };
+const SPEC: SlideSpec = {
+  widthUm: 1600,
+  heightUm: 1200,
+  mpp: 0.5,
+  seed: 21,
+  format: 'tiff',
+  islands: [
+    { cx: 560, cy: 600, rx: 380, ry: 300 },
+    { cx: 1200, cy: 560, rx: 250, ry: 320 },
+  ],
+};
 const tiff = join(dir, 'tiff.tif');
 /** OrthancWSIDicomizer 1.1 computes PixelSpacing from --imaged-width over the rows and
  *  --imaged-height over the columns: given swapped, the spacing is right. */
@@ -61,14 +83,26 @@ t.before(async () => {
   folders['two-series'] = copyFolder(folders.full, 'two-series');
   copyFileSync(levelZero(folders.split), join(folders['two-series'], 'other-series.dcm'));
   folders['not-wsi'] = copyFolder(folders.full, 'not-wsi');
-  for (const f of readdirSync(folders['not-wsi'])) execFileSync('dcmodify', ['-nb', '-m', '(0008,0016)=1.2.840.10008.5.1.4.1.1.7', join(folders['not-wsi'], f)]);
+  for (const f of readdirSync(folders['not-wsi']))
+    execFileSync('dcmodify', ['-nb', '-m', '(0008,0016)=1.2.840.10008.5.1.4.1.1.7', join(folders['not-wsi'], f)]);
   folders['missing-frame'] = copyFolder(folders.full, 'missing-frame');
-  execFileSync('dcmodify', ['-nb', '-m', '(0028,0008)=' + (Number(/\[(\d+)\]/.exec(execFileSync('dcmdump', ['+P', '0028,0008', levelZero(folders.full)]).toString())![1]) + 1), levelZero(folders['missing-frame'])]);
+  execFileSync('dcmodify', [
+    '-nb',
+    '-m',
+    '(0028,0008)=' +
+      (Number(/\[(\d+)\]/.exec(execFileSync('dcmdump', ['+P', '0028,0008', levelZero(folders.full)]).toString())![1]) +
+        1),
+    levelZero(folders['missing-frame']),
+  ]);
   folders.truncated = copyFolder(folders.full, 'truncated');
   const cut = levelZero(folders.truncated);
   truncateSync(cut, Math.floor(readFileSync(cut).length * 0.6));
 
-  [server, orthanc, locked] = await Promise.all([startServer({ models: MODELS, config: { port } }), startOrthanc(), startOrthanc({ reader: 'secret' })]);
+  [server, orthanc, locked] = await Promise.all([
+    startServer({ models: MODELS, config: { port } }),
+    startOrthanc(),
+    startOrthanc({ reader: 'secret' }),
+  ]);
   const files = (folder: string) => readdirSync(folder).map((f) => join(folder, f));
   await orthanc.upload([...files(folders.full), ...files(folders.split)]);
   await locked.upload(files(locked_));
@@ -84,14 +118,29 @@ t.before(async () => {
 });
 t.teardown(() => Promise.all([server?.stop(), orthanc?.stop(), locked?.stop()]));
 
-const args = (inputs: string[], out: string) => ['slide', ...inputs, '--model', 'gene-expr', '--out', out, '--server', `http://127.0.0.1:${port}`, '--concurrency', '4'];
+const args = (inputs: string[], out: string) => [
+  'slide',
+  ...inputs,
+  '--model',
+  'gene-expr',
+  '--out',
+  out,
+  '--server',
+  `http://127.0.0.1:${port}`,
+  '--concurrency',
+  '4',
+];
 
 async function h5(path: string): Promise<{ features: Float32Array; coords: Int32Array; mpp: number }> {
   await h5wasm.ready;
   const file = new h5wasm.File(path, 'r');
   try {
     const coords = file.get('coords') as InstanceType<typeof h5wasm.Dataset>;
-    return { features: (file.get('features') as InstanceType<typeof h5wasm.Dataset>).value as Float32Array, coords: coords.value as Int32Array, mpp: coords.attrs.level0_mpp.value as number };
+    return {
+      features: (file.get('features') as InstanceType<typeof h5wasm.Dataset>).value as Float32Array,
+      coords: coords.value as Int32Array,
+      mpp: coords.attrs.level0_mpp.value as number,
+    };
   } finally {
     file.close();
   }
@@ -104,7 +153,10 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
   const wrongWithMpp = copyFolder(folders.wrong, 'wrong-given-mpp');
   const rows = [
     [tiff, ''],
-    ...['full', 'split', 'j2k', 'wrong', 'two-series', 'not-wsi', 'missing-frame', 'truncated'].map((k) => [folders[k], '']),
+    ...['full', 'split', 'j2k', 'wrong', 'two-series', 'not-wsi', 'missing-frame', 'truncated'].map((k) => [
+      folders[k],
+      '',
+    ]),
     [wrongWithMpp, '0.5'],
     [urls.series, ''],
     [urls.study, ''],
@@ -115,16 +167,31 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
   writeFileSync(manifest, `wsi,mpp\n${rows.map((r) => r.join(',')).join('\n')}\n`);
   const run = await tileInfer(args([manifest], out), { timeoutMs: 600_000 });
   t.equal(run.code, 3, `some slides failed: ${run.stderr}`);
-  const summary = new Map((parse(readFileSync(join(out, 'summary.csv')), { columns: true }) as Record<string, string>[]).map((r) => [r.slide, r]));
+  const summary = new Map(
+    (parse(readFileSync(join(out, 'summary.csv')), { columns: true }) as Record<string, string>[]).map((r) => [
+      r.slide,
+      r,
+    ]),
+  );
   const reason = (slide: string) => summary.get(slide)?.reason ?? `no row: ${[...summary.keys()].join(' ')}`;
-  for (const slide of [tiff, folders.full, folders.split, wrongWithMpp, urls.series, urls.splitSeries]) t.equal(summary.get(slide)?.status, 'done', `${slide}: ${reason(slide)}`);
+  for (const slide of [tiff, folders.full, folders.split, wrongWithMpp, urls.series, urls.splitSeries])
+    t.equal(summary.get(slide)?.status, 'done', `${slide}: ${reason(slide)}`);
 
-  t.match(reason(folders.wrong), /^\[TILE_ERR_SLIDE_MPP_CONFLICT\] .*PixelSpacing 0\.000\d+\\0\.000\d+ mm .*not square.*--mpp/);
+  t.match(
+    reason(folders.wrong),
+    /^\[TILE_ERR_SLIDE_MPP_CONFLICT\] .*PixelSpacing 0\.000\d+\\0\.000\d+ mm .*not square.*--mpp/,
+  );
   const [a, b] = [uidsOf(levelZero(folders.full)), uidsOf(levelZero(folders.split))];
   const [seriesA, seriesB] = [(await a).series, (await b).series];
   t.match(reason(folders['two-series']), /^\[TILE_ERR_SLIDE_SERIES\] /);
-  t.ok(reason(folders['two-series']).includes(seriesA) && reason(folders['two-series']).includes(seriesB), 'names both series UIDs');
-  t.match(reason(folders['not-wsi']), /^\[TILE_ERR_SLIDE_FORMAT\] .*SOP class 1\.2\.840\.10008\.5\.1\.4\.1\.1\.7 \(Secondary Capture Image\)/);
+  t.ok(
+    reason(folders['two-series']).includes(seriesA) && reason(folders['two-series']).includes(seriesB),
+    'names both series UIDs',
+  );
+  t.match(
+    reason(folders['not-wsi']),
+    /^\[TILE_ERR_SLIDE_FORMAT\] .*SOP class 1\.2\.840\.10008\.5\.1\.4\.1\.1\.7 \(Secondary Capture Image\)/,
+  );
   t.match(reason(folders['missing-frame']), /^\[TILE_ERR_SLIDE_UNREADABLE\] .*frame \d+ is missing/);
   t.match(reason(folders.truncated), /^\[TILE_ERR_SLIDE_UNREADABLE\] .*truncated/);
   t.match(reason(urls.missing), /^\[TILE_ERR_SLIDE_DICOMWEB_NOT_FOUND\] /);
@@ -134,7 +201,8 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
   t.ok(reason(urls.locked).includes(urls.locked), 'names the URL');
 
   // The same tiles, features, coordinates and tissue as the TIFF, bit for bit.
-  const stemOf = (slide: string) => (slide.startsWith('http') ? slide.slice(slide.lastIndexOf('/') + 1) : basename(slide).replace(/\.tif$/, ''));
+  const stemOf = (slide: string) =>
+    slide.startsWith('http') ? slide.slice(slide.lastIndexOf('/') + 1) : basename(slide).replace(/\.tif$/, '');
   const expected = await h5(join(out, 'features_gene-expr/tiff.h5'));
   const mask = readFileSync(join(out, 'tissue/tiff.png'));
   t.ok(expected.coords.length / 2 > 20, `${expected.coords.length / 2} tiles`);
@@ -142,7 +210,10 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     const got = await h5(join(out, `features_gene-expr/${stemOf(slide)}.h5`));
     t.equal(got.mpp, 0.5, `${stemOf(slide)}: MPP`);
     t.same(Array.from(got.coords), Array.from(expected.coords), `${stemOf(slide)}: coordinates`);
-    t.ok(Buffer.from(got.features.buffer).equals(Buffer.from(expected.features.buffer)), `${stemOf(slide)}: features bit for bit`);
+    t.ok(
+      Buffer.from(got.features.buffer).equals(Buffer.from(expected.features.buffer)),
+      `${stemOf(slide)}: features bit for bit`,
+    );
     t.ok(readFileSync(join(out, `tissue/${stemOf(slide)}.png`)).equals(mask), `${stemOf(slide)}: tissue mask`);
   }
 
@@ -152,25 +223,43 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
   t.equal(summary.get(folders.j2k)?.status, 'done', reason(folders.j2k));
   const j2k = await h5(join(out, 'features_gene-expr/j2k.h5'));
   const dim = expected.features.length / (expected.coords.length / 2);
-  const rowOf = new Map(Array.from({ length: expected.coords.length / 2 }, (_, k) => [`${expected.coords[k * 2]},${expected.coords[k * 2 + 1]}`, k]));
+  const rowOf = new Map(
+    Array.from({ length: expected.coords.length / 2 }, (_, k) => [
+      `${expected.coords[k * 2]},${expected.coords[k * 2 + 1]}`,
+      k,
+    ]),
+  );
   let common = 0;
   let same = 0;
   for (let k = 0; k < j2k.coords.length / 2; k++) {
     const row = rowOf.get(`${j2k.coords[k * 2]},${j2k.coords[k * 2 + 1]}`);
     if (row === undefined) continue;
     common++;
-    if (Buffer.from(j2k.features.buffer, k * dim * 4, dim * 4).equals(Buffer.from(expected.features.buffer, row * dim * 4, dim * 4))) same++;
+    if (
+      Buffer.from(j2k.features.buffer, k * dim * 4, dim * 4).equals(
+        Buffer.from(expected.features.buffer, row * dim * 4, dim * 4),
+      )
+    )
+      same++;
   }
-  t.ok(common / (rowOf.size + j2k.coords.length / 2 - common) >= 0.9, `JPEG 2000: ${common} tiles in both grids of ${rowOf.size} and ${j2k.coords.length / 2}`);
+  t.ok(
+    common / (rowOf.size + j2k.coords.length / 2 - common) >= 0.9,
+    `JPEG 2000: ${common} tiles in both grids of ${rowOf.size} and ${j2k.coords.length / 2}`,
+  );
   t.equal(same, common, 'JPEG 2000: the common tiles have the same features');
 
   // A rerun skips the finished series, and a token opens the locked server.
-  const rerun = await tileInfer(args([folders.full, urls.series, urls.locked], out), { env: { TILE_INFER_DICOMWEB_AUTHORIZATION: `Basic ${Buffer.from('reader:secret').toString('base64')}` } });
+  const rerun = await tileInfer(args([folders.full, urls.series, urls.locked], out), {
+    env: { TILE_INFER_DICOMWEB_AUTHORIZATION: `Basic ${Buffer.from('reader:secret').toString('base64')}` },
+  });
   t.equal(rerun.code, 0, rerun.stderr);
   t.match(rerun.stderr, new RegExp(`${folders.full}: finished before`));
   t.match(rerun.stderr, /\/series\/[0-9.]+: finished before/);
   const locked = await h5(join(out, `features_gene-expr/${stemOf(urls.locked)}.h5`));
-  t.ok(Buffer.from(locked.features.buffer).equals(Buffer.from(expected.features.buffer)), 'the locked series, with the token: features bit for bit');
+  t.ok(
+    Buffer.from(locked.features.buffer).equals(Buffer.from(expected.features.buffer)),
+    'the locked series, with the token: features bit for bit',
+  );
 });
 
 t.test('kill -9 mid-slide on a DICOMweb series, then rerun: the same files as an uninterrupted run', async (t) => {

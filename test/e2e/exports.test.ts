@@ -13,7 +13,14 @@ import { PNG } from 'pngjs';
 import { startServer, ROOT, type TestServer } from '../helpers/server.js';
 import { cellularPng, tileRequest } from '../helpers/tiles.js';
 import { shellDigest } from '../helpers/packages.js';
-import { SIZE, exportPackages, expectedAnswer, floatSegPackage, symbolicSegPackage, writeExportPackage } from '../helpers/export-models.js';
+import {
+  SIZE,
+  exportPackages,
+  expectedAnswer,
+  floatSegPackage,
+  symbolicSegPackage,
+  writeExportPackage,
+} from '../helpers/export-models.js';
 import type { Pixels } from '../../src/tile/png.js';
 
 const INTEROP = process.env.INTEROP_DIR ?? join(ROOT, '../shared/interop');
@@ -23,17 +30,22 @@ const pixelsOf = (png: Buffer): Pixels => {
   return { width, height, channels: 4, data };
 };
 const closeTo = (actual: number[], expected: number[], tolerance = 1e-5) =>
-  actual.length === expected.length && actual.every((v, i) => Math.abs(v - expected[i]) <= tolerance * Math.max(1, Math.abs(expected[i])));
+  actual.length === expected.length &&
+  actual.every((v, i) => Math.abs(v - expected[i]) <= tolerance * Math.max(1, Math.abs(expected[i])));
 const json = async (res: Response) => ({ status: res.status, body: (await res.json()) as Record<string, any> });
-const models = (root: string) => readdirSync(root).map((name) => ({ name, path: join(root, name), intra_op_threads: 1, max_queue_delay_ms: 20 }));
+const models = (root: string) =>
+  readdirSync(root).map((name) => ({ name, path: join(root, name), intra_op_threads: 1, max_queue_delay_ms: 20 }));
 
 /** Waits until a model's workers report ready (its metadata answers) or a load failure. */
 async function modelState(server: TestServer, name: string): Promise<{ ready: boolean; lastError: string | null }> {
   let state = { ready: false, lastError: null as string | null };
   await server.waitFor(async () => {
-    if ((await server.get(`/api/metadata/${name}`)).status === 200) return (state = { ready: true, lastError: null }), true;
+    if ((await server.get(`/api/metadata/${name}`)).status === 200)
+      return ((state = { ready: true, lastError: null }), true);
     // A probe past its timeout (workers busy loading) is {"error": ...}: ask again.
-    const { workers } = (await (await server.get('/diagnostics')).json()) as { workers: { model: string; last_error: string | null }[] | { error: string } };
+    const { workers } = (await (await server.get('/diagnostics')).json()) as {
+      workers: { model: string; last_error: string | null }[] | { error: string };
+    };
     const error = Array.isArray(workers) ? (workers.find((w) => w.model === name)?.last_error ?? null) : null;
     state = { ready: false, lastError: error };
     return error !== null;
@@ -55,7 +67,10 @@ function addArgmaxCopy(root: string, name: string): string {
   cpSync(join(root, name), join(root, copy), { recursive: true });
   const manifest = JSON.parse(readFileSync(join(root, copy, 'manifest.json'), 'utf8'));
   delete manifest.mask_threshold;
-  writeFileSync(join(root, copy, 'manifest.json'), JSON.stringify({ ...manifest, name: copy, mask_channel: { index: 1, rule: 'argmax' } }));
+  writeFileSync(
+    join(root, copy, 'manifest.json'),
+    JSON.stringify({ ...manifest, name: copy, mask_channel: { index: 1, rule: 'argmax' } }),
+  );
   return copy;
 }
 
@@ -81,9 +96,14 @@ for (const { manifest } of packages) {
   t.test(`${manifest.name} answers as computed from the pixels`, async (t) => {
     t.same(await modelState(server, manifest.name), { ready: true, lastError: null });
     const segmentation = manifest.tasks[0] === 'segmentation';
-    const path = segmentation || manifest.tasks[0] === 'prediction' ? `/api/predict/${manifest.name}` : `/api/embed/${manifest.name}`;
+    const path =
+      segmentation || manifest.tasks[0] === 'prediction'
+        ? `/api/predict/${manifest.name}`
+        : `/api/embed/${manifest.name}`;
     // Concurrent requests, so batches of several tiles form (a fixed batch of 1 too: 8 at once).
-    const answers = await Promise.all(tiles.map(async (png) => json(await server.post(path, tileRequest(png, { resolution: 0.5 })))));
+    const answers = await Promise.all(
+      tiles.map(async (png) => json(await server.post(path, tileRequest(png, { resolution: 0.5 })))),
+    );
     answers.forEach(({ status, body }, i) => {
       const expected = expectedAnswer(manifest.name, pixelsOf(tiles[i]));
       t.equal(status, 200, `tile ${i}`);
@@ -105,7 +125,12 @@ t.test('x-fp16-out: float16 values, not their bit patterns', async (t) => {
 });
 
 t.test('x-int32-f64: int32 prediction and float64 embedding of one pass', async (t) => {
-  const { status, body } = await json(await server.post('/api/predict/x-int32-f64?mode=prediction_with_embedding', tileRequest(tiles[1], { resolution: 0.5 })));
+  const { status, body } = await json(
+    await server.post(
+      '/api/predict/x-int32-f64?mode=prediction_with_embedding',
+      tileRequest(tiles[1], { resolution: 0.5 }),
+    ),
+  );
   t.equal(status, 200);
   const pixels = pixelsOf(tiles[1]);
   t.same(body.output, expectedAnswer('x-int32-f64', pixels));
@@ -114,47 +139,75 @@ t.test('x-int32-f64: int32 prediction and float64 embedding of one pass', async 
 });
 
 t.test('a fixed batch of 1 with batch.max 8 is clamped, and the log says so', async (t) => {
-  t.ok(server.lines.some((l) => /batch\.max: 8, but model\.onnx fixes the batch dimension of "image" at 1/.test(String(l.msg))));
+  t.ok(
+    server.lines.some((l) =>
+      /batch\.max: 8, but model\.onnx fixes the batch dimension of "image" at 1/.test(String(l.msg)),
+    ),
+  );
 });
 
-t.test('class-channel logits without mask_channel are refused at warm-up, naming tensors.mask and the shape', async (t) => {
-  const { ready, lastError } = await modelState(server, 'x-seg-symbolic');
-  t.equal(ready, false);
-  t.match(lastError, /tensors\.mask: "logits" has shape \[1, 2, 64, 64\]/);
-  t.notMatch(lastError, /\n/, 'one line');
-  t.equal(await failureCode(server, 'x-seg-symbolic'), 'TILE_ERR_PACKAGE_OUTPUT_SHAPE');
-  const res = await server.post('/api/predict/x-seg-symbolic', tileRequest(tiles[0], { resolution: 0.5 }));
-  t.equal(res.status, 503, 'not served: loading, never a per-request 500');
-});
+t.test(
+  'class-channel logits without mask_channel are refused at warm-up, naming tensors.mask and the shape',
+  async (t) => {
+    const { ready, lastError } = await modelState(server, 'x-seg-symbolic');
+    t.equal(ready, false);
+    t.match(lastError, /tensors\.mask: "logits" has shape \[1, 2, 64, 64\]/);
+    t.notMatch(lastError, /\n/, 'one line');
+    t.equal(await failureCode(server, 'x-seg-symbolic'), 'TILE_ERR_PACKAGE_OUTPUT_SHAPE');
+    const res = await server.post('/api/predict/x-seg-symbolic', tileRequest(tiles[0], { resolution: 0.5 }));
+    t.equal(res.status, 503, 'not served: loading, never a per-request 500');
+  },
+);
 
-t.test('class-channel float logits with a threshold and no mask_channel: refused at load; with mask_channel argmax, served', async (t) => {
-  await refusedForChannels(t, server, 'x-seg-c2-float', 'logits');
-  t.same(await modelState(server, floatArgmax), { ready: true, lastError: null });
-  const answers = await Promise.all(tiles.map(async (png) => json(await server.post(`/api/predict/${floatArgmax}`, tileRequest(png, { resolution: 0.5 })))));
-  answers.forEach(({ status, body }, i) => {
-    t.equal(status, 200, `tile ${i}`);
-    t.same(body.output, expectedAnswer(floatArgmax, pixelsOf(tiles[i])), `tile ${i}: channel 1 wins`);
-  });
-});
+t.test(
+  'class-channel float logits with a threshold and no mask_channel: refused at load; with mask_channel argmax, served',
+  async (t) => {
+    await refusedForChannels(t, server, 'x-seg-c2-float', 'logits');
+    t.same(await modelState(server, floatArgmax), { ready: true, lastError: null });
+    const answers = await Promise.all(
+      tiles.map(async (png) =>
+        json(await server.post(`/api/predict/${floatArgmax}`, tileRequest(png, { resolution: 0.5 }))),
+      ),
+    );
+    answers.forEach(({ status, body }, i) => {
+      t.equal(status, 200, `tile ${i}`);
+      t.same(body.output, expectedAnswer(floatArgmax, pixelsOf(tiles[i])), `tile ${i}: channel 1 wins`);
+    });
+  },
+);
 
 // A cross-check only: everything above runs without it, on packages built here.
-t.test('cross-check: the PyTorch-made interop packages (../shared/interop), when that folder exists', { skip: !existsSync(INTEROP) && `no ${INTEROP} in this checkout: the same checks ran above on packages built here` }, async (t) => {
-  const copies = mkdtempSync(join(tmpdir(), 'interop-'));
-  const names = readdirSync(INTEROP).filter((n) => existsSync(join(INTEROP, n, 'manifest.json')));
-  for (const name of names) cpSync(join(INTEROP, name), join(copies, name), { recursive: true });
-  const fixed = addArgmaxCopy(copies, 'r-seg-c2');
-  const interop = await startServer({ models: models(copies), waitReady: false });
-  t.teardown(() => interop.stop());
-  const png = readFileSync(join(INTEROP, 'tile-64.png'));
-  await refusedForChannels(t, interop, 'r-seg-c2', 'seg_c2');
-  for (const name of [...names.filter((n) => n !== 'r-seg-c2'), fixed]) {
-    t.same(await modelState(interop, name), { ready: true, lastError: null }, name);
-    const expected = JSON.parse(readFileSync(join(INTEROP, name === fixed ? 'r-seg-c2' : name, 'expected.json'), 'utf8'));
-    const answers = await Promise.all(Array.from({ length: name === 'r-static' ? 8 : 1 }, async () => json(await interop.post(`/api/predict/${name}`, tileRequest(png, { resolution: 0.5 })))));
-    for (const { status, body } of answers) {
-      t.equal(status, 200, name);
-      if (expected.mask_argmax_class_1) t.same(body.output, expected.mask_argmax_class_1, name);
-      else t.ok(closeTo(body.output, expected.output), `${name}: ${JSON.stringify(body.output)} ~ ${JSON.stringify(expected.output)}`);
+t.test(
+  'cross-check: the PyTorch-made interop packages (../shared/interop), when that folder exists',
+  { skip: !existsSync(INTEROP) && `no ${INTEROP} in this checkout: the same checks ran above on packages built here` },
+  async (t) => {
+    const copies = mkdtempSync(join(tmpdir(), 'interop-'));
+    const names = readdirSync(INTEROP).filter((n) => existsSync(join(INTEROP, n, 'manifest.json')));
+    for (const name of names) cpSync(join(INTEROP, name), join(copies, name), { recursive: true });
+    const fixed = addArgmaxCopy(copies, 'r-seg-c2');
+    const interop = await startServer({ models: models(copies), waitReady: false });
+    t.teardown(() => interop.stop());
+    const png = readFileSync(join(INTEROP, 'tile-64.png'));
+    await refusedForChannels(t, interop, 'r-seg-c2', 'seg_c2');
+    for (const name of [...names.filter((n) => n !== 'r-seg-c2'), fixed]) {
+      t.same(await modelState(interop, name), { ready: true, lastError: null }, name);
+      const expected = JSON.parse(
+        readFileSync(join(INTEROP, name === fixed ? 'r-seg-c2' : name, 'expected.json'), 'utf8'),
+      );
+      const answers = await Promise.all(
+        Array.from({ length: name === 'r-static' ? 8 : 1 }, async () =>
+          json(await interop.post(`/api/predict/${name}`, tileRequest(png, { resolution: 0.5 }))),
+        ),
+      );
+      for (const { status, body } of answers) {
+        t.equal(status, 200, name);
+        if (expected.mask_argmax_class_1) t.same(body.output, expected.mask_argmax_class_1, name);
+        else
+          t.ok(
+            closeTo(body.output, expected.output),
+            `${name}: ${JSON.stringify(body.output)} ~ ${JSON.stringify(expected.output)}`,
+          );
+      }
     }
-  }
-});
+  },
+);

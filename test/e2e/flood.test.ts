@@ -25,7 +25,9 @@ t.test(`${FLOOD} stalled connections against a front with ${FD_LIMIT} file descr
     socket.resume();
     socket.on('close', () => closedByServer++);
     // Headers announce a 1 MB body; 10 bytes of it come, then nothing.
-    socket.write(`POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n{"image_da`);
+    socket.write(
+      `POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n{"image_da`,
+    );
     sockets.push(socket);
   }
   // The body deadline (2 s, checked every second) closes every stalled connection.
@@ -34,6 +36,9 @@ t.test(`${FLOOD} stalled connections against a front with ${FD_LIMIT} file descr
   t.equal(server.proc.exitCode, null, 'the supervisor is alive');
   const res = await server.post('/api/embed/tile-embed', tileRequest(cellularPng(1)));
   t.equal(res.status, 200, 'and serves a normal request after the flood');
-  t.notOk(server.lines.some((l) => /exited; restarting|HTTP front exited/.test(String(l.msg))), 'no process died');
+  t.notOk(
+    server.lines.some((l) => /exited; restarting|HTTP front exited/.test(String(l.msg))),
+    'no process died',
+  );
   for (const s of sockets) s.destroy();
 });

@@ -14,12 +14,27 @@ t.test('a foreign export (other names and size, dynamic batch, external data) se
   const server = await startServer({ models: [{ name: 'foreign-vit', path: dir, max_queue_delay_ms: 5 }] });
   t.teardown(() => server.stop());
   const png = cellularPng(5, 256);
-  const responses = await Promise.all([1, 2, 3].map(() => server.post('/api/embed/foreign-vit', tileRequest(png, { resolution: 1.0 }))));
+  const responses = await Promise.all(
+    [1, 2, 3].map(() => server.post('/api/embed/foreign-vit', tileRequest(png, { resolution: 1.0 }))),
+  );
   const bodies = await Promise.all(responses.map((r) => r.json() as Promise<Record<string, any>>));
-  t.same(responses.map((r) => r.status), [200, 200, 200]);
+  t.same(
+    responses.map((r) => r.status),
+    [200, 200, 200],
+  );
   t.equal(bodies[0].output.length, 48);
   t.same(bodies[1].output, bodies[0].output, 'batched requests agree');
   const meta = (await (await server.get('/api/metadata/foreign-vit')).json()) as Record<string, any>;
-  t.match(meta, { model: 'foreign-vit', tile: { width: 256, height: 256, mpp: 1 }, embedding_dim: 48, trained: false, sha256: shellDigest(dir) });
-  t.equal((await server.post('/api/embed/foreign-vit', tileRequest(cellularPng(5, 224)))).status, 422, 'its own tile size applies');
+  t.match(meta, {
+    model: 'foreign-vit',
+    tile: { width: 256, height: 256, mpp: 1 },
+    embedding_dim: 48,
+    trained: false,
+    sha256: shellDigest(dir),
+  });
+  t.equal(
+    (await server.post('/api/embed/foreign-vit', tileRequest(cellularPng(5, 224)))).status,
+    422,
+    'its own tile size applies',
+  );
 });

@@ -10,4 +10,11 @@ const models = DEFAULT_MODELS.map((m) => ({ ...m, gpus: [], request_timeout_ms: 
 const server = await startServer({ models });
 t.teardown(() => server.stop());
 
-t.test(`${runs} fuzzed requests: never a 5xx, healthy afterwards`, (t) => fuzzService(t, server, models.map((m) => m.name), runs));
+t.test(`${runs} fuzzed requests: never a 5xx, healthy afterwards`, (t) =>
+  fuzzService(
+    t,
+    server,
+    models.map((m) => m.name),
+    runs,
+  ),
+);

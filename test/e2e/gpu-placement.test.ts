@@ -9,11 +9,18 @@ type Json = Record<string, any>;
 
 t.test('workers are pinned, fall back to cpu saying why, and report their GPU memory', async (t) => {
   const bin = fakeNvidiaSmi(
-    ['0, NVIDIA H100 80GB HBM3, GPU-5c2e7a41-9d0b-3f4e-8b7a-1f2e3d4c5b6a, 00000000:18:00.0, 81559, 1024, 3, 550.54.15', '1, NVIDIA H100 80GB HBM3, GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90, 00000000:3B:00.0, 81559, 2048, 7, 550.54.15'],
+    [
+      '0, NVIDIA H100 80GB HBM3, GPU-5c2e7a41-9d0b-3f4e-8b7a-1f2e3d4c5b6a, 00000000:18:00.0, 81559, 1024, 3, 550.54.15',
+      '1, NVIDIA H100 80GB HBM3, GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90, 00000000:3B:00.0, 81559, 2048, 7, 550.54.15',
+    ],
     1234,
   );
   const server = await startServer({
-    models: [{ name: 'gene-expr', instances: 2, gpus: 'auto' }, { name: 'tile-embed', gpus: ['5'] }, { name: 'tissue-seg', gpus: [] }],
+    models: [
+      { name: 'gene-expr', instances: 2, gpus: 'auto' },
+      { name: 'tile-embed', gpus: ['5'] },
+      { name: 'tissue-seg', gpus: [] },
+    ],
     env: { PATH: `${bin}:${process.env.PATH}` },
   });
   t.teardown(() => server.stop());
@@ -22,16 +29,63 @@ t.test('workers are pinned, fall back to cpu saying why, and report their GPU me
   const byId = Object.fromEntries(diag.workers.map((w: Json) => [w.id, w]));
   const notInstalled = { provider: 'cuda', reason: /CUDA provider libraries are not installed/ };
   // This machine's Vulkan devices (none, or a software rasterizer) do not include the fake GPU.
-  t.match(byId['gene-expr#0'], { gpu: '0', cuda_visible_devices: '0', provider: 'cpu', provider_skipped: [notInstalled, { provider: 'webgpu', reason: /GPU 0 \(pci 0000:18:00\.0\) is not among the Vulkan devices|no Vulkan loader/ }], gpu_memory_mib: 1234 });
-  t.match(byId['gene-expr#1'], { gpu: '1', cuda_visible_devices: '1', provider: 'cpu', provider_skipped: [notInstalled, { provider: 'webgpu', reason: /GPU 1 \(pci 0000:3b:00\.0\)|no Vulkan loader/ }] });
-  t.match(byId['tile-embed#0'], { gpu: '5', cuda_visible_devices: '5', provider: 'cpu', provider_skipped: [notInstalled, { provider: 'webgpu', reason: /only software Vulkan devices|no Vulkan/ }] });
-  t.match(byId['tissue-seg#0'], { gpu: null, cuda_visible_devices: '', provider: 'cpu', provider_skipped: [{ provider: 'cuda', reason: /no GPU assigned/ }, { provider: 'webgpu', reason: /no GPU assigned/ }] });
-  t.match(diag.gpus, [{ index: '0', name: 'NVIDIA H100 80GB HBM3', uuid: /^GPU-5c2e/, pci_bus_id: '00000000:18:00.0', memory_total_mib: 81559, driver: '550.54.15' }, { index: '1' }]);
-  t.ok(diag.logs.service.some((l: string) => l.includes('provider cuda passed over')), 'the reasons are in the log');
+  t.match(byId['gene-expr#0'], {
+    gpu: '0',
+    cuda_visible_devices: '0',
+    provider: 'cpu',
+    provider_skipped: [
+      notInstalled,
+      { provider: 'webgpu', reason: /GPU 0 \(pci 0000:18:00\.0\) is not among the Vulkan devices|no Vulkan loader/ },
+    ],
+    gpu_memory_mib: 1234,
+  });
+  t.match(byId['gene-expr#1'], {
+    gpu: '1',
+    cuda_visible_devices: '1',
+    provider: 'cpu',
+    provider_skipped: [notInstalled, { provider: 'webgpu', reason: /GPU 1 \(pci 0000:3b:00\.0\)|no Vulkan loader/ }],
+  });
+  t.match(byId['tile-embed#0'], {
+    gpu: '5',
+    cuda_visible_devices: '5',
+    provider: 'cpu',
+    provider_skipped: [notInstalled, { provider: 'webgpu', reason: /only software Vulkan devices|no Vulkan/ }],
+  });
+  t.match(byId['tissue-seg#0'], {
+    gpu: null,
+    cuda_visible_devices: '',
+    provider: 'cpu',
+    provider_skipped: [
+      { provider: 'cuda', reason: /no GPU assigned/ },
+      { provider: 'webgpu', reason: /no GPU assigned/ },
+    ],
+  });
+  t.match(diag.gpus, [
+    {
+      index: '0',
+      name: 'NVIDIA H100 80GB HBM3',
+      uuid: /^GPU-5c2e/,
+      pci_bus_id: '00000000:18:00.0',
+      memory_total_mib: 81559,
+      driver: '550.54.15',
+    },
+    { index: '1' },
+  ]);
+  t.ok(
+    diag.logs.service.some((l: string) => l.includes('provider cuda passed over')),
+    'the reasons are in the log',
+  );
 
   const { models } = (await (await server.get('/api/models')).json()) as Json;
   const geneExpr = models.find((m: Json) => m.name === 'gene-expr');
-  t.match(geneExpr.workers[0], { id: 'gene-expr#0', gpu: '0', provider: 'cpu', provider_skipped: [notInstalled, { provider: 'webgpu' }], load_ms: Number, warmup: { batch_shapes: Array, shapes: [{ batch: 1, ms: Number }] } });
+  t.match(geneExpr.workers[0], {
+    id: 'gene-expr#0',
+    gpu: '0',
+    provider: 'cpu',
+    provider_skipped: [notInstalled, { provider: 'webgpu' }],
+    load_ms: Number,
+    warmup: { batch_shapes: Array, shapes: [{ batch: 1, ms: Number }] },
+  });
 
   const metrics = await (await server.get('/metrics')).text();
   t.match(metrics, /worker_gpu_memory_bytes\{model="gene-expr",instance="0"\} 1293942784/, 'nvidia-smi MiB as bytes');
@@ -50,17 +104,32 @@ t.test('without nvidia-smi there is no GPU memory to report, and none is', async
 t.test('a provider list none of whose providers works fails its model at once; the others serve', async (t) => {
   const started = Date.now();
   const server = await startServer({
-    models: [{ name: 'gene-expr', gpus: [], provider: ['cuda'] }, { name: 'tissue-seg', gpus: [], provider: ['cuda', 'cpu'] }],
+    models: [
+      { name: 'gene-expr', gpus: [], provider: ['cuda'] },
+      { name: 'tissue-seg', gpus: [], provider: ['cuda', 'cpu'] },
+    ],
     config: { health: { strict_readiness: false } },
   });
   t.teardown(() => server.stop());
-  await server.waitFor(async () => ((await (await server.get('/api/models')).json()) as Json).models[0].state === 'failed');
+  await server.waitFor(
+    async () => ((await (await server.get('/api/models')).json()) as Json).models[0].state === 'failed',
+  );
   const { models } = (await (await server.get('/api/models')).json()) as Json;
-  t.match(models[0], { name: 'gene-expr', state: 'failed', reason: /no usable execution provider in \["cuda"\]: cuda: no GPU assigned/ });
+  t.match(models[0], {
+    name: 'gene-expr',
+    state: 'failed',
+    reason: /no usable execution provider in \["cuda"\]: cuda: no GPU assigned/,
+  });
   t.ok(models[0].workers[0].restarts <= 1, 'failed, not restarted in a loop');
-  t.match(models[1], { name: 'tissue-seg', state: 'ready', workers: [{ provider: 'cpu', provider_skipped: [{ provider: 'cuda', reason: /no GPU assigned/ }] }] });
+  t.match(models[1], {
+    name: 'tissue-seg',
+    state: 'ready',
+    workers: [{ provider: 'cpu', provider_skipped: [{ provider: 'cuda', reason: /no GPU assigned/ }] }],
+  });
   t.ok(Date.now() - started < 60000, `settled in ${Date.now() - started} ms`);
   const answer = await server.post('/api/predict/gene-expr', {});
   t.equal(answer.status, 503);
-  t.match(await answer.json(), { detail: /model gene-expr failed to load: .*no usable execution provider in \["cuda"\]/ });
+  t.match(await answer.json(), {
+    detail: /model gene-expr failed to load: .*no usable execution provider in \["cuda"\]/,
+  });
 });

@@ -115,7 +115,11 @@ function startLoad(url: string) {
       try {
         const tile = bodies[model][n % 3][form];
         outcome.type = tile.type;
-        const res = await fetch(`${url}/api/predict/${model}${tile.query}`, { method: 'POST', headers: { 'content-type': tile.type }, body: tile.body });
+        const res = await fetch(`${url}/api/predict/${model}${tile.query}`, {
+          method: 'POST',
+          headers: { 'content-type': tile.type },
+          body: tile.body,
+        });
         outcome.status = res.status;
         const body = await res.text();
         if (res.status !== 200) outcome.detail = body.slice(0, 200);
@@ -163,7 +167,8 @@ function figures(event: string, outcomes: Outcome[], from: number): EventFigures
 /** The host's current worker processes, from its log (its HTTP may be slow under this load). */
 function workerPids(host: TestServer): number[] {
   const latest = new Map<string, number>();
-  for (const l of host.lines) if (l.msg === 'worker forked') latest.set(`${l.model}#${l.instance}`, l.workerPid as number);
+  for (const l of host.lines)
+    if (l.msg === 'worker forked') latest.set(`${l.model}#${l.instance}`, l.workerPid as number);
   return [...latest.values()];
 }
 
@@ -171,17 +176,25 @@ function workerPids(host: TestServer): number[] {
 async function servedByModel(host: TestServer): Promise<Record<string, number>> {
   const text = await (await host.get('/metrics')).text();
   const served: Record<string, number> = {};
-  for (const [, model, value] of text.matchAll(/^tile_requests_total\{model="([^"]+)"[^}]*\} (\d+)/gm)) served[model] = (served[model] ?? 0) + Number(value);
+  for (const [, model, value] of text.matchAll(/^tile_requests_total\{model="([^"]+)"[^}]*\} (\d+)/gm))
+    served[model] = (served[model] ?? 0) + Number(value);
   return served;
 }
 
 t.test('SIGTERM drains: readiness 503 while requests are still served, then exit 0', async (t) => {
-  const host = await startServer({ models: [{ name: 'tissue-seg', intra_op_threads: 1 }], config: { supervisor: { drain_delay_ms: DRAIN_MS } } });
+  const host = await startServer({
+    models: [{ name: 'tissue-seg', intra_op_threads: 1 }],
+    config: { supervisor: { drain_delay_ms: DRAIN_MS } },
+  });
   t.teardown(() => host.stop());
   const signalled = performance.now();
   const stopped = host.stop('SIGTERM');
   await waitFor(() => host.lines.some((l) => /^draining/.test(String(l.msg))));
-  const [ready, all, tile] = await Promise.all([host.get('/health/ready/tissue-seg'), host.get('/health/ready'), host.post('/api/predict/tissue-seg', tileRequest(fixturePng('he-mixed')))]);
+  const [ready, all, tile] = await Promise.all([
+    host.get('/health/ready/tissue-seg'),
+    host.get('/health/ready'),
+    host.post('/api/predict/tissue-seg', tileRequest(fixturePng('he-mixed'))),
+  ]);
   t.same([ready.status, await ready.json()], [503, { model: 'tissue-seg', status: 'draining', reason: null }]);
   t.match(await all.json(), { status: 'draining' });
   t.equal(tile.status, 200, 'still serving');
@@ -230,7 +243,10 @@ t.test('three hosts behind HAProxy under load at c=32: kill -9, rolling restart,
     results.push(f);
     // HAProxy's line of each request that did not end normally (termination state other than ----).
     const abnormal = lb!.log.filter((l) => l.includes(' tiles ') && !l.includes(' ---- ')).slice(-10);
-    t.equal(f.failures, 0, `${f.event}: ${f.requests} requests, ${f.failures} failed at the client`, { failed: f.failed, abnormal });
+    t.equal(f.failures, 0, `${f.event}: ${f.requests} requests, ${f.failures} failed at the client`, {
+      failed: f.failed,
+      abnormal,
+    });
     t.ok(f.requests > 0, `${f.event}: requests completed`);
   };
   /** Starts host i again and waits until HAProxy has it back in `backends`. */
@@ -252,18 +268,23 @@ t.test('three hosts behind HAProxy under load at c=32: kill -9, rolling restart,
 
   // SIGHUP reloads host2's workers one at a time: its readiness never drops.
   from = performance.now();
-  const chkdown = async () => [...(await lb!.stats())].filter(([key]) => key.endsWith('/host2')).map(([, row]) => Number(row.chkdown));
+  const chkdown = async () =>
+    [...(await lb!.stats())].filter(([key]) => key.endsWith('/host2')).map(([, row]) => Number(row.chkdown));
   const downsBefore = await chkdown();
   const reloaded = () => hosts[1].lines.some((l) => l.msg === 'reload done');
   prioritize(hosts[1], BOOST); // its replacement workers start as a starting host does
   hosts[1].proc.kill('SIGHUP');
   const readiness: number[] = [];
   while (!reloaded() && performance.now() - from < STARTUP_MS) {
-    for (const model of ['tissue-seg', 'gene-expr']) readiness.push((await hosts[1].get(`/health/ready/${model}`)).status);
+    for (const model of ['tissue-seg', 'gene-expr'])
+      readiness.push((await hosts[1].get(`/health/ready/${model}`)).status);
     await sleep(50);
   }
   t.ok(reloaded(), 'host2 reloaded');
-  t.ok(readiness.length > 0 && readiness.every((s) => s === 200), `host2 ready at each of ${readiness.length} checks during the reload`);
+  t.ok(
+    readiness.length > 0 && readiness.every((s) => s === 200),
+    `host2 ready at each of ${readiness.length} checks during the reload`,
+  );
   settle(hosts[1]);
   t.same(await chkdown(), downsBefore, 'HAProxy never saw host2 down');
   record(figures('SIGHUP reload of host2', load.outcomes, from));
@@ -277,10 +298,16 @@ t.test('three hosts behind HAProxy under load at c=32: kill -9, rolling restart,
     const logged = lb.log.length;
     prioritize(hosts[i], BOOST); // finishing its requests in flight sooner
     const stopped = hosts[i].stop('SIGTERM');
-    const downs = () => lb!.log.slice(logged).filter((l) => l.startsWith('Server ') && l.includes(`/${SERVERS[i]} is DOWN`));
+    const downs = () =>
+      lb!.log.slice(logged).filter((l) => l.startsWith('Server ') && l.includes(`/${SERVERS[i]} is DOWN`));
     await waitFor(() => BACKENDS.every((b) => downs().some((l) => l.startsWith(`Server ${b}/`))), 30000);
     t.same(
-      BACKENDS.map((b) => downs().find((l) => l.startsWith(`Server ${b}/`))?.match(/reason: (Layer\d)/)?.[1]),
+      BACKENDS.map(
+        (b) =>
+          downs()
+            .find((l) => l.startsWith(`Server ${b}/`))
+            ?.match(/reason: (Layer\d)/)?.[1],
+      ),
       BACKENDS.map(() => 'Layer7'),
       `HAProxy took ${SERVERS[i]} out on its readiness answer (draining), before it closed (Layer4)`,
     );
@@ -321,9 +348,12 @@ t.test('three hosts behind HAProxy under load at c=32: kill -9, rolling restart,
   t.equal(big.status, 422, 'a 2 MB body reaches a host');
   t.match(await big.json(), { detail: [{ loc: ['body', 'image_data'] }] });
 
-  t.comment(`HAProxy RSS: ${(idleRss / 2 ** 20).toFixed(1)} MiB idle, ${(peakRss / 2 ** 20).toFixed(1)} MiB peak at c=${CONCURRENCY} (${((peakRss - idleRss) / CONCURRENCY / 2 ** 20).toFixed(2)} MiB per connection)`);
+  t.comment(
+    `HAProxy RSS: ${(idleRss / 2 ** 20).toFixed(1)} MiB idle, ${(peakRss / 2 ** 20).toFixed(1)} MiB peak at c=${CONCURRENCY} (${((peakRss - idleRss) / CONCURRENCY / 2 ** 20).toFixed(2)} MiB per connection)`,
+  );
   t.comment(`${total} requests in all at c=${CONCURRENCY}`);
   t.comment('| event | seconds | requests | failures | p99 ms |');
   t.comment('|---|---|---|---|---|');
-  for (const f of results) t.comment(`| ${f.event} | ${f.seconds.toFixed(1)} | ${f.requests} | ${f.failures} | ${f.p99.toFixed(0)} |`);
+  for (const f of results)
+    t.comment(`| ${f.event} | ${f.seconds.toFixed(1)} | ${f.requests} | ${f.failures} | ${f.p99.toFixed(0)} |`);
 });

@@ -10,7 +10,11 @@ for (const signal of ['SIGTERM', 'SIGINT', 'SIGKILL'] as const) {
     const server = await startServer({ models: [{ name: 'tissue-seg' }], npmStart: true });
     await server.waitFor(() => server.lines.some((l) => l.msg === 'service ready'));
     const pid = (msg: string, key = 'pid') => server.lines.filter((l) => l.msg === msg).map((l) => l[key] as number);
-    const service = [...pid('service ready'), ...pid('worker ready', 'workerPid'), ...server.lines.filter((l) => /Server listening/.test(String(l.msg))).map((l) => l.pid as number)];
+    const service = [
+      ...pid('service ready'),
+      ...pid('worker ready', 'workerPid'),
+      ...server.lines.filter((l) => /Server listening/.test(String(l.msg))).map((l) => l.pid as number),
+    ];
     t.equal(service.length, 3, 'supervisor, front and worker');
     const npm = server.proc.pid!;
     t.teardown(() => [npm, ...service].filter(alive).forEach((p) => process.kill(p, 'SIGKILL')));
@@ -18,6 +22,9 @@ for (const signal of ['SIGTERM', 'SIGINT', 'SIGKILL'] as const) {
     await server.waitFor(() => ![npm, ...service].some(alive), 20000).catch(() => {});
     t.same(service.filter(alive), [], 'no process of the service left');
     t.notOk(alive(npm), 'npm exited');
-    t.ok(server.lines.some((l) => l.msg === 'stopped'), 'a graceful stop');
+    t.ok(
+      server.lines.some((l) => l.msg === 'stopped'),
+      'a graceful stop',
+    );
   });
 }

@@ -58,8 +58,13 @@ t.test('each kind of 4 GiB bomb is a 422 at image_data; the worker stays small a
     t.match(detail, [{ loc: ['body', 'image_data'], type: 'value_error', msg: EXPECTED[kind] }], kind);
   }
   const after = memory(pid);
-  t.comment(`worker RSS ${before.rss.toFixed(0)} -> ${after.rss.toFixed(0)} MiB, peak ${before.peak.toFixed(0)} -> ${after.peak.toFixed(0)} MiB over five 4 GiB bombs`);
-  t.ok(after.peak - before.peak < 256, `peak RSS grew ${(after.peak - before.peak).toFixed(0)} MiB (bound 256 MiB; an unbounded inflate needs 4096)`);
+  t.comment(
+    `worker RSS ${before.rss.toFixed(0)} -> ${after.rss.toFixed(0)} MiB, peak ${before.peak.toFixed(0)} -> ${after.peak.toFixed(0)} MiB over five 4 GiB bombs`,
+  );
+  t.ok(
+    after.peak - before.peak < 256,
+    `peak RSS grew ${(after.peak - before.peak).toFixed(0)} MiB (bound 256 MiB; an unbounded inflate needs 4096)`,
+  );
   t.equal(await workerPid(), pid, 'the same worker process');
   t.equal((await server.post(ROUTE, tile)).status, 200, 'and it still serves');
 });
@@ -97,16 +102,23 @@ t.test('a client sending bombs in a loop barely slows another client', async (t)
   running = false;
   await attacker;
   const ratio = underAttack / quiet;
-  t.comment(`p50 of a valid client: ${quiet.toFixed(1)} ms alone, ${underAttack.toFixed(1)} ms beside ${sent} bombs (x${ratio.toFixed(2)})`);
+  t.comment(
+    `p50 of a valid client: ${quiet.toFixed(1)} ms alone, ${underAttack.toFixed(1)} ms beside ${sent} bombs (x${ratio.toFixed(2)})`,
+  );
   t.same([...statuses], [422], 'every bomb answered 422');
   t.ok(ratio < 5, `p50 ratio ${ratio.toFixed(2)} (an unbounded inflate gave ~48)`);
 });
 
 t.test('decode_threads is the size of the libuv pool the worker decodes on', async (t) => {
   const pids = { 'gene-expr': await workerPid(), 'tile-embed': await workerPid('tile-embed#0') };
-  for (const model of Object.keys(pids)) await Promise.all(Array.from({ length: 8 }, () => server.post(`/api/embed/${model}`, tile)));
+  for (const model of Object.keys(pids))
+    await Promise.all(Array.from({ length: 8 }, () => server.post(`/api/embed/${model}`, tile)));
   const environ = readFileSync(`/proc/${pids['gene-expr']}/environ`, 'latin1').split('\0');
   t.ok(environ.includes(`UV_THREADPOOL_SIZE=${DECODE_THREADS}`), 'forked with UV_THREADPOOL_SIZE');
   const threads = (pid: number) => readdirSync(`/proc/${pid}/task`).length;
-  t.equal(threads(pids['gene-expr']) - threads(pids['tile-embed']), DECODE_THREADS - 1, 'the worker with 3 decode threads has 2 threads more than the one with 1');
+  t.equal(
+    threads(pids['gene-expr']) - threads(pids['tile-embed']),
+    DECODE_THREADS - 1,
+    'the worker with 3 decode threads has 2 threads more than the one with 1',
+  );
 });

@@ -18,7 +18,10 @@ t.test('SIGHUP reloads packages one worker at a time without dropping requests',
   // instance is ready, so it routes them by the old state.
   const dir = copyPackage('gene-expr');
   // A front paused that long measures the pause as event-loop delay: no pressure limit here.
-  const server = await startServer({ models: [{ name: 'gene-expr', path: dir }], config: { fronts: 1, pressure: { max_event_loop_delay_ms: 0 } } });
+  const server = await startServer({
+    models: [{ name: 'gene-expr', path: dir }],
+    config: { fronts: 1, pressure: { max_event_loop_delay_ms: 0 } },
+  });
   t.teardown(() => server.stop());
   await server.allWorkersReady();
   const before = await pidOf(server, 'gene-expr#0');
@@ -26,7 +29,10 @@ t.test('SIGHUP reloads packages one worker at a time without dropping requests',
   const manifest = JSON.parse(readFileSync(join(dir, 'manifest.json'), 'utf8'));
   manifest.description = 'reloaded package';
   writeFileSync(join(dir, 'manifest.json'), JSON.stringify(manifest));
-  const post = () => server.post('/api/predict/gene-expr', tileRequest(tile)).then(async (r) => ({ status: r.status, body: (await r.json()) as Json }));
+  const post = () =>
+    server
+      .post('/api/predict/gene-expr', tileRequest(tile))
+      .then(async (r) => ({ status: r.status, body: (await r.json()) as Json }));
   await Promise.all(Array.from({ length: 8 }, post));
   process.kill(front, 'SIGSTOP');
   const held = Array.from({ length: 8 }, post);
@@ -46,29 +52,41 @@ t.test('SIGHUP reloads packages one worker at a time without dropping requests',
 
 const workerProcesses = (supervisor: number) => childProcesses(supervisor, 'src/worker/main.js');
 
-t.test('SIGHUPs in quick succession: one reload follows the running one; no process beside those /diagnostics lists', async (t) => {
-  const server = await startServer({ models: [{ name: 'tissue-seg', instances: 2 }], config: { fronts: 1 } });
-  t.teardown(() => server.stop());
-  await server.allWorkersReady();
-  for (let i = 0; i < 3; i++) {
-    server.proc.kill('SIGHUP');
-    await new Promise((r) => setTimeout(r, 500));
-  }
-  const count = (msg: string) => server.lines.filter((l) => l.msg === msg).length;
-  await server.waitFor(() => count('reload done') > 0 && count('reload done') === count('reloading workers one at a time'), 120000);
-  await server.allWorkersReady();
-  const listed = (await workers(server)).map((w) => w.pid as number).sort((a, b) => a - b);
-  t.same(workerProcesses(server.proc.pid!), listed, 'the worker processes are exactly those /diagnostics lists');
-  t.equal(listed.length, 2);
-});
+t.test(
+  'SIGHUPs in quick succession: one reload follows the running one; no process beside those /diagnostics lists',
+  async (t) => {
+    const server = await startServer({ models: [{ name: 'tissue-seg', instances: 2 }], config: { fronts: 1 } });
+    t.teardown(() => server.stop());
+    await server.allWorkersReady();
+    for (let i = 0; i < 3; i++) {
+      server.proc.kill('SIGHUP');
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    const count = (msg: string) => server.lines.filter((l) => l.msg === msg).length;
+    await server.waitFor(
+      () => count('reload done') > 0 && count('reload done') === count('reloading workers one at a time'),
+      120000,
+    );
+    await server.allWorkersReady();
+    const listed = (await workers(server)).map((w) => w.pid as number).sort((a, b) => a - b);
+    t.same(workerProcesses(server.proc.pid!), listed, 'the worker processes are exactly those /diagnostics lists');
+    t.equal(listed.length, 2);
+  },
+);
 
-t.test('SIGTERM during a reload: the replacement being loaded is stopped too, before the supervisor exits', async (t) => {
-  const server = await startServer({ models: [{ name: 'gene-expr' }], config: { fronts: 1 } });
-  await server.allWorkersReady();
-  server.proc.kill('SIGHUP');
-  await server.waitFor(() => workerProcesses(server.proc.pid!).length === 2, 10000);
-  const forked = workerProcesses(server.proc.pid!);
-  t.equal(await server.stop('SIGTERM'), 0, 'exit 0');
-  t.same(forked.filter(alive), [], 'no worker outlives the supervisor');
-  t.notOk(server.lines.some((l) => String(l.msg).startsWith('reload: replacement failed')), 'the stop is not reported as a failed reload');
-});
+t.test(
+  'SIGTERM during a reload: the replacement being loaded is stopped too, before the supervisor exits',
+  async (t) => {
+    const server = await startServer({ models: [{ name: 'gene-expr' }], config: { fronts: 1 } });
+    await server.allWorkersReady();
+    server.proc.kill('SIGHUP');
+    await server.waitFor(() => workerProcesses(server.proc.pid!).length === 2, 10000);
+    const forked = workerProcesses(server.proc.pid!);
+    t.equal(await server.stop('SIGTERM'), 0, 'exit 0');
+    t.same(forked.filter(alive), [], 'no worker outlives the supervisor');
+    t.notOk(
+      server.lines.some((l) => String(l.msg).startsWith('reload: replacement failed')),
+      'the stop is not reported as a failed reload',
+    );
+  },
+);

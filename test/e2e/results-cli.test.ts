@@ -14,10 +14,28 @@ import { cleanEnv } from '../../tools/service-process.js';
 const dir = mkdtempSync(join(tmpdir(), 'results-cli-'));
 
 /** A command through sh (so that tap's hooks cannot put their loaders back into NODE_OPTIONS). */
-function run(command: string, env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+function run(
+  command: string,
+  env: Record<string, string> = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) =>
-    execFile('/bin/sh', ['-c', `unset NODE_OPTIONS; ${command}`], { cwd: ROOT, timeout: 60000, env: { ...Object.fromEntries(Object.entries(cleanEnv()).filter(([k]) => !['PORT', 'HOST', 'MODELS', 'CONFIG'].includes(k))), PATH: `${process.execPath.replace(/\/node$/, '')}:${process.env.PATH}`, ...env }, maxBuffer: 4 << 20 }, (err, stdout, stderr) =>
-      resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    execFile(
+      '/bin/sh',
+      ['-c', `unset NODE_OPTIONS; ${command}`],
+      {
+        cwd: ROOT,
+        timeout: 60000,
+        env: {
+          ...Object.fromEntries(
+            Object.entries(cleanEnv()).filter(([k]) => !['PORT', 'HOST', 'MODELS', 'CONFIG'].includes(k)),
+          ),
+          PATH: `${process.execPath.replace(/\/node$/, '')}:${process.env.PATH}`,
+          ...env,
+        },
+        maxBuffer: 4 << 20,
+      },
+      (err, stdout, stderr) =>
+        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
     ),
   );
 }
@@ -34,14 +52,21 @@ const holder = createServer();
 await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
 const busy = (holder.address() as AddressInfo).port;
 const config = join(dir, 'config.json');
-writeFileSync(config, JSON.stringify({ model_repository: MODELS, port: busy, models: [{ name: 'tissue-seg', gpus: [] }] }));
+writeFileSync(
+  config,
+  JSON.stringify({ model_repository: MODELS, port: busy, models: [{ name: 'tissue-seg', gpus: [] }] }),
+);
 const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
 const tileLines = readme.split('\n').filter((l) => /^node -e .*> tile\.(png|rgb)$/.test(l));
 const slideTool = join(ROOT, 'dist/tools/synthetic/slide.js');
 const [rows, mixed, servers, pkg, slideHelp, slideWrong, check, made] = await Promise.all([
   tileInfer(['slide', join(dir, 'twice.csv'), '--model', 'm', '--out', join(dir, 'out')]),
   tileInfer(['slide', join(dir, 'b.svs'), join(dir, 'twice.csv'), '--model', 'm', '--out', join(dir, 'out')]),
-  Promise.all(SERVERS.map(([server]) => tileInfer(['slide', join(dir, 'x.svs'), '--model', 'm', '--out', join(dir, 'out'), '--server', server]))),
+  Promise.all(
+    SERVERS.map(([server]) =>
+      tileInfer(['slide', join(dir, 'x.svs'), '--model', 'm', '--out', join(dir, 'out'), '--server', server]),
+    ),
+  ),
   run('node dist/tools/package/main.js --help'),
   run(`cd ${dir} && node ${slideTool} --help`),
   run(`cd ${dir} && node ${slideTool} notes.txt`),
@@ -52,14 +77,24 @@ holder.close();
 
 t.test('a slide named twice (two manifest rows, or a row and an argument) is refused naming both', async (t) => {
   t.equal(rows.code, 2, 'a usage error');
-  t.match(rows.stderr, /^tile-infer: \[TILE_ERR_COHORT_DUPLICATE\] \S+\/a\.svs is named twice: \S+twice\.csv line 2 \(mpp 0\.5\) and \S+twice\.csv line 4 \(mpp 0\.25\); keep one\n$/);
-  t.match(mixed.stderr, /\[TILE_ERR_COHORT_DUPLICATE\] \S+\/b\.svs is named twice: the command line and \S+twice\.csv line 3/);
+  t.match(
+    rows.stderr,
+    /^tile-infer: \[TILE_ERR_COHORT_DUPLICATE\] \S+\/a\.svs is named twice: \S+twice\.csv line 2 \(mpp 0\.5\) and \S+twice\.csv line 4 \(mpp 0\.25\); keep one\n$/,
+  );
+  t.match(
+    mixed.stderr,
+    /\[TILE_ERR_COHORT_DUPLICATE\] \S+\/b\.svs is named twice: the command line and \S+twice\.csv line 3/,
+  );
 });
 
 t.test('--server is a service root: a path, query or other scheme is a usage error (exit 2)', async (t) => {
   SERVERS.forEach(([server, why], k) => {
     t.equal(servers[k].code, 2, server);
-    t.match(servers[k].stderr, new RegExp(`^tile-infer: \\[TILE_ERR_CLIENT_USAGE\\] --server ${server.replace(/[?.]/g, '\\$&')}: `), server);
+    t.match(
+      servers[k].stderr,
+      new RegExp(`^tile-infer: \\[TILE_ERR_CLIENT_USAGE\\] --server ${server.replace(/[?.]/g, '\\$&')}: `),
+      server,
+    );
     t.match(servers[k].stderr, why);
   });
 });
@@ -76,7 +111,12 @@ t.test('npm run package -- --help and the synthetic slide tool --help print usag
 t.test('--check-config reports a listen port in use', async (t) => {
   t.equal(check.code, 2, 'problems found');
   t.match(check.stdout, /config\.json: problems found\n/);
-  t.match(check.stderr, new RegExp(`configuration error \\[TILE_ERR_LISTEN_PORT_IN_USE\\]: \\S+config\\.json: port is ${busy} on 127\\.0\\.0\\.1, which is already in use`));
+  t.match(
+    check.stderr,
+    new RegExp(
+      `configuration error \\[TILE_ERR_LISTEN_PORT_IN_USE\\]: \\S+config\\.json: port is ${busy} on 127\\.0\\.0\\.1, which is already in use`,
+    ),
+  );
 });
 
 t.test("README's lines make tile.png (224x224 PNG) and tile.rgb (512x512 raw RGB)", async (t) => {

@@ -20,7 +20,15 @@ import { renderLevel0, writeSlide, type SlideSpec } from '../../tools/synthetic/
 
 const dir = mkdtempSync(join(tmpdir(), 'slide-pixels-'));
 const SIZE = 224;
-const spec = (format: 'tiff' | 'svs', mpp: number, extra: Partial<SlideSpec> = {}): SlideSpec => ({ widthUm: 480, heightUm: 360, mpp, seed: 9, format, islands: [{ cx: 240, cy: 180, rx: 200, ry: 140 }], ...extra });
+const spec = (format: 'tiff' | 'svs', mpp: number, extra: Partial<SlideSpec> = {}): SlideSpec => ({
+  widthUm: 480,
+  heightUm: 360,
+  mpp,
+  seed: 9,
+  format,
+  islands: [{ cx: 240, cy: 180, rx: 200, ry: 140 }],
+  ...extra,
+});
 
 /** The tile the client sent before the reader pool, from libvips' TIFF reader. */
 async function referenceTile(slide: Slide, path: string, x: number, y: number, extent: number): Promise<Buffer> {
@@ -29,42 +37,102 @@ async function referenceTile(slide: Slide, path: string, x: number, y: number, e
   const l = slide.levels[level];
   const region = Buffer.alloc(r.w * r.h * 3, 255);
   const [w, h] = [Math.min(r.w, l.width - r.x), Math.min(r.h, l.height - r.y)];
-  const cut = await sharp(path, { page }).extract({ left: r.x, top: r.y, width: w, height: h }).removeAlpha().raw().toBuffer();
+  const cut = await sharp(path, { page })
+    .extract({ left: r.x, top: r.y, width: w, height: h })
+    .removeAlpha()
+    .raw()
+    .toBuffer();
   for (let row = 0; row < h; row++) cut.copy(region, row * r.w * 3, row * w * 3, (row + 1) * w * 3);
   if (r.w === SIZE) return region;
-  if (r.w !== 2 * SIZE) return sharp(region, { raw: { width: r.w, height: r.h, channels: 3 } }).resize(SIZE, SIZE, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
+  if (r.w !== 2 * SIZE)
+    return sharp(region, { raw: { width: r.w, height: r.h, channels: 3 } })
+      .resize(SIZE, SIZE, { kernel: 'linear', fit: 'fill' })
+      .raw()
+      .toBuffer();
   const out = Buffer.alloc(SIZE * SIZE * 3);
   const at = (px: number, py: number, c: number) => region[(py * r.w + px) * 3 + c];
-  for (let py = 0; py < SIZE; py++) for (let px = 0; px < SIZE; px++) for (let c = 0; c < 3; c++) out[(py * SIZE + px) * 3 + c] = (at(2 * px, 2 * py, c) + at(2 * px + 1, 2 * py, c) + at(2 * px, 2 * py + 1, c) + at(2 * px + 1, 2 * py + 1, c) + 2) >> 2;
+  for (let py = 0; py < SIZE; py++)
+    for (let px = 0; px < SIZE; px++)
+      for (let c = 0; c < 3; c++)
+        out[(py * SIZE + px) * 3 + c] =
+          (at(2 * px, 2 * py, c) +
+            at(2 * px + 1, 2 * py, c) +
+            at(2 * px, 2 * py + 1, c) +
+            at(2 * px + 1, 2 * py + 1, c) +
+            2) >>
+          2;
   return out;
 }
 
 /** Every whole tile of the grid (the mask says tissue everywhere). */
 function everyTile(slide: Slide, mpp: number, tileMpp: number) {
   const l0 = slide.levels[0];
-  const mask = { width: Math.ceil((l0.width * mpp) / 8), height: Math.ceil((l0.height * mpp) / 8), mask: new Uint8Array(1e6).fill(1) };
+  const mask = {
+    width: Math.ceil((l0.width * mpp) / 8),
+    height: Math.ceil((l0.height * mpp) / 8),
+    mask: new Uint8Array(1e6).fill(1),
+  };
   return tileGrid(l0.width, l0.height, mpp, SIZE, tileMpp, mask, 0);
 }
 
-const pools = { turbojpeg: new ReaderPool(2), libvips: new ReaderPool(2, { ...process.env, TILE_INFER_TURBOJPEG: '0' }) };
+const pools = {
+  turbojpeg: new ReaderPool(2),
+  libvips: new ReaderPool(2, { ...process.env, TILE_INFER_TURBOJPEG: '0' }),
+};
 t.teardown(() => Promise.all(Object.values(pools).map((p) => p.close())));
 
-const cases: { name: string; write: (path: string) => Promise<unknown>; ext: string; mpp: number; tileMpp: number }[] = [
-  { name: 'TIFF, 0.5 MPP, JPEG 4:4:4', write: (p) => writeSlide(p, spec('tiff', 0.5)), ext: 'tif', mpp: 0.5, tileMpp: 0.5 },
-  { name: 'SVS, 0.25 MPP, JPEG with shared tables, reduced 2x', write: (p) => writeSlide(p, spec('svs', 0.25)), ext: 'svs', mpp: 0.25, tileMpp: 0.5 },
-  { name: 'TIFF, 0.25 MPP, JPEG 4:2:0, reduced 2x', write: (p) => writeSlide(p, spec('tiff', 0.25, { chroma: '4:2:0', tileSize: 240 })), ext: 'tif', mpp: 0.25, tileMpp: 0.5 },
-  { name: 'SVS, 0.5 MPP 4:2:0, tiles at 0.74 MPP (a linear reduction)', write: (p) => writeSlide(p, spec('svs', 0.5, { chroma: '4:2:0' })), ext: 'svs', mpp: 0.5, tileMpp: 0.74 },
-  ...(['lzw', 'deflate'] as const).map((compression) => ({
-    name: `TIFF, 0.25 MPP, ${compression}, reduced 2x`,
-    write: async (p: string) => {
-      const r = renderLevel0(spec('tiff', 0.25));
-      await sharp(r.rgb, { raw: { width: r.width, height: r.height, channels: 3 } }).tiff({ tile: true, tileWidth: 256, tileHeight: 256, compression, pyramid: true, xres: 4000, yres: 4000, resolutionUnit: 'cm' }).toFile(p);
+const cases: { name: string; write: (path: string) => Promise<unknown>; ext: string; mpp: number; tileMpp: number }[] =
+  [
+    {
+      name: 'TIFF, 0.5 MPP, JPEG 4:4:4',
+      write: (p) => writeSlide(p, spec('tiff', 0.5)),
+      ext: 'tif',
+      mpp: 0.5,
+      tileMpp: 0.5,
     },
-    ext: 'tif',
-    mpp: 0.25,
-    tileMpp: 0.5,
-  })),
-];
+    {
+      name: 'SVS, 0.25 MPP, JPEG with shared tables, reduced 2x',
+      write: (p) => writeSlide(p, spec('svs', 0.25)),
+      ext: 'svs',
+      mpp: 0.25,
+      tileMpp: 0.5,
+    },
+    {
+      name: 'TIFF, 0.25 MPP, JPEG 4:2:0, reduced 2x',
+      write: (p) => writeSlide(p, spec('tiff', 0.25, { chroma: '4:2:0', tileSize: 240 })),
+      ext: 'tif',
+      mpp: 0.25,
+      tileMpp: 0.5,
+    },
+    {
+      name: 'SVS, 0.5 MPP 4:2:0, tiles at 0.74 MPP (a linear reduction)',
+      write: (p) => writeSlide(p, spec('svs', 0.5, { chroma: '4:2:0' })),
+      ext: 'svs',
+      mpp: 0.5,
+      tileMpp: 0.74,
+    },
+    ...(['lzw', 'deflate'] as const).map((compression) => ({
+      name: `TIFF, 0.25 MPP, ${compression}, reduced 2x`,
+      write: async (p: string) => {
+        const r = renderLevel0(spec('tiff', 0.25));
+        await sharp(r.rgb, { raw: { width: r.width, height: r.height, channels: 3 } })
+          .tiff({
+            tile: true,
+            tileWidth: 256,
+            tileHeight: 256,
+            compression,
+            pyramid: true,
+            xres: 4000,
+            yres: 4000,
+            resolutionUnit: 'cm',
+          })
+          .toFile(p);
+      },
+      ext: 'tif',
+      mpp: 0.25,
+      tileMpp: 0.5,
+    })),
+  ];
 
 for (const c of cases) {
   t.test(c.name, async (t) => {
@@ -75,10 +143,20 @@ for (const c of cases) {
     t.equal(slide.mpp, c.mpp);
     const grid = everyTile(slide, c.mpp, c.tileMpp);
     t.ok(grid.tiles.length >= 4, `${grid.tiles.length} tiles`);
-    const expected = await Promise.all(grid.tiles.map((tile) => referenceTile(slide, path, tile.x, tile.y, grid.extent)));
+    const expected = await Promise.all(
+      grid.tiles.map((tile) => referenceTile(slide, path, tile.x, tile.y, grid.extent)),
+    );
     for (const [decoder, pool] of Object.entries(pools)) {
       if (decoder === 'turbojpeg' && !hasTurboJpeg()) continue;
-      const fields = (tile: { x: number; y: number; idx: number }) => ({ slide_name: 's', x: tile.x, y: tile.y, width: SIZE, height: SIZE, patch_idx: tile.idx, resolution: c.tileMpp });
+      const fields = (tile: { x: number; y: number; idx: number }) => ({
+        slide_name: 's',
+        x: tile.x,
+        y: tile.y,
+        width: SIZE,
+        height: SIZE,
+        patch_idx: tile.idx,
+        resolution: c.tileMpp,
+      });
       // The same pixels in both bodies tile-infer makes: the contract's JSON, and raw RGB.
       for (const type of ['application/json', 'application/octet-stream'] as const) {
         let same = 0;
@@ -110,12 +188,21 @@ t.test('each TIFF tile the tiles need is decoded once, and no other', async (t) 
   const decoded: string[] = [];
   const decode = pool.decode.bind(pool);
   pool.decode = (task) => {
-    for (let k = 0; k < task.job.tiles; k++) decoded.push(`${task.job.left / task.job.tileWidth + k},${task.job.top / task.job.tileHeight}`);
+    for (let k = 0; k < task.job.tiles; k++)
+      decoded.push(`${task.job.left / task.job.tileWidth + k},${task.job.top / task.job.tileHeight}`);
     return decode(task);
   };
   t.teardown(() => void (pool.decode = decode));
   let n = 0;
-  for await (const _ of tileBodies(pool, 'application/octet-stream', slide, tiles, grid.extent, SIZE, () => ({ slide_name: 's', x: 0, y: 0, width: SIZE, height: SIZE, patch_idx: 0 }))) n++;
+  for await (const _ of tileBodies(pool, 'application/octet-stream', slide, tiles, grid.extent, SIZE, () => ({
+    slide_name: 's',
+    x: 0,
+    y: 0,
+    width: SIZE,
+    height: SIZE,
+    patch_idx: 0,
+  })))
+    n++;
   t.equal(n, tiles.length);
   const needed = new Set<string>();
   for (const g of tiles) {

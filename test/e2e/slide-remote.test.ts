@@ -17,20 +17,45 @@ import { outputs, summaryRows, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'slide-remote-'));
 // Small (about 30 tiles): five runs of it fit the file's time on a shared machine.
-const TIFF: SlideSpec = { widthUm: 1200, heightUm: 900, mpp: 0.5, seed: 21, format: 'tiff', islands: [{ cx: 380, cy: 420, rx: 260, ry: 200 }, { cx: 860, cy: 480, rx: 200, ry: 250 }] };
+const TIFF: SlideSpec = {
+  widthUm: 1200,
+  heightUm: 900,
+  mpp: 0.5,
+  seed: 21,
+  format: 'tiff',
+  islands: [
+    { cx: 380, cy: 420, rx: 260, ry: 200 },
+    { cx: 860, cy: 480, rx: 200, ry: 250 },
+  ],
+};
 // Every copy is named tiff-slide.tif, so that its outputs have the reference's names.
 const tiffPath = join(dir, 'tiff-slide.tif');
 const omePath = join(dir, 'ome', 'tiff-slide.tif');
 const okPath = join(dir, 'ok-slide.tif');
 
-const python = (...args: string[]) => execFileSync('/usr/bin/python3', [join(ROOT, 'tools/synthetic/ome-tiff.py'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+const python = (...args: string[]) =>
+  execFileSync('/usr/bin/python3', [join(ROOT, 'tools/synthetic/ome-tiff.py'), ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
 
 let server: TestServer;
 let nginx: Awaited<ReturnType<typeof startNginx>>;
 let s3: Awaited<ReturnType<typeof startS3rver>>;
 const reference = join(dir, 'reference');
 
-const args = (slides: string[], out: string, extra: string[] = []) => ['slide', ...slides, '--model', 'gene-expr', '--out', out, '--server', server.url, '--concurrency', '4', ...extra];
+const args = (slides: string[], out: string, extra: string[] = []) => [
+  'slide',
+  ...slides,
+  '--model',
+  'gene-expr',
+  '--out',
+  out,
+  '--server',
+  server.url,
+  '--concurrency',
+  '4',
+  ...extra,
+];
 
 /** The files of `out` are the reference's, byte for byte. */
 function sameOutputs(t: Test, out: string) {
@@ -48,10 +73,24 @@ t.before(async () => {
   copyFileSync(tiffPath, okPath);
   nginx = await startNginx(dir);
   s3 = await startS3rver('slides');
-  const client = new S3Client({ endpoint: s3.url, region: 'us-east-1', forcePathStyle: true, credentials: { accessKeyId: s3.env.AWS_ACCESS_KEY_ID!, secretAccessKey: s3.env.AWS_SECRET_ACCESS_KEY! } });
-  for (const [key, path] of [['tiff/tiff-slide.tif', tiffPath], ['ome/tiff-slide.tif', omePath]]) await client.send(new PutObjectCommand({ Bucket: 'slides', Key: key, Body: readFileSync(path) }));
+  const client = new S3Client({
+    endpoint: s3.url,
+    region: 'us-east-1',
+    forcePathStyle: true,
+    credentials: { accessKeyId: s3.env.AWS_ACCESS_KEY_ID!, secretAccessKey: s3.env.AWS_SECRET_ACCESS_KEY! },
+  });
+  for (const [key, path] of [
+    ['tiff/tiff-slide.tif', tiffPath],
+    ['ome/tiff-slide.tif', omePath],
+  ])
+    await client.send(new PutObjectCommand({ Bucket: 'slides', Key: key, Body: readFileSync(path) }));
   client.destroy();
-  server = await startServer({ models: [{ name: 'tissue-seg', instances: 1, intra_op_threads: 1 }, { name: 'gene-expr', max_batch: 1 }] });
+  server = await startServer({
+    models: [
+      { name: 'tissue-seg', instances: 1, intra_op_threads: 1 },
+      { name: 'gene-expr', max_batch: 1 },
+    ],
+  });
   const run = await tileInfer(args([tiffPath], reference));
   if (run.code !== 0) throw new Error(run.stderr);
 });
@@ -62,7 +101,15 @@ t.teardown(async () => {
 });
 
 t.test('OME-TIFF from tifffile: SubIFD levels and the OME-XML MPP, the same files as the TIFF', async (t) => {
-  const info = execFileSync('/usr/bin/python3', ['-c', 'import sys, tifffile; p = tifffile.TiffFile(sys.argv[1]).pages[0]; print(len(p.subifds or ()), "OME" in p.description)', omePath], { encoding: 'utf8' });
+  const info = execFileSync(
+    '/usr/bin/python3',
+    [
+      '-c',
+      'import sys, tifffile; p = tifffile.TiffFile(sys.argv[1]).pages[0]; print(len(p.subifds or ()), "OME" in p.description)',
+      omePath,
+    ],
+    { encoding: 'utf8' },
+  );
   t.equal(info.trim(), '2 True', 'two reduced levels in SubIFDs, OME-XML in the description');
   for (const path of [omePath, join(dir, 'ome', 'nm.ome.tif')]) {
     const [ome, tiff] = [await openSlide(path), await openSlide(tiffPath)];
@@ -82,39 +129,60 @@ t.test('over HTTP from nginx: range requests, the same files, never the whole fi
   const run = await tileInfer(args([`${nginx.url}/tiff-slide.tif`], out));
   t.equal(run.code, 0, run.stderr);
   sameOutputs(t, out);
-  const requests = nginx.log().slice(before).map((line) => line.split(' '));
+  const requests = nginx
+    .log()
+    .slice(before)
+    .map((line) => line.split(' '));
   t.ok(requests.length > 2, `${requests.length} requests`);
-  t.ok(requests.every(([status]) => status === '206'), 'every answer a 206 Partial Content');
+  t.ok(
+    requests.every(([status]) => status === '206'),
+    'every answer a 206 Partial Content',
+  );
   const sent = requests.reduce((n, [, bytes]) => n + Number(bytes), 0);
   const size = statSync(tiffPath).size;
   // The tissue covers most of this small slide; the bench measures the bytes against the tiles'.
   t.ok(sent < size, `${sent} bytes fetched of the ${size}-byte file: not the whole file`);
 });
 
-t.test('s3:// from an S3-compatible server (AWS_ENDPOINT_URL): an OME-TIFF killed mid-slide, rerun, run again', async (t) => {
-  const env = s3.env;
-  const slide = 's3://slides/ome/tiff-slide.tif';
-  const out = join(dir, 's3-killed');
-  const journal = join(out, '.journal', 'tiff-slide.gene-expr.jsonl');
-  const lines = () => (existsSync(journal) ? readFileSync(journal, 'utf8').split('\n').length - 2 : 0);
-  const first = await tileInfer(args([slide], out), { env, onStart: (proc) => void waitFor(() => lines() >= 8, 120000).then(() => proc.kill('SIGKILL')) });
-  t.equal(first.code, null, 'killed');
-  t.notOk(existsSync(join(out, 'features_gene-expr/tiff-slide.h5')), 'killed before the end');
-  const done = lines();
-  const rerun = await tileInfer(args([slide], out), { env });
-  t.equal(rerun.code, 0, rerun.stderr);
-  t.ok(done >= 8, `${done} tiles kept from the killed run`);
-  sameOutputs(t, out);
-  // Known by its URL, ETag and size: finished, so skipped.
-  const again = await tileInfer(args([slide], out), { env });
-  t.equal(again.code, 0, again.stderr);
-  t.match(again.stderr, /finished before \(\d+ tiles\); skipped/);
-});
+t.test(
+  's3:// from an S3-compatible server (AWS_ENDPOINT_URL): an OME-TIFF killed mid-slide, rerun, run again',
+  async (t) => {
+    const env = s3.env;
+    const slide = 's3://slides/ome/tiff-slide.tif';
+    const out = join(dir, 's3-killed');
+    const journal = join(out, '.journal', 'tiff-slide.gene-expr.jsonl');
+    const lines = () => (existsSync(journal) ? readFileSync(journal, 'utf8').split('\n').length - 2 : 0);
+    const first = await tileInfer(args([slide], out), {
+      env,
+      onStart: (proc) => void waitFor(() => lines() >= 8, 120000).then(() => proc.kill('SIGKILL')),
+    });
+    t.equal(first.code, null, 'killed');
+    t.notOk(existsSync(join(out, 'features_gene-expr/tiff-slide.h5')), 'killed before the end');
+    const done = lines();
+    const rerun = await tileInfer(args([slide], out), { env });
+    t.equal(rerun.code, 0, rerun.stderr);
+    t.ok(done >= 8, `${done} tiles kept from the killed run`);
+    sameOutputs(t, out);
+    // Known by its URL, ETag and size: finished, so skipped.
+    const again = await tileInfer(args([slide], out), { env });
+    t.equal(again.code, 0, again.stderr);
+    t.match(again.stderr, /finished before \(\d+ tiles\); skipped/);
+  },
+);
 
 t.test('bad remote slides: each a TILE_ERR_* row, the other slides done', async (t) => {
   const out = join(dir, 'bad');
   const manifest = join(dir, 'bad.csv');
-  writeFileSync(manifest, ['wsi', 'ok-slide.tif', 's3://slides/missing/gone.tif', `${nginx.url}/no-ranges/no-ranges.tif`, `${nginx.url}/absent.tif`].join('\n') + '\n');
+  writeFileSync(
+    manifest,
+    [
+      'wsi',
+      'ok-slide.tif',
+      's3://slides/missing/gone.tif',
+      `${nginx.url}/no-ranges/no-ranges.tif`,
+      `${nginx.url}/absent.tif`,
+    ].join('\n') + '\n',
+  );
   copyFileSync(tiffPath, join(dir, 'no-ranges.tif'));
   const before = nginx.log().length;
   const run = await tileInfer(args([manifest], out), { env: s3.env });
@@ -123,18 +191,31 @@ t.test('bad remote slides: each a TILE_ERR_* row, the other slides done', async 
   t.match(rows, [
     { slide: 'ok-slide.tif', status: 'done' },
     { slide: 's3://slides/missing/gone.tif', status: 'failed', reason: /TILE_ERR_SLIDE_MISSING.*NoSuchKey/ },
-    { slide: `${nginx.url}/no-ranges/no-ranges.tif`, status: 'failed', reason: /TILE_ERR_SLIDE_NO_RANGES.*does not serve byte ranges/ },
+    {
+      slide: `${nginx.url}/no-ranges/no-ranges.tif`,
+      status: 'failed',
+      reason: /TILE_ERR_SLIDE_NO_RANGES.*does not serve byte ranges/,
+    },
     { slide: `${nginx.url}/absent.tif`, status: 'failed', reason: /TILE_ERR_SLIDE_MISSING.*404/ },
   ]);
-  const noRanges = nginx.log().slice(before).filter((line) => line.includes('/no-ranges/'));
+  const noRanges = nginx
+    .log()
+    .slice(before)
+    .filter((line) => line.includes('/no-ranges/'));
   t.equal(noRanges.length, 1, 'one request to the server without ranges, then none');
 
   // Credentials the server refuses (an access key it does not know: InvalidAccessKeyId, 403).
   // The local slide finished above: skipped here, done.
-  const denied = await tileInfer(args(['s3://slides/tiff/tiff-slide.tif', manifest], out), { env: { ...s3.env, AWS_ACCESS_KEY_ID: 'NOT-A-KEY' } });
+  const denied = await tileInfer(args(['s3://slides/tiff/tiff-slide.tif', manifest], out), {
+    env: { ...s3.env, AWS_ACCESS_KEY_ID: 'NOT-A-KEY' },
+  });
   t.equal(denied.code, 3, denied.stderr);
   t.match(summaryRows(join(out, 'summary.csv')).slice(0, 2), [
-    { slide: 's3://slides/tiff/tiff-slide.tif', status: 'failed', reason: /TILE_ERR_SLIDE_DENIED.*InvalidAccessKeyId.*403/ },
+    {
+      slide: 's3://slides/tiff/tiff-slide.tif',
+      status: 'failed',
+      reason: /TILE_ERR_SLIDE_DENIED.*InvalidAccessKeyId.*403/,
+    },
     { slide: 'ok-slide.tif', status: 'done' },
   ]);
 });

@@ -16,7 +16,10 @@ import { freePort, outputs, tileInfer } from '../helpers/tile-infer.js';
 let PORT = 0;
 // One instance per model and batches of one: a tile's output does not depend on what it was
 // batched with, so two runs can be compared byte for byte.
-const MODELS = [{ name: 'tissue-seg', instances: 1, intra_op_threads: 1 }, { name: 'gene-expr', max_batch: 1 }];
+const MODELS = [
+  { name: 'tissue-seg', instances: 1, intra_op_threads: 1 },
+  { name: 'gene-expr', max_batch: 1 },
+];
 const startService = () => startServer({ models: MODELS, config: { port: PORT } });
 
 const dir = mkdtempSync(join(tmpdir(), 'tile-infer-'));
@@ -31,11 +34,32 @@ const TIFF: SlideSpec = {
     { cx: 1180, cy: 700, rx: 260, ry: 330 },
   ],
 };
-const SVS: SlideSpec = { widthUm: 1200, heightUm: 900, mpp: 0.25, seed: 12, format: 'svs', islands: [{ cx: 600, cy: 450, rx: 380, ry: 280 }] };
+const SVS: SlideSpec = {
+  widthUm: 1200,
+  heightUm: 900,
+  mpp: 0.25,
+  seed: 12,
+  format: 'svs',
+  islands: [{ cx: 600, cy: 450, rx: 380, ry: 280 }],
+};
 const tiffPath = join(dir, 'tiff-slide.tif');
 const svsPath = join(dir, 'svs-slide.svs');
 
-const slideArgs = (slide: string, out: string, extra: string[] = []) => ['slide', slide, '--model', 'gene-expr', '--out', out, '--server', `http://127.0.0.1:${PORT}`, '--concurrency', '4', '--heatmap', 'ESR1', ...extra];
+const slideArgs = (slide: string, out: string, extra: string[] = []) => [
+  'slide',
+  slide,
+  '--model',
+  'gene-expr',
+  '--out',
+  out,
+  '--server',
+  `http://127.0.0.1:${PORT}`,
+  '--concurrency',
+  '4',
+  '--heatmap',
+  'ESR1',
+  ...extra,
+];
 
 const journalLines = (out: string) => {
   const path = join(out, '.journal', 'tiff-slide.gene-expr.jsonl');
@@ -46,7 +70,8 @@ const journalLines = (out: string) => {
 async function tissueIoU(maskPng: string, spec: SlideSpec): Promise<number> {
   const { data, info } = await sharp(maskPng).extractChannel(0).raw().toBuffer({ resolveWithObject: true });
   const truth = truthMask(spec, 8);
-  if (info.width !== truth.width || info.height !== truth.height) throw new Error(`mask ${info.width}x${info.height}, islands ${truth.width}x${truth.height}`);
+  if (info.width !== truth.width || info.height !== truth.height)
+    throw new Error(`mask ${info.width}x${info.height}, islands ${truth.width}x${truth.height}`);
   let inter = 0;
   let union = 0;
   truth.mask.forEach((v, i) => {
@@ -78,7 +103,11 @@ t.test('a pyramidal TIFF: tissue, grid, HDF5, GeoJSON, pictures', async (t) => {
   t.ok(iou > 0.85, `tissue IoU ${iou.toFixed(3)} > 0.85`);
 
   // The HDF5 layout as CLAM/TRIDENT read it.
-  const meta = (await (await server.get('/api/metadata/gene-expr')).json()) as { sha256: string; output_genes: string[]; embedding_dim: number };
+  const meta = (await (await server.get('/api/metadata/gene-expr')).json()) as {
+    sha256: string;
+    output_genes: string[];
+    embedding_dim: number;
+  };
   await h5wasm.ready;
   const features = new h5wasm.File(join(reference, 'features_gene-expr/tiff-slide.h5'), 'r');
   const feats = features.get('features') as InstanceType<typeof h5wasm.Dataset>;
@@ -97,13 +126,14 @@ t.test('a pyramidal TIFF: tissue, grid, HDF5, GeoJSON, pictures', async (t) => {
   const coordValues = coords.value as Int32Array;
   const featureValues = feats.value as Float32Array;
   // Every tile lies on the 224-pixel grid.
-  for (let k = 0; k < n; k++) t.equal(coordValues[k * 2] % 224 + coordValues[k * 2 + 1] % 224, 0);
+  for (let k = 0; k < n; k++) t.equal((coordValues[k * 2] % 224) + (coordValues[k * 2 + 1] % 224), 0);
   features.close();
 
   const predictions = new h5wasm.File(join(reference, 'predictions_gene-expr/tiff-slide.h5'), 'r');
   t.same((predictions.get('genes') as InstanceType<typeof h5wasm.Dataset>).value, meta.output_genes);
   t.same((predictions.get('predictions') as InstanceType<typeof h5wasm.Dataset>).shape, [n, meta.output_genes.length]);
-  const predictionValues = (predictions.get('predictions') as InstanceType<typeof h5wasm.Dataset>).value as Float32Array;
+  const predictionValues = (predictions.get('predictions') as InstanceType<typeof h5wasm.Dataset>)
+    .value as Float32Array;
   predictions.close();
   const csv = readFileSync(join(reference, 'predictions_gene-expr/tiff-slide.csv'), 'utf8').trim().split('\n');
   t.equal(csv.length, n + 1);
@@ -113,11 +143,31 @@ t.test('a pyramidal TIFF: tissue, grid, HDF5, GeoJSON, pictures', async (t) => {
   // gives that row's embedding and prediction.
   for (const k of [0, Math.floor(n / 2), n - 1]) {
     const [x, y] = [coordValues[k * 2], coordValues[k * 2 + 1]];
-    const png = await sharp(tiffPath, { page: 0 }).extract({ left: x, top: y, width: 224, height: 224 }).png().toBuffer();
-    const res = await server.post('/api/predict/gene-expr?mode=prediction_with_embedding', { image_data: png.toString('base64'), slide_name: 'by-hand', x, y, width: 224, height: 224, patch_idx: 0, resolution: 0.5 });
+    const png = await sharp(tiffPath, { page: 0 })
+      .extract({ left: x, top: y, width: 224, height: 224 })
+      .png()
+      .toBuffer();
+    const res = await server.post('/api/predict/gene-expr?mode=prediction_with_embedding', {
+      image_data: png.toString('base64'),
+      slide_name: 'by-hand',
+      x,
+      y,
+      width: 224,
+      height: 224,
+      patch_idx: 0,
+      resolution: 0.5,
+    });
     const body = (await res.json()) as { output: number[]; embedding: number[] };
-    t.same(Array.from(featureValues.subarray(k * meta.embedding_dim, (k + 1) * meta.embedding_dim)), Array.from(Float32Array.from(body.embedding)), `row ${k} embedding`);
-    t.same(Array.from(predictionValues.subarray(k * 21, (k + 1) * 21)), Array.from(Float32Array.from(body.output)), `row ${k} prediction`);
+    t.same(
+      Array.from(featureValues.subarray(k * meta.embedding_dim, (k + 1) * meta.embedding_dim)),
+      Array.from(Float32Array.from(body.embedding)),
+      `row ${k} embedding`,
+    );
+    t.same(
+      Array.from(predictionValues.subarray(k * 21, (k + 1) * 21)),
+      Array.from(Float32Array.from(body.output)),
+      `row ${k} prediction`,
+    );
   }
 
   // GeoJSON: one polygon per island, closed rings, level-0 coordinates inside the slide, area
@@ -125,7 +175,8 @@ t.test('a pyramidal TIFF: tissue, grid, HDF5, GeoJSON, pictures', async (t) => {
   const geo = JSON.parse(readFileSync(join(reference, 'tissue/tiff-slide.geojson'), 'utf8'));
   t.equal(geo.type, 'FeatureCollection');
   t.equal(geo.features.length, TIFF.islands.length, 'one polygon per island');
-  const shoelace = (ring: number[][]) => ring.slice(1).reduce((s, p, i) => s + ring[i][0] * p[1] - p[0] * ring[i][1], 0) / 2;
+  const shoelace = (ring: number[][]) =>
+    ring.slice(1).reduce((s, p, i) => s + ring[i][0] * p[1] - p[0] * ring[i][1], 0) / 2;
   let area = 0;
   for (const f of geo.features) {
     t.equal(f.type, 'Feature');
@@ -134,7 +185,12 @@ t.test('a pyramidal TIFF: tissue, grid, HDF5, GeoJSON, pictures', async (t) => {
     for (const ring of f.geometry.coordinates as number[][][]) {
       t.ok(ring.length >= 4, 'a ring has at least 4 positions');
       t.same(ring[0], ring[ring.length - 1], 'rings are closed');
-      t.ok(ring.every(([x, y]) => Number.isInteger(x) && Number.isInteger(y) && x >= 0 && y >= 0 && x <= 3200 && y <= 2400), 'level-0 pixels inside the slide');
+      t.ok(
+        ring.every(
+          ([x, y]) => Number.isInteger(x) && Number.isInteger(y) && x >= 0 && y >= 0 && x <= 3200 && y <= 2400,
+        ),
+        'level-0 pixels inside the slide',
+      );
     }
     area += Math.abs(shoelace(f.geometry.coordinates[0]));
   }
@@ -158,10 +214,22 @@ t.test('tiles: a folder of PNG tiles gives the same features as the slide', asyn
   const rows = [0, 3, 7];
   for (const k of rows) {
     const [x, y] = [coords[k * 2], coords[k * 2 + 1]];
-    await sharp(tiffPath, { page: 0 }).extract({ left: x, top: y, width: 224, height: 224 }).png().toFile(join(folder, `tile_x${String(x).padStart(5, '0')}_y${y}.png`));
+    await sharp(tiffPath, { page: 0 })
+      .extract({ left: x, top: y, width: 224, height: 224 })
+      .png()
+      .toFile(join(folder, `tile_x${String(x).padStart(5, '0')}_y${y}.png`));
   }
   const out = join(dir, 'tiles-out');
-  const run = await tileInfer(['tiles', folder, '--model', 'gene-expr', '--out', out, '--server', `http://127.0.0.1:${PORT}`]);
+  const run = await tileInfer([
+    'tiles',
+    folder,
+    '--model',
+    'gene-expr',
+    '--out',
+    out,
+    '--server',
+    `http://127.0.0.1:${PORT}`,
+  ]);
   t.equal(run.code, 0, run.stderr);
   const file = new h5wasm.File(join(out, 'features_gene-expr/tiles-of-slide.h5'), 'r');
   const got = (file.get('features') as InstanceType<typeof h5wasm.Dataset>).value as Float32Array;
@@ -170,8 +238,18 @@ t.test('tiles: a folder of PNG tiles gives the same features as the slide', asyn
   const dim = got.length / rows.length;
   // Files are taken in name order: x ascending here, as the zero-padded names sort.
   const order = [...rows].sort((a, b) => coords[a * 2] - coords[b * 2] || coords[a * 2 + 1] - coords[b * 2 + 1]);
-  t.same(gotCoords, order.flatMap((k) => [coords[k * 2], coords[k * 2 + 1]]), 'coordinates from the names');
-  order.forEach((k, i) => t.same(Array.from(got.subarray(i * dim, (i + 1) * dim)), Array.from(features.subarray(k * dim, (k + 1) * dim)), `row ${k}`));
+  t.same(
+    gotCoords,
+    order.flatMap((k) => [coords[k * 2], coords[k * 2 + 1]]),
+    'coordinates from the names',
+  );
+  order.forEach((k, i) =>
+    t.same(
+      Array.from(got.subarray(i * dim, (i + 1) * dim)),
+      Array.from(features.subarray(k * dim, (k + 1) * dim)),
+      `row ${k}`,
+    ),
+  );
 });
 
 t.test('an Aperio SVS: MPP from the description, level 0 reduced to 0.5 MPP', async (t) => {
@@ -191,9 +269,11 @@ t.test('an Aperio SVS: MPP from the description, level 0 reduced to 0.5 MPP', as
 
 t.test('kill -9 mid-slide, then rerun: the same files as an uninterrupted run', async (t) => {
   const out = join(dir, 'killed');
-  const killed = await tileInfer(slideArgs(tiffPath, out), { onStart: (proc) => {
-    void waitFor(() => journalLines(out) >= 8, 60000).then(() => proc.kill('SIGKILL'));
-  } });
+  const killed = await tileInfer(slideArgs(tiffPath, out), {
+    onStart: (proc) => {
+      void waitFor(() => journalLines(out) >= 8, 60000).then(() => proc.kill('SIGKILL'));
+    },
+  });
   t.equal(killed.code, null, 'killed');
   t.ok(journalLines(out) >= 8, `${journalLines(out)} tiles done before the kill`);
   t.notOk(existsSync(join(out, 'features_gene-expr/tiff-slide.h5')), 'killed before the end');

@@ -25,7 +25,11 @@ t.test('READY=1 after every front listens and every model settles; STOPPING=1 on
   });
   await server.waitFor(() => notify.calls().length > 0, 60000);
   const [ready] = notify.calls();
-  t.match(ready, /^--pid=\d+ READY=1 STATUS=serving 1 of 2 models; failed: tissue-seg$/, 'ready, saying what is served and what failed');
+  t.match(
+    ready,
+    /^--pid=\d+ READY=1 STATUS=serving 1 of 2 models; failed: tissue-seg$/,
+    'ready, saying what is served and what failed',
+  );
   t.equal((await server.post('/api/embed/tile-embed', '{}')).status, 422, 'answering when it says so');
   t.equal(await server.stop(), 0);
   t.match(notify.calls().at(-1), /STOPPING=1/);
@@ -33,7 +37,10 @@ t.test('READY=1 after every front listens and every model settles; STOPPING=1 on
 
 t.test('without NOTIFY_SOCKET nothing is sent', async (t) => {
   const notify = fakeSystemdNotify();
-  const server = await startServer({ models: [{ name: 'tile-embed' }], env: { PATH: `${notify.bin}:${process.env.PATH}` } });
+  const server = await startServer({
+    models: [{ name: 'tile-embed' }],
+    env: { PATH: `${notify.bin}:${process.env.PATH}` },
+  });
   await server.stop();
   t.same(notify.calls(), []);
 });

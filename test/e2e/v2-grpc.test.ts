@@ -25,29 +25,62 @@ const freePort = () =>
   });
 
 const grpcPort = await freePort();
-const server = await startServer({ models: V2_MODELS(), config: { health: { strict_readiness: false }, grpc_port: grpcPort } });
+const server = await startServer({
+  models: V2_MODELS(),
+  config: { health: { strict_readiness: false }, grpc_port: grpcPort },
+});
 t.teardown(() => server.stop());
 
 // The client: the protocol's service from the .proto, snake_case fields as it names them.
-const definition = protoLoader.loadSync(join(ROOT, 'proto/grpc_predict_v2.proto'), { keepCase: true, longs: Number, defaults: true, oneofs: true });
+const definition = protoLoader.loadSync(join(ROOT, 'proto/grpc_predict_v2.proto'), {
+  keepCase: true,
+  longs: Number,
+  defaults: true,
+  oneofs: true,
+});
 const { inference } = grpc.loadPackageDefinition(definition) as any;
-const stub = new inference.GRPCInferenceService(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure(), { 'grpc.max_receive_message_length': -1 });
+const stub = new inference.GRPCInferenceService(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure(), {
+  'grpc.max_receive_message_length': -1,
+});
 t.teardown(() => stub.close());
-const call = (method: string, request: Json): Promise<Json> => new Promise((resolve, reject) => stub[method](request, (err: grpc.ServiceError | null, response: Json) => (err ? reject(err) : resolve(response))));
-const failure = (method: string, request: Json): Promise<grpc.ServiceError> => call(method, request).then((r) => { throw new Error(`expected an error, got ${JSON.stringify(r).slice(0, 200)}`); }, (err) => err);
+const call = (method: string, request: Json): Promise<Json> =>
+  new Promise((resolve, reject) =>
+    stub[method](request, (err: grpc.ServiceError | null, response: Json) => (err ? reject(err) : resolve(response))),
+  );
+const failure = (method: string, request: Json): Promise<grpc.ServiceError> =>
+  call(method, request).then(
+    (r) => {
+      throw new Error(`expected an error, got ${JSON.stringify(r).slice(0, 200)}`);
+    },
+    (err) => err,
+  );
 
 const pixels = async (png: Buffer) => Buffer.from((await decodePng(png)).data);
-const image = (rgb: Buffer[], size: number): Tensor => ({ name: 'image', datatype: 'UINT8', shape: [rgb.length, size, size, 3], data: Buffer.concat(rgb) });
+const image = (rgb: Buffer[], size: number): Tensor => ({
+  name: 'image',
+  datatype: 'UINT8',
+  shape: [rgb.length, size, size, 3],
+  data: Buffer.concat(rgb),
+});
 const pngs = (files: Buffer[]): Tensor => ({ name: 'image', datatype: 'BYTES', shape: [files.length], data: files });
-const same = (a: ArrayLike<number>, b: ArrayLike<number>) => a.length === b.length && Array.from(a).every((v, i) => Object.is(v, b[i]));
+const same = (a: ArrayLike<number>, b: ArrayLike<number>) =>
+  a.length === b.length && Array.from(a).every((v, i) => Object.is(v, b[i]));
 
 /** ModelInfer with raw_input_contents; the outputs by name, decoded from raw_output_contents. */
 async function infer(model: string, inputs: Tensor[], extra: Json = {}) {
-  const response = await call('ModelInfer', { model_name: model, inputs: inputs.map(({ name, datatype, shape }) => ({ name, datatype, shape })), raw_input_contents: inputs.map(tensorBytes), ...extra });
+  const response = await call('ModelInfer', {
+    model_name: model,
+    inputs: inputs.map(({ name, datatype, shape }) => ({ name, datatype, shape })),
+    raw_input_contents: inputs.map(tensorBytes),
+    ...extra,
+  });
   const outputs = new Map<string, { shape: number[]; values: ArrayLike<number> }>();
   response.outputs.forEach((o: Json, i: number) => {
     const bytes = new Uint8Array(response.raw_output_contents[i]).buffer;
-    outputs.set(o.name, { shape: o.shape, values: o.datatype === 'UINT8' ? new Uint8Array(bytes) : new Float32Array(bytes) });
+    outputs.set(o.name, {
+      shape: o.shape,
+      values: o.datatype === 'UINT8' ? new Uint8Array(bytes) : new Float32Array(bytes),
+    });
   });
   return { response, outputs };
 }
@@ -66,7 +99,10 @@ t.test('health and metadata calls', async (t) => {
   t.same(await call('ModelReady', { name: 'broken' }), { ready: false });
   const meta = await call('ModelMetadata', { name: 'gene-expr', version: '1.0.0' });
   t.match(meta, { name: 'gene-expr', versions: ['1.0.0'], platform: 'onnxruntime_onnx' });
-  t.same(meta.outputs, [{ name: 'prediction', datatype: 'FP32', shape: [-1, 21] }, { name: 'embedding', datatype: 'FP32', shape: [-1, 256] }]);
+  t.same(meta.outputs, [
+    { name: 'prediction', datatype: 'FP32', shape: [-1, 21] },
+    { name: 'embedding', datatype: 'FP32', shape: [-1, 256] },
+  ]);
   t.equal((await failure('ModelMetadata', { name: 'nope' })).code, grpc.status.NOT_FOUND);
   t.equal((await failure('ModelReady', { name: 'tile-embed', version: '9' })).code, grpc.status.NOT_FOUND);
 });
@@ -80,15 +116,34 @@ t.test('every shipped model: outputs as the contract routes give them', async (t
     t.match(response, { model_name: 'tile-embed', model_version: '1.0.0', id: 'g1' });
     const e = outputs.get('embedding')!;
     t.same(e.shape, [2, 160]);
-    for (let i = 0; i < 2; i++) t.ok(same(Array.from(e.values).slice(i * 160, (i + 1) * 160), Float32Array.from(embeds[i].output)), `tile-embed ${inputs[0].datatype}: tile ${i}`);
+    for (let i = 0; i < 2; i++)
+      t.ok(
+        same(Array.from(e.values).slice(i * 160, (i + 1) * 160), Float32Array.from(embeds[i].output)),
+        `tile-embed ${inputs[0].datatype}: tile ${i}`,
+      );
   }
   // Typed contents instead of raw bytes.
-  const typed = await call('ModelInfer', { model_name: 'tile-embed', inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3], contents: { uint_contents: Array.from(rgb[0]) } }] });
-  t.ok(same(new Float32Array(new Uint8Array(typed.raw_output_contents[0]).buffer), Float32Array.from(embeds[0].output)), 'uint_contents');
+  const typed = await call('ModelInfer', {
+    model_name: 'tile-embed',
+    inputs: [
+      { name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3], contents: { uint_contents: Array.from(rgb[0]) } },
+    ],
+  });
+  t.ok(
+    same(new Float32Array(new Uint8Array(typed.raw_output_contents[0]).buffer), Float32Array.from(embeds[0].output)),
+    'uint_contents',
+  );
 
   const bulk = Array.from({ length: 50 }, (_, i) => i % 7);
-  const genes = await contract('/api/predict/gene-expr?mode=prediction_with_embedding', tileRequest(small[0], { bulk_rna: bulk }));
-  const g = await infer('gene-expr', [image([rgb[0]], 224), { name: 'bulk_rna', datatype: 'FP32', shape: [1, 50], data: bulk }], { parameters: { resolution: { string_param: '0.5' } } });
+  const genes = await contract(
+    '/api/predict/gene-expr?mode=prediction_with_embedding',
+    tileRequest(small[0], { bulk_rna: bulk }),
+  );
+  const g = await infer(
+    'gene-expr',
+    [image([rgb[0]], 224), { name: 'bulk_rna', datatype: 'FP32', shape: [1, 50], data: bulk }],
+    { parameters: { resolution: { string_param: '0.5' } } },
+  );
   t.ok(same(g.outputs.get('prediction')!.values, Float32Array.from(genes.output)), 'gene-expr prediction');
   t.ok(same(g.outputs.get('embedding')!.values, Float32Array.from(genes.embedding)), 'gene-expr embedding');
 
@@ -103,34 +158,76 @@ t.test('a batch of 32 equals 32 singles, tile for tile', async (t) => {
   const rgb = await Promise.all(Array.from({ length: 32 }, (_, i) => pixels(cellularPng(300 + i))));
   const batch = Array.from((await infer('tile-embed-b32', [image(rgb, 224)])).outputs.get('embedding')!.values);
   const singles = await Promise.all(rgb.map((one) => infer('tile-embed-b32', [image([one], 224)])));
-  for (let i = 0; i < 32; i++) t.ok(same(batch.slice(i * 160, (i + 1) * 160), singles[i].outputs.get('embedding')!.values), `tile ${i}`);
-  const over = await failure('ModelInfer', { model_name: 'tile-embed-b32', inputs: [{ name: 'image', datatype: 'UINT8', shape: [33, 224, 224, 3] }], raw_input_contents: [Buffer.concat([...rgb, rgb[0]])] });
+  for (let i = 0; i < 32; i++)
+    t.ok(same(batch.slice(i * 160, (i + 1) * 160), singles[i].outputs.get('embedding')!.values), `tile ${i}`);
+  const over = await failure('ModelInfer', {
+    model_name: 'tile-embed-b32',
+    inputs: [{ name: 'image', datatype: 'UINT8', shape: [33, 224, 224, 3] }],
+    raw_input_contents: [Buffer.concat([...rgb, rgb[0]])],
+  });
   t.equal(over.code, grpc.status.INVALID_ARGUMENT);
   t.match(over.details, /33 tiles, expected 1 to 32/);
 });
 
-t.test('malformed requests: INVALID_ARGUMENT naming the input; NOT_FOUND, UNAVAILABLE; the service unharmed', async (t) => {
-  const rgb = await pixels(cellularPng(23));
-  const request = (input: Json, raw: Buffer[] = [rgb]) => ({ model_name: 'tile-embed', inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3], ...input }], raw_input_contents: raw });
-  const cases: [string, Json, RegExp][] = [
-    ['shape does not match the data', request({ shape: [2, 224, 224, 3] }), /input 'image': shape \[2, 224, 224, 3\] holds/],
-    ['wrong datatype', request({ datatype: 'FP32' }), /input 'image' has datatype FP32, expected UINT8/],
-    ['raw contents not one per input', request({}, [rgb, rgb]), /raw_input_contents has 2 entries, expected one per input \(1\)/],
-    ['a BYTES length prefix past the data', request({ datatype: 'BYTES', shape: [1] }, [Buffer.from([200, 0, 0, 0, 1])]), /BYTES element 0 declares 200 bytes/],
-    ['a tile of the wrong size', request({ shape: [1, 8, 8, 3] }, [Buffer.alloc(192)]), /input 'image', tile 0: tile-embed takes 224x224 tiles/],
-    ['not a PNG', request({ datatype: 'BYTES', shape: [1] }, [Buffer.from([3, 0, 0, 0, 1, 2, 3])]), /input 'image', tile 0: .*PNG/],
-    ['resolution out of tolerance', { ...request({}), parameters: { resolution: { string_param: '4' } } }, /input 'resolution', tile 0/],
-    ['an output the model does not have', { ...request({}), outputs: [{ name: 'mask' }] }, /output 'mask'/],
-  ];
-  for (const [what, r, message] of cases) {
-    const err = await failure('ModelInfer', r);
-    t.equal(err.code, grpc.status.INVALID_ARGUMENT, what);
-    t.match(err.details, message, `${what}: ${err.details}`);
-  }
-  t.equal((await failure('ModelInfer', { ...request({}), model_name: 'nope' })).code, grpc.status.NOT_FOUND);
-  t.equal((await failure('ModelInfer', { ...request({}), model_name: 'broken' })).code, grpc.status.UNAVAILABLE);
-  t.same(await call('ServerReady', {}), { ready: true });
-  t.equal((await infer('tile-embed', [image([rgb], 224)])).outputs.get('embedding')!.values.length, 160);
-  const { workers } = (await (await server.get('/diagnostics')).json()) as { workers: { id: string; restarts: number }[] };
-  t.same(workers.filter((w) => w.restarts > 0 && !w.id.startsWith('broken')).map((w) => w.id), [], 'no worker restarted (the broken package is retried by design)');
-});
+t.test(
+  'malformed requests: INVALID_ARGUMENT naming the input; NOT_FOUND, UNAVAILABLE; the service unharmed',
+  async (t) => {
+    const rgb = await pixels(cellularPng(23));
+    const request = (input: Json, raw: Buffer[] = [rgb]) => ({
+      model_name: 'tile-embed',
+      inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3], ...input }],
+      raw_input_contents: raw,
+    });
+    const cases: [string, Json, RegExp][] = [
+      [
+        'shape does not match the data',
+        request({ shape: [2, 224, 224, 3] }),
+        /input 'image': shape \[2, 224, 224, 3\] holds/,
+      ],
+      ['wrong datatype', request({ datatype: 'FP32' }), /input 'image' has datatype FP32, expected UINT8/],
+      [
+        'raw contents not one per input',
+        request({}, [rgb, rgb]),
+        /raw_input_contents has 2 entries, expected one per input \(1\)/,
+      ],
+      [
+        'a BYTES length prefix past the data',
+        request({ datatype: 'BYTES', shape: [1] }, [Buffer.from([200, 0, 0, 0, 1])]),
+        /BYTES element 0 declares 200 bytes/,
+      ],
+      [
+        'a tile of the wrong size',
+        request({ shape: [1, 8, 8, 3] }, [Buffer.alloc(192)]),
+        /input 'image', tile 0: tile-embed takes 224x224 tiles/,
+      ],
+      [
+        'not a PNG',
+        request({ datatype: 'BYTES', shape: [1] }, [Buffer.from([3, 0, 0, 0, 1, 2, 3])]),
+        /input 'image', tile 0: .*PNG/,
+      ],
+      [
+        'resolution out of tolerance',
+        { ...request({}), parameters: { resolution: { string_param: '4' } } },
+        /input 'resolution', tile 0/,
+      ],
+      ['an output the model does not have', { ...request({}), outputs: [{ name: 'mask' }] }, /output 'mask'/],
+    ];
+    for (const [what, r, message] of cases) {
+      const err = await failure('ModelInfer', r);
+      t.equal(err.code, grpc.status.INVALID_ARGUMENT, what);
+      t.match(err.details, message, `${what}: ${err.details}`);
+    }
+    t.equal((await failure('ModelInfer', { ...request({}), model_name: 'nope' })).code, grpc.status.NOT_FOUND);
+    t.equal((await failure('ModelInfer', { ...request({}), model_name: 'broken' })).code, grpc.status.UNAVAILABLE);
+    t.same(await call('ServerReady', {}), { ready: true });
+    t.equal((await infer('tile-embed', [image([rgb], 224)])).outputs.get('embedding')!.values.length, 160);
+    const { workers } = (await (await server.get('/diagnostics')).json()) as {
+      workers: { id: string; restarts: number }[];
+    };
+    t.same(
+      workers.filter((w) => w.restarts > 0 && !w.id.startsWith('broken')).map((w) => w.id),
+      [],
+      'no worker restarted (the broken package is retried by design)',
+    );
+  },
+);

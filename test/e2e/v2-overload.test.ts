@@ -11,10 +11,16 @@ import { median, rawSockets, workerProbe } from '../../bench/overload.js';
 
 const MODEL = 'tile-embed';
 const SIZE = 224;
-const image = (n: number): Tensor => ({ name: 'image', datatype: 'UINT8', shape: [n, SIZE, SIZE, 3], data: randomBytes(n * SIZE * SIZE * 3) });
+const image = (n: number): Tensor => ({
+  name: 'image',
+  datatype: 'UINT8',
+  shape: [n, SIZE, SIZE, 3],
+  data: randomBytes(n * SIZE * SIZE * 3),
+});
 const binary = { binaryInputs: true, binaryOutputs: true };
 const probe = (server: TestServer) => workerProbe(server.url, MODEL);
-const queueDepth = async (server: TestServer) => Number(/model_queue_depth\{model="tile-embed"\} (\d+)/.exec(await (await server.get('/metrics')).text())?.[1]);
+const queueDepth = async (server: TestServer) =>
+  Number(/model_queue_depth\{model="tile-embed"\} (\d+)/.exec(await (await server.get('/metrics')).text())?.[1]);
 
 /** `count` v2 requests of `tiles` tiles each whose clients leave once the worker holds a
  *  request's worth of tiles. */
@@ -48,7 +54,10 @@ t.test('v2 batches under overload', async (t) => {
     await abandon(calm, 6, 16);
     await calm.waitFor(async () => (await probe(calm)).queued === 0, 20000);
     const after = await probe(calm);
-    t.ok(after.cancelled - before.cancelled >= 16, `the worker dropped ${after.cancelled - before.cancelled} of the 96 tiles as cancelled (${after.tiles - before.tiles} run)`);
+    t.ok(
+      after.cancelled - before.cancelled >= 16,
+      `the worker dropped ${after.cancelled - before.cancelled} of the 96 tiles as cancelled (${after.tiles - before.tiles} run)`,
+    );
     await calm.waitFor(async () => (await queueDepth(calm)) === 0, 5000);
     t.equal(await queueDepth(calm), 0, 'every place is given back');
     t.equal((await client.infer(MODEL, [image(2)], binary)).status, 200, 'the next request is served');
@@ -57,7 +66,10 @@ t.test('v2 batches under overload', async (t) => {
 
   // A deadline of a few lone tiles: a burst of batches cannot all finish in time.
   const deadlineMs = Math.max(100, Math.round(4 * lone));
-  const server = await startServer({ models: [{ name: MODEL, instances: 1, max_queue: 12, request_timeout_ms: deadlineMs }], config: { fronts: 1 } });
+  const server = await startServer({
+    models: [{ name: MODEL, instances: 1, max_queue: 12, request_timeout_ms: deadlineMs }],
+    config: { fronts: 1 },
+  });
   t.teardown(() => server.stop());
   const v2 = new V2Client(server.url);
 
@@ -78,12 +90,20 @@ t.test('v2 batches under overload', async (t) => {
         while (performance.now() < until) statuses.push((await v2.infer(MODEL, [image(4)], binary)).status);
       }),
     );
-    const counts = statuses.reduce<Record<number, number>>((c, s) => ({ ...c, [s]: (c[s] ?? 0) + 1 }), {});
-    t.ok(statuses.every((s) => s === 200 || s === 503 || s === 504), `answers: ${JSON.stringify(counts)}`);
+    const counts: Record<number, number> = {};
+    for (const s of statuses) counts[s] = (counts[s] ?? 0) + 1;
+    t.ok(
+      statuses.every((s) => s === 200 || s === 503 || s === 504),
+      `answers: ${JSON.stringify(counts)}`,
+    );
     t.ok(counts[200], 'some batches are served');
     await server.waitFor(async () => (await probe(server)).queued === 0, 10000);
     const p = await probe(server);
-    t.equal(p.startedLate, 0, `no tile started after its deadline (worker: ${p.tiles} run, ${p.expired} expired, ${p.finishedLate} finished late)`);
+    t.equal(
+      p.startedLate,
+      0,
+      `no tile started after its deadline (worker: ${p.tiles} run, ${p.expired} expired, ${p.finishedLate} finished late)`,
+    );
     await server.waitFor(async () => (await queueDepth(server)) === 0, 5000);
     t.equal(await queueDepth(server), 0, 'every place is given back');
   });

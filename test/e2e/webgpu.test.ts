@@ -34,10 +34,19 @@ if (devices.length === 0) {
   // two with A first in one and last in the other; all three models at the same time.
   const tiles: Record<string, Json[]> = {
     'tissue-seg': ['he-mixed', 'ihc-pale'].map((name) => tileRequest(fixturePng(name), { resolution: 8 })),
-    'gene-expr': [1, 2].map((seed) => tileRequest(cellularPng(seed), { resolution: 0.5, bulk_rna: Array.from({ length: 50 }, (_, i) => (i * seed) % 40) })),
+    'gene-expr': [1, 2].map((seed) =>
+      tileRequest(cellularPng(seed), {
+        resolution: 0.5,
+        bulk_rna: Array.from({ length: 50 }, (_, i) => (i * seed) % 40),
+      }),
+    ),
     'tile-embed': [4, 5].map((seed) => tileRequest(cellularPng(seed), { resolution: 0.5 })),
   };
-  const paths: Record<string, string> = { 'tissue-seg': '/api/predict/tissue-seg', 'gene-expr': '/api/predict/gene-expr?mode=prediction_with_embedding', 'tile-embed': '/api/embed/tile-embed' };
+  const paths: Record<string, string> = {
+    'tissue-seg': '/api/predict/tissue-seg',
+    'gene-expr': '/api/predict/gene-expr?mode=prediction_with_embedding',
+    'tile-embed': '/api/embed/tile-embed',
+  };
   const ask = async (server: TestServer, model: string, body: Json) => {
     const response = await server.post(paths[model], body);
     if (response.status !== 200) throw new Error(`${model}: ${response.status} ${await response.text()}`);
@@ -58,7 +67,12 @@ if (devices.length === 0) {
 
   t.test('each model runs on webgpu, on the software device, one compiled shape', async (t) => {
     const { models: list } = (await (await webgpu.get('/api/models')).json()) as Json;
-    for (const m of list) t.match(m.workers[0], { provider: 'webgpu', adapter: { software: true }, warmup: { batch_shapes: [2], batch_independent: true } }, m.name);
+    for (const m of list)
+      t.match(
+        m.workers[0],
+        { provider: 'webgpu', adapter: { software: true }, warmup: { batch_shapes: [2], batch_independent: true } },
+        m.name,
+      );
   });
 
   for (const model of models) {

@@ -34,7 +34,12 @@ export function baseManifest(name: string, fields: Partial<Manifest>): Manifest 
   };
 }
 
-const conv = (g: Graph, x: string) => g.op('Conv', [x, g.constant('conv_w', Float32Array.from(W.flat()), [2, 3, 1, 1]), g.constant('conv_b', Float32Array.from(B), [2])]);
+const conv = (g: Graph, x: string) =>
+  g.op('Conv', [
+    x,
+    g.constant('conv_w', Float32Array.from(W.flat()), [2, 3, 1, 1]),
+    g.constant('conv_b', Float32Array.from(B), [2]),
+  ]);
 
 /** image [N, 3, 64, 64] (float32, or float16 cast up) through the 1x1 convolution. */
 function logits(g: Graph, imageType: DTypeId = DType.FLOAT, batch: Dim = 'batch_size'): string {
@@ -66,15 +71,32 @@ export function exportPackages(): ExportPackage[] {
   return [
     // Two-class segmentation logits over the decoded uint8 tile, without normalization, so
     // every logit is exact and ties (argmax takes the first class) are part of the answer.
-    pkg('x-seg-c2', { tasks: ['segmentation'], preprocess: { input: 'uint8', channel_order: 'RGB' }, tensors: { image: 'image', mask: 'logits' }, mask_channel: { index: 1, rule: 'argmax' } }, (g) => {
-      g.op('Identity', [uint8Logits(g)], {}, 'logits');
-      g.output('logits', DType.FLOAT, ['batch_size', 2, SIZE, SIZE]);
-    }),
+    pkg(
+      'x-seg-c2',
+      {
+        tasks: ['segmentation'],
+        preprocess: { input: 'uint8', channel_order: 'RGB' },
+        tensors: { image: 'image', mask: 'logits' },
+        mask_channel: { index: 1, rule: 'argmax' },
+      },
+      (g) => {
+        g.op('Identity', [uint8Logits(g)], {}, 'logits');
+        g.output('logits', DType.FLOAT, ['batch_size', 2, SIZE, SIZE]);
+      },
+    ),
     // The same, exported after torch.argmax: an int64 [N, H, W] class map (tissue where not 0).
-    pkg('x-seg-int64', { tasks: ['segmentation'], preprocess: { input: 'uint8', channel_order: 'RGB' }, tensors: { image: 'image', mask: 'classes' } }, (g) => {
-      g.op('ArgMax', [uint8Logits(g)], { axis: int(1), keepdims: int(0) }, 'classes');
-      g.output('classes', DType.INT64, ['batch_size', SIZE, SIZE]);
-    }),
+    pkg(
+      'x-seg-int64',
+      {
+        tasks: ['segmentation'],
+        preprocess: { input: 'uint8', channel_order: 'RGB' },
+        tensors: { image: 'image', mask: 'classes' },
+      },
+      (g) => {
+        g.op('ArgMax', [uint8Logits(g)], { axis: int(1), keepdims: int(0) }, 'classes');
+        g.output('classes', DType.INT64, ['batch_size', SIZE, SIZE]);
+      },
+    ),
     pkg('x-int64', { tensors: { image: 'image', prediction: 'pred' } }, (g) => {
       g.op('ArgMax', [meanOverPixels(g, logits(g))], { axis: int(1), keepdims: int(1) }, 'pred');
       g.output('pred', DType.INT64, ['batch_size', 1]);
@@ -98,13 +120,21 @@ export function exportPackages(): ExportPackage[] {
       g.output('pred', DType.FLOAT, [1, 2]);
     }),
     // int32 prediction and float64 embedding from one pass.
-    pkg('x-int32-f64', { tasks: ['prediction', 'embedding'], tensors: { image: 'image', prediction: 'pred', embedding: 'emb' }, embedding_dim: 2 }, (g) => {
-      const mean = meanOverPixels(g, logits(g));
-      g.op('Cast', [g.op('Floor', [g.op('Mul', [mean, g.scalar('c100', 100)])])], { to: int(DType.INT32) }, 'pred');
-      g.op('Cast', [mean], { to: int(DType.DOUBLE) }, 'emb');
-      g.output('pred', DType.INT32, ['batch_size', 2]);
-      g.output('emb', DType.DOUBLE, ['batch_size', 2]);
-    }),
+    pkg(
+      'x-int32-f64',
+      {
+        tasks: ['prediction', 'embedding'],
+        tensors: { image: 'image', prediction: 'pred', embedding: 'emb' },
+        embedding_dim: 2,
+      },
+      (g) => {
+        const mean = meanOverPixels(g, logits(g));
+        g.op('Cast', [g.op('Floor', [g.op('Mul', [mean, g.scalar('c100', 100)])])], { to: int(DType.INT32) }, 'pred');
+        g.op('Cast', [mean], { to: int(DType.DOUBLE) }, 'emb');
+        g.output('pred', DType.INT32, ['batch_size', 2]);
+        g.output('emb', DType.DOUBLE, ['batch_size', 2]);
+      },
+    ),
     // The per-channel mean of the image tensor as it reaches the graph: shows which mean/std
     // went to which channel.
     pkg('x-bgr', { preprocess: { scale: 1 / 255, mean: BGR_MEAN, std: BGR_STD, channel_order: 'BGR' } }, (g) => {
@@ -119,7 +149,10 @@ export const BGR_STD = { R: 0.229, G: 0.224, B: 0.225 };
 export function writeExportPackage(root: string, { manifest, graph }: ExportPackage): string {
   const dir = join(root, manifest.name);
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'model.onnx'), graph.serialize({ docString: 'torch-export-shaped test package', metadata: {} }).model);
+  writeFileSync(
+    join(dir, 'model.onnx'),
+    graph.serialize({ docString: 'torch-export-shaped test package', metadata: {} }).model,
+  );
   writeFileSync(join(dir, 'manifest.json'), JSON.stringify(manifest, null, 2));
   return dir;
 }
@@ -147,7 +180,9 @@ export function expectedAnswer(name: string, tile: Pixels): number[] {
   const classMeans = (half = false) =>
     [0, 1].map((k) => {
       let sum = 0;
-      for (let p = 0; p < plane; p++) sum += W[k][0] * normalized(p, 0, half) + W[k][1] * normalized(p, 1, half) + W[k][2] * normalized(p, 2, half) + B[k];
+      for (let p = 0; p < plane; p++)
+        sum +=
+          W[k][0] * normalized(p, 0, half) + W[k][1] * normalized(p, 1, half) + W[k][2] * normalized(p, 2, half) + B[k];
       return sum / plane;
     });
   switch (name) {
@@ -155,7 +190,9 @@ export function expectedAnswer(name: string, tile: Pixels): number[] {
     case 'x-seg-c2-float-argmax':
     case 'x-seg-int64':
       return Array.from({ length: plane }, (_, p) => {
-        const [l0, l1] = [0, 1].map((k) => W[k][0] * pixel(p, 0) + W[k][1] * pixel(p, 1) + W[k][2] * pixel(p, 2) + B[k]);
+        const [l0, l1] = [0, 1].map(
+          (k) => W[k][0] * pixel(p, 0) + W[k][1] * pixel(p, 1) + W[k][2] * pixel(p, 2) + B[k],
+        );
         return l1 > l0 ? 1 : 0;
       });
     case 'x-int64': {
@@ -190,19 +227,32 @@ export function expectedAnswer(name: string, tile: Pixels): number[] {
  *  refused at load naming mask_channel. Preprocessing passes the pixels through (scale 1, mean 0,
  *  std 1), so every logit is exact and the argmax mask is x-seg-c2's. */
 export function floatSegPackage(): ExportPackage {
-  return pkg('x-seg-c2-float', { tasks: ['segmentation'], preprocess: { scale: 1, mean: [0, 0, 0], std: [1, 1, 1], channel_order: 'RGB' }, tensors: { image: 'image', mask: 'logits' }, mask_threshold: 0 }, (g) => {
-    g.op('Identity', [logits(g)], {}, 'logits');
-    g.output('logits', DType.FLOAT, ['batch_size', 2, SIZE, SIZE]);
-  });
+  return pkg(
+    'x-seg-c2-float',
+    {
+      tasks: ['segmentation'],
+      preprocess: { scale: 1, mean: [0, 0, 0], std: [1, 1, 1], channel_order: 'RGB' },
+      tensors: { image: 'image', mask: 'logits' },
+      mask_threshold: 0,
+    },
+    (g) => {
+      g.op('Identity', [logits(g)], {}, 'logits');
+      g.output('logits', DType.FLOAT, ['batch_size', 2, SIZE, SIZE]);
+    },
+  );
 }
 
 /** Segmentation logits whose every dimension is symbolic (as DeepLabV3 exports them) and a
  *  manifest that does not say which channel is tissue: only warm-up can see the misfit. */
 export function symbolicSegPackage(): ExportPackage {
-  return pkg('x-seg-symbolic', { tasks: ['segmentation'], tensors: { image: 'image', mask: 'logits' }, mask_threshold: 0 }, (g) => {
-    // Reshape to its own runtime shape: ONNX Runtime's shape inference cannot see through it.
-    const x = logits(g);
-    g.op('Reshape', [x, g.op('Shape', [x])], {}, 'logits');
-    g.output('logits', DType.FLOAT, ['batch_size', 'num_classes', 'height', 'width']);
-  });
+  return pkg(
+    'x-seg-symbolic',
+    { tasks: ['segmentation'], tensors: { image: 'image', mask: 'logits' }, mask_threshold: 0 },
+    (g) => {
+      // Reshape to its own runtime shape: ONNX Runtime's shape inference cannot see through it.
+      const x = logits(g);
+      g.op('Reshape', [x, g.op('Shape', [x])], {}, 'logits');
+      g.output('logits', DType.FLOAT, ['batch_size', 'num_classes', 'height', 'width']);
+    },
+  );
 }

@@ -32,10 +32,43 @@ export class FakeBackend implements ModelBackend {
         state: 'ready',
         reason: null,
         info: {
-          pid: 1, model: entry.name, sha256: 'f'.repeat(64), manifest, provider: 'cpu', providerSkipped: [], adapter: null, cudaVisibleDevices: null, onnxruntime: 'fake',
-          intraOpThreads: 1, loadMs: 0, sessionMs: 0, warmup: { shapes: [1], checks: [{ batch: 1, ms: 0, identical: true }], deterministic: true, batchIndependent: true, note: null }, socket: '',
+          pid: 1,
+          model: entry.name,
+          sha256: 'f'.repeat(64),
+          manifest,
+          provider: 'cpu',
+          providerSkipped: [],
+          adapter: null,
+          cudaVisibleDevices: null,
+          onnxruntime: 'fake',
+          intraOpThreads: 1,
+          loadMs: 0,
+          sessionMs: 0,
+          warmup: {
+            shapes: [1],
+            checks: [{ batch: 1, ms: 0, identical: true }],
+            deterministic: true,
+            batchIndependent: true,
+            note: null,
+          },
+          socket: '',
         },
-        instances: [{ id: `${entry.name}#0`, pid: 1, state: 'ready', socket: '', restarts: 0, gpu: null, provider: 'cpu', providerSkipped: [], adapter: null, loadMs: 0, warmup: null, lastError: null }],
+        instances: [
+          {
+            id: `${entry.name}#0`,
+            pid: 1,
+            state: 'ready',
+            socket: '',
+            restarts: 0,
+            gpu: null,
+            provider: 'cpu',
+            providerSkipped: [],
+            adapter: null,
+            loadMs: 0,
+            warmup: null,
+            lastError: null,
+          },
+        ],
       });
     }
   }
@@ -86,11 +119,29 @@ export class FakeBackend implements ModelBackend {
     const load = { queued: 0, batchMs: null, maxBatch: 1 };
     if (job.task === 'segmentation') {
       const mask = Uint8Array.from({ length: job.width * job.height }, (_, i) => bytes[i % bytes.length] & 1);
-      return { type: 'result', id: 0, output: { role: 'mask', mask }, embedding: null, tissueFraction: mask.reduce((a, b) => a + b, 0) / mask.length, batchSize: 1, times, load };
+      return {
+        type: 'result',
+        id: 0,
+        output: { role: 'mask', mask },
+        embedding: null,
+        tissueFraction: mask.reduce((a, b) => a + b, 0) / mask.length,
+        batchSize: 1,
+        times,
+        load,
+      };
     }
     const embedding = values(manifest.embedding_dim ?? 4);
     const output = job.task === 'embedding' ? embedding : values(manifest.genes?.output.length ?? 2);
-    return { type: 'result', id: 0, output: { role: job.task === 'embedding' ? 'embedding' : 'prediction', values: output }, embedding: job.withEmbedding ? embedding : null, tissueFraction: null, batchSize: 1, times, load };
+    return {
+      type: 'result',
+      id: 0,
+      output: { role: job.task === 'embedding' ? 'embedding' : 'prediction', values: output },
+      embedding: job.withEmbedding ? embedding : null,
+      tissueFraction: null,
+      batchSize: 1,
+      times,
+      load,
+    };
   }
 
   /** Each tile as infer runs it. */
@@ -110,10 +161,20 @@ export class FakeBackend implements ModelBackend {
 }
 
 /** The real app over a FakeBackend, with the shipped models' manifests and `config` on top. */
-export async function fakeService(config: Record<string, unknown> = {}): Promise<{ app: FastifyInstance; backend: FakeBackend; config: ServiceConfig }> {
+export async function fakeService(
+  config: Record<string, unknown> = {},
+): Promise<{ app: FastifyInstance; backend: FakeBackend; config: ServiceConfig }> {
   const dir = mkdtempSync(join(tmpdir(), 'http-'));
   const file = join(dir, 'config.json');
-  writeFileSync(file, JSON.stringify({ model_repository: MODELS, data_dir: join(dir, 'data'), models: [{ name: 'tissue-seg' }, { name: 'gene-expr' }, { name: 'tile-embed' }], ...config }));
+  writeFileSync(
+    file,
+    JSON.stringify({
+      model_repository: MODELS,
+      data_dir: join(dir, 'data'),
+      models: [{ name: 'tissue-seg' }, { name: 'gene-expr' }, { name: 'tile-embed' }],
+      ...config,
+    }),
+  );
   const service = loadConfig({ CONFIG: file }, ROOT);
   const backend = new FakeBackend(service);
   const app = await buildApp({ config: service, backend, logger: pino({ level: 'silent' }) });

@@ -53,7 +53,8 @@ export class FakeClock implements Clock {
 
   private due(end: number): Pending | undefined {
     let first: Pending | undefined;
-    for (const p of this.pending) if (p.at <= end && (!first || p.at < first.at || (p.at === first.at && p.seq < first.seq))) first = p;
+    for (const p of this.pending)
+      if (p.at <= end && (!first || p.at < first.at || (p.at === first.at && p.seq < first.seq))) first = p;
     return first;
   }
 

@@ -114,7 +114,13 @@ export function workerInfo(info: Partial<WorkerInfo>): WorkerInfo {
     intraOpThreads: 1,
     loadMs: 120.4,
     sessionMs: 80,
-    warmup: { shapes: [1, 8], checks: [{ batch: 8, ms: 3, identical: true }], deterministic: true, batchIndependent: true, note: null },
+    warmup: {
+      shapes: [1, 8],
+      checks: [{ batch: 8, ms: 3, identical: true }],
+      deterministic: true,
+      batchIndependent: true,
+      note: null,
+    },
     socket: '/tmp/fake.sock',
     ...info,
   };

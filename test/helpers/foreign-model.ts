@@ -16,7 +16,10 @@ export function writeForeignPackage(dir: string, name = 'foreign-vit'): Manifest
   const pooled = g.op('ReduceMean', [patches], { axes: ints([2, 3]), keepdims: int(0) });
   g.op('Tanh', [linear(g, rng, pooled, 64, 48)], {}, 'pooler_output');
   g.output('pooler_output', DType.FLOAT, ['batch_size', 48]);
-  const model = g.serialize({ docString: 'foreign test export', metadata: {} }, { location: 'model.onnx.data', minBytes: 1024 });
+  const model = g.serialize(
+    { docString: 'foreign test export', metadata: {} },
+    { location: 'model.onnx.data', minBytes: 1024 },
+  );
   const manifest: Manifest = {
     name,
     version: '0.1.0',
@@ -24,7 +27,12 @@ export function writeForeignPackage(dir: string, name = 'foreign-vit'): Manifest
     license: 'CC0-1.0',
     tasks: ['embedding'],
     tile: { width: 256, height: 256, mpp: 1.0, mpp_tolerance: 0.05 },
-    preprocess: { scale: 1 / 255, mean: { R: 0.485, G: 0.456, B: 0.406 }, std: { R: 0.229, G: 0.224, B: 0.225 }, channel_order: 'BGR' },
+    preprocess: {
+      scale: 1 / 255,
+      mean: { R: 0.485, G: 0.456, B: 0.406 },
+      std: { R: 0.229, G: 0.224, B: 0.225 },
+      channel_order: 'BGR',
+    },
     tensors: { image: 'input.1', embedding: 'pooler_output' },
     embedding_dim: 48,
     batch: { max: 4 },

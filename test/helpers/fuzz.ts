@@ -35,8 +35,35 @@ export function send(url: string, req: FuzzRequest): Promise<Reply> {
 }
 
 const MODEL_PATHS = (models: string[]) => models.flatMap((m) => [`/api/predict/${m}`, `/api/embed/${m}`]);
-const OTHER_PATHS = ['/health/live', '/health/ready', '/diagnostics', '/metrics', '/openapi.json', '/docs', '/docs/json', '/', '/api', '/api/predict', '/api/predict/', '/api/embed/%00', '/api/predict/..%2F..%2Fetc%2Fpasswd'];
-const CONTENT_TYPES = ['application/json', 'application/json; charset=utf-8', 'application/JSON', 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/octet-stream', 'application/vnd.api+json', '', 'garbage', 'application/json; charset=latin1', '*/*'];
+const OTHER_PATHS = [
+  '/health/live',
+  '/health/ready',
+  '/diagnostics',
+  '/metrics',
+  '/openapi.json',
+  '/docs',
+  '/docs/json',
+  '/',
+  '/api',
+  '/api/predict',
+  '/api/predict/',
+  '/api/embed/%00',
+  '/api/predict/..%2F..%2Fetc%2Fpasswd',
+];
+const CONTENT_TYPES = [
+  'application/json',
+  'application/json; charset=utf-8',
+  'application/JSON',
+  'text/plain',
+  'application/x-www-form-urlencoded',
+  'multipart/form-data; boundary=x',
+  'application/octet-stream',
+  'application/vnd.api+json',
+  '',
+  'garbage',
+  'application/json; charset=latin1',
+  '*/*',
+];
 
 /** Tokens that are legal in a header value (node:http refuses control characters). */
 const headerValue = fc.string({ maxLength: 40 }).map((s) => s.replace(/[^\t\x20-\x7e]/g, ''));
@@ -45,14 +72,18 @@ const headerName = fc.stringMatching(/^[a-z][a-z0-9-]{0,15}$/);
 /** A PNG damaged in one of the ways a broken encoder, a truncated upload or an attacker would. */
 function damagedPng(png: Buffer): fc.Arbitrary<Buffer> {
   return fc.oneof(
-    fc.record({ at: fc.nat(png.length - 1), value: fc.integer({ min: 0, max: 255 }) }).map(({ at, value }) => Buffer.from(png).fill(value, at, at + 1)),
+    fc
+      .record({ at: fc.nat(png.length - 1), value: fc.integer({ min: 0, max: 255 }) })
+      .map(({ at, value }) => Buffer.from(png).fill(value, at, at + 1)),
     fc.nat(png.length).map((n) => png.subarray(0, n)),
-    fc.record({ w: fc.integer({ min: 0, max: 2 ** 32 - 1 }), h: fc.integer({ min: 0, max: 2 ** 32 - 1 }) }).map(({ w, h }) => {
-      const b = Buffer.from(png);
-      b.writeUInt32BE(w, 16);
-      b.writeUInt32BE(h, 20);
-      return b;
-    }),
+    fc
+      .record({ w: fc.integer({ min: 0, max: 2 ** 32 - 1 }), h: fc.integer({ min: 0, max: 2 ** 32 - 1 }) })
+      .map(({ w, h }) => {
+        const b = Buffer.from(png);
+        b.writeUInt32BE(w, 16);
+        b.writeUInt32BE(h, 20);
+        return b;
+      }),
     fc.uint8Array({ maxLength: 64 }).map((junk) => Buffer.concat([png, Buffer.from(junk)])),
     fc.uint8Array({ maxLength: 256 }).map((b) => Buffer.concat([png.subarray(0, 8), Buffer.from(b)])),
   );
@@ -60,7 +91,29 @@ function damagedPng(png: Buffer): fc.Arbitrary<Buffer> {
 
 /** Values for one field: the right type at the edges, the wrong types, and nonsense. */
 const oddValue: fc.Arbitrary<unknown> = fc.oneof(
-  fc.constantFrom(0, -1, 1, 0.5, 1.5, -0.0, 2 ** 31, 2 ** 53, -(2 ** 53), 1e308, Number.MIN_VALUE, '', '0', 'null', true, false, null, [], {}, [null], 'A'.repeat(1000)),
+  fc.constantFrom(
+    0,
+    -1,
+    1,
+    0.5,
+    1.5,
+    -0.0,
+    2 ** 31,
+    2 ** 53,
+    -(2 ** 53),
+    1e308,
+    Number.MIN_VALUE,
+    '',
+    '0',
+    'null',
+    true,
+    false,
+    null,
+    [],
+    {},
+    [null],
+    'A'.repeat(1000),
+  ),
   fc.integer(),
   fc.double({ noNaN: true, noDefaultInfinity: true }),
   fc.string({ maxLength: 30 }),
@@ -68,7 +121,21 @@ const oddValue: fc.Arbitrary<unknown> = fc.oneof(
   fc.jsonValue({ maxDepth: 3 }),
 );
 
-const FIELDS = ['image_data', 'slide_name', 'x', 'y', 'width', 'height', 'patch_idx', 'bulk_rna', 'tissue_ratio', 'resolution', '__proto__', 'constructor', 'extra'];
+const FIELDS = [
+  'image_data',
+  'slide_name',
+  'x',
+  'y',
+  'width',
+  'height',
+  'patch_idx',
+  'bulk_rna',
+  'tissue_ratio',
+  'resolution',
+  '__proto__',
+  'constructor',
+  'extra',
+];
 
 /** JSON bodies: a valid request with fields changed or removed, and texts JSON.parse may choke on. */
 function jsonBody(png: Buffer): fc.Arbitrary<string> {
@@ -77,7 +144,10 @@ function jsonBody(png: Buffer): fc.Arbitrary<string> {
     .record({
       set: fc.dictionary(fc.constantFrom(...FIELDS), oddValue, { maxKeys: 3 }),
       drop: fc.subarray(FIELDS.slice(0, 10), { maxLength: 2 }),
-      image: fc.option(damagedPng(png).map((b) => b.toString('base64')), { nil: undefined }),
+      image: fc.option(
+        damagedPng(png).map((b) => b.toString('base64')),
+        { nil: undefined },
+      ),
     })
     .map(({ set, drop, image }) => {
       const body: Record<string, unknown> = { ...valid, ...(image !== undefined && { image_data: image }), ...set };
@@ -87,11 +157,26 @@ function jsonBody(png: Buffer): fc.Arbitrary<string> {
   const text = JSON.stringify(valid);
   return fc.oneof(
     { weight: 6, arbitrary: edited },
-    { weight: 3, arbitrary: damagedPng(png).map((b) => JSON.stringify({ ...valid, image_data: b.toString('base64') })) },
+    {
+      weight: 3,
+      arbitrary: damagedPng(png).map((b) => JSON.stringify({ ...valid, image_data: b.toString('base64') })),
+    },
     fc.constant(text),
     fc.nat(text.length).map((n) => text.slice(0, n)),
     fc.jsonValue({ maxDepth: 4 }).map((v) => JSON.stringify(v)),
-    fc.constantFrom('1e400', '[1e400]', '{"x": 1e400}', '{"__proto__": {"x": 1}}', '{"constructor": {"prototype": {}}}', 'null', '""', '{', '{}}', '\uFEFF{}', '{"a":'.repeat(500)),
+    fc.constantFrom(
+      '1e400',
+      '[1e400]',
+      '{"x": 1e400}',
+      '{"__proto__": {"x": 1}}',
+      '{"constructor": {"prototype": {}}}',
+      'null',
+      '""',
+      '{',
+      '{}}',
+      '\uFEFF{}',
+      '{"a":'.repeat(500),
+    ),
     fc.string({ maxLength: 200 }),
     fc.constant(text.replace('"x":1024', '"x":1024,"x":"dup"')),
   );
@@ -102,17 +187,32 @@ function jsonBody(png: Buffer): fc.Arbitrary<string> {
 function binaryRequest(models: string[], png: Buffer): fc.Arbitrary<FuzzRequest> {
   const { image_data: _, ...fields } = tileRequest(png);
   const size = png.readUInt32BE(16) * png.readUInt32BE(20) * 3;
-  const text = fc.oneof(oddValue.map((v) => (Array.isArray(v) ? v.join(',') : String(v))), fc.string({ maxLength: 20 }));
+  const text = fc.oneof(
+    oddValue.map((v) => (Array.isArray(v) ? v.join(',') : String(v))),
+    fc.string({ maxLength: 20 }),
+  );
   const query = fc
-    .record({ set: fc.dictionary(fc.constantFrom(...FIELDS.slice(1, 10), 'mode'), text, { maxKeys: 3 }), drop: fc.subarray(FIELDS.slice(1, 7), { maxLength: 2 }) })
+    .record({
+      set: fc.dictionary(fc.constantFrom(...FIELDS.slice(1, 10), 'mode'), text, { maxKeys: 3 }),
+      drop: fc.subarray(FIELDS.slice(1, 7), { maxLength: 2 }),
+    })
     .map(({ set, drop }) => {
-      const params = new URLSearchParams({ ...Object.fromEntries(Object.entries(fields).map(([k, v]) => [k, String(v)])), ...set });
+      const params = new URLSearchParams({
+        ...Object.fromEntries(Object.entries(fields).map(([k, v]) => [k, String(v)])),
+        ...set,
+      });
       for (const key of drop) params.delete(key);
       return params.toString();
     });
   const body = fc.oneof(
     fc.record({ type: fc.constant('image/png'), bytes: fc.oneof(fc.constant(png), damagedPng(png)) }),
-    fc.record({ type: fc.constant('application/octet-stream'), bytes: fc.oneof(fc.constant(Buffer.alloc(size, 200)), fc.nat(2 * size).map((n) => Buffer.alloc(n, 7))) }),
+    fc.record({
+      type: fc.constant('application/octet-stream'),
+      bytes: fc.oneof(
+        fc.constant(Buffer.alloc(size, 200)),
+        fc.nat(2 * size).map((n) => Buffer.alloc(n, 7)),
+      ),
+    }),
   );
   return fc.record({ path: fc.constantFrom(...MODEL_PATHS(models)), query, body }).map(({ path, query, body }) => ({
     method: 'POST',
@@ -135,7 +235,19 @@ function anyRequest(models: string[], png: Buffer): fc.Arbitrary<FuzzRequest> {
   );
   const query = fc.oneof(
     fc.constant(''),
-    fc.constantFrom('?mode=prediction', '?mode=prediction_with_embedding', '?mode=', '?mode=x', '?mode=prediction&mode=prediction', '?categories=usage', '?categories=usage,diagnostics', '?categories=,', '?categories=x', '?%ZZ', '?a[b]=1'),
+    fc.constantFrom(
+      '?mode=prediction',
+      '?mode=prediction_with_embedding',
+      '?mode=',
+      '?mode=x',
+      '?mode=prediction&mode=prediction',
+      '?categories=usage',
+      '?categories=usage,diagnostics',
+      '?categories=,',
+      '?categories=x',
+      '?%ZZ',
+      '?a[b]=1',
+    ),
     fc.webQueryParameters().map((q) => `?${q}`),
   );
   const body = fc.oneof(
@@ -145,17 +257,36 @@ function anyRequest(models: string[], png: Buffer): fc.Arbitrary<FuzzRequest> {
   );
   return fc
     .record({
-      method: fc.oneof({ weight: 8, arbitrary: fc.constant('POST') }, fc.constantFrom('GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD')),
+      method: fc.oneof(
+        { weight: 8, arbitrary: fc.constant('POST') },
+        fc.constantFrom('GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'HEAD'),
+      ),
       path,
       query,
-      contentType: fc.oneof({ weight: 6, arbitrary: fc.constant('application/json') }, fc.constantFrom(...CONTENT_TYPES), headerValue, fc.constant(undefined)),
-      extra: fc.dictionary(fc.oneof(headerName, fc.constantFrom('accept', 'accept-encoding', 'authorization', 'content-encoding', 'x-forwarded-for', 'range')), headerValue, { maxKeys: 3 }),
+      contentType: fc.oneof(
+        { weight: 6, arbitrary: fc.constant('application/json') },
+        fc.constantFrom(...CONTENT_TYPES),
+        headerValue,
+        fc.constant(undefined),
+      ),
+      extra: fc.dictionary(
+        fc.oneof(
+          headerName,
+          fc.constantFrom('accept', 'accept-encoding', 'authorization', 'content-encoding', 'x-forwarded-for', 'range'),
+        ),
+        headerValue,
+        { maxKeys: 3 },
+      ),
       body,
     })
     .map(({ method, path, query, contentType, extra, body }) => ({
       method,
       path: path + query,
-      headers: { ...extra, ...(contentType !== undefined && { 'content-type': contentType }), ...(body && { 'content-length': String(body.length) }) },
+      headers: {
+        ...extra,
+        ...(contentType !== undefined && { 'content-type': contentType }),
+        ...(body && { 'content-length': String(body.length) }),
+      },
       body: method === 'GET' || method === 'HEAD' ? null : body,
     }));
 }
@@ -176,6 +307,12 @@ export async function fuzzService(t: Test, server: TestServer, models: string[],
   t.equal((await server.get('/health/ready')).status, 200, 'ready afterwards');
   const tile = await server.post(`/api/embed/${models.find((m) => m !== 'tissue-seg')}`, tileRequest(png));
   t.equal(tile.status, 200, 'a valid tile is still served');
-  const { workers } = (await (await server.get('/diagnostics')).json()) as { workers: { id: string; restarts: number }[] };
-  t.same(workers.filter((w) => w.restarts > 0).map((w) => w.id), [], 'no worker restarted');
+  const { workers } = (await (await server.get('/diagnostics')).json()) as {
+    workers: { id: string; restarts: number }[];
+  };
+  t.same(
+    workers.filter((w) => w.restarts > 0).map((w) => w.id),
+    [],
+    'no worker restarted',
+  );
 }

@@ -5,7 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MODELS } from './server.js';
 
-export function copyPackage(model: string, edit: (manifest: Record<string, any>) => void = () => {}, root = mkdtempSync(join(tmpdir(), 'pkg-'))): string {
+export function copyPackage(
+  model: string,
+  edit: (manifest: Record<string, any>) => void = () => {},
+  root = mkdtempSync(join(tmpdir(), 'pkg-')),
+): string {
   const dir = join(root, model);
   mkdirSync(dir, { recursive: true });
   copyFileSync(join(MODELS, model, 'model.onnx'), join(dir, 'model.onnx'));
@@ -28,11 +32,21 @@ export function corruptPackage(model: string): string {
 export function fakeNvidiaSmi(lines: string[] | null, appMib: number | null = null): string {
   const dir = mkdtempSync(join(tmpdir(), 'bin-'));
   const gpus = lines === null ? 'sleep 30' : lines.map((l) => `echo "${l}"`).join('\n');
-  const apps = appMib === null ? ':' : `grep -l -s worker/main.js /proc/[0-9]*/cmdline | sed 's#/proc/\\([0-9]*\\)/cmdline#\\1, ${appMib}#'; exit 0`;
-  writeFileSync(join(dir, 'nvidia-smi'), `#!/bin/sh\ncase "$1" in\n--query-compute-apps=*)\n${apps}\n;;\n*)\n${gpus}\n;;\nesac\n`, { mode: 0o755 });
+  const apps =
+    appMib === null
+      ? ':'
+      : `grep -l -s worker/main.js /proc/[0-9]*/cmdline | sed 's#/proc/\\([0-9]*\\)/cmdline#\\1, ${appMib}#'; exit 0`;
+  writeFileSync(
+    join(dir, 'nvidia-smi'),
+    `#!/bin/sh\ncase "$1" in\n--query-compute-apps=*)\n${apps}\n;;\n*)\n${gpus}\n;;\nesac\n`,
+    { mode: 0o755 },
+  );
   return dir;
 }
 
 /** A package's sha256 as the README computes it from a shell: over every file of the folder. */
 export const shellDigest = (dir: string) =>
-  execSync('find . -type f | cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum', { cwd: dir, encoding: 'utf8' }).split(' ')[0];
+  execSync('find . -type f | cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum', {
+    cwd: dir,
+    encoding: 'utf8',
+  }).split(' ')[0];

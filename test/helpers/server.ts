@@ -55,7 +55,11 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     // parsing a 4 MB body can pass 1 s of delay and answer 503 to a test about something else.
     pressure: { max_event_loop_delay_ms: 0, ...(options.config?.pressure as Record<string, unknown>) },
   };
-  const { url, proc, dir, lines, exited } = await spawnService(config, { env: options.env, fdLimit: options.fdLimit, npmStart: options.npmStart });
+  const { url, proc, dir, lines, exited } = await spawnService(config, {
+    env: options.env,
+    fdLimit: options.fdLimit,
+    npmStart: options.npmStart,
+  });
   const server: TestServer = {
     url,
     proc,
@@ -63,7 +67,11 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     logFile: join(dir, 'service.log'),
     lines,
     post: (path, body, headers = {}) =>
-      fetch(url + path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) }),
+      fetch(url + path, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: typeof body === 'string' ? body : JSON.stringify(body),
+      }),
     get: (path, headers = {}) => fetch(url + path, { headers }),
     waitFor,
     async allWorkersReady() {

@@ -15,9 +15,22 @@ export interface Run {
 
 /** Runs tile-infer with `args`; `onStart` sees the process while it runs. */
 /** `user`: run as another user (a root test runs it as nobody, whom file modes bind). */
-export function tileInfer(args: string[], options: { env?: NodeJS.ProcessEnv; onStart?: (proc: ChildProcess) => void; timeoutMs?: number; user?: { uid: number; gid: number } } = {}): Promise<Run> {
+export function tileInfer(
+  args: string[],
+  options: {
+    env?: NodeJS.ProcessEnv;
+    onStart?: (proc: ChildProcess) => void;
+    timeoutMs?: number;
+    user?: { uid: number; gid: number };
+  } = {},
+): Promise<Run> {
   const started = performance.now();
-  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, TILE_INFER, ...args], { cwd: ROOT, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...options.env }, ...options.user });
+  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, TILE_INFER, ...args], {
+    cwd: ROOT,
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, ...options.env },
+    ...options.user,
+  });
   let stderr = '';
   proc.stderr!.on('data', (d) => (stderr += d));
   options.onStart?.(proc);

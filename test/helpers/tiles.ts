@@ -16,5 +16,14 @@ export function fixturePng(name: string): Buffer {
 
 export function tileRequest(png: Buffer, fields: Record<string, unknown> = {}): Record<string, unknown> {
   const size = png.readUInt32BE(16);
-  return { image_data: png.toString('base64'), slide_name: 'slide-001', x: 1024, y: 2048, width: size, height: png.readUInt32BE(20), patch_idx: 7, ...fields };
+  return {
+    image_data: png.toString('base64'),
+    slide_name: 'slide-001',
+    x: 1024,
+    y: 2048,
+    width: size,
+    height: png.readUInt32BE(20),
+    patch_idx: 7,
+    ...fields,
+  };
 }

@@ -36,9 +36,13 @@ export interface Answer {
 
 /** The bytes of a tensor's elements, little-endian; BYTES with a 4-byte length before each. */
 export function tensorBytes(t: Tensor): Buffer {
-  if (t.datatype === 'BYTES') return Buffer.concat((t.data as Buffer[]).flatMap((b) => [Buffer.from(Uint32Array.of(b.length).buffer), b]));
+  if (t.datatype === 'BYTES')
+    return Buffer.concat((t.data as Buffer[]).flatMap((b) => [Buffer.from(Uint32Array.of(b.length).buffer), b]));
   if (t.datatype === 'UINT8') return Buffer.from(Uint8Array.from(t.data as ArrayLike<number>));
-  const typed = t.datatype === 'FP32' ? Float32Array.from(t.data as ArrayLike<number>) : Float64Array.from(t.data as ArrayLike<number>);
+  const typed =
+    t.datatype === 'FP32'
+      ? Float32Array.from(t.data as ArrayLike<number>)
+      : Float64Array.from(t.data as ArrayLike<number>);
   return Buffer.from(typed.buffer);
 }
 
@@ -47,14 +51,30 @@ export function inferBody(inputs: Tensor[], options: InferOptions = {}): { heade
   const binary: Buffer[] = [];
   const request = {
     ...(options.id !== undefined && { id: options.id }),
-    ...((options.parameters || options.binaryOutputs) && { parameters: { ...options.parameters, ...(options.binaryOutputs && { binary_data_output: true }) } }),
+    ...((options.parameters || options.binaryOutputs) && {
+      parameters: { ...options.parameters, ...(options.binaryOutputs && { binary_data_output: true }) },
+    }),
     inputs: inputs.map((t) => {
-      if (!options.binaryInputs) return { name: t.name, datatype: t.datatype, shape: t.shape, data: t.datatype === 'BYTES' ? (t.data as Buffer[]).map((b) => b.toString('base64')) : Array.from(t.data as ArrayLike<number>) };
+      if (!options.binaryInputs)
+        return {
+          name: t.name,
+          datatype: t.datatype,
+          shape: t.shape,
+          data:
+            t.datatype === 'BYTES'
+              ? (t.data as Buffer[]).map((b) => b.toString('base64'))
+              : Array.from(t.data as ArrayLike<number>),
+        };
       const bytes = tensorBytes(t);
       binary.push(bytes);
       return { name: t.name, datatype: t.datatype, shape: t.shape, parameters: { binary_data_size: bytes.length } };
     }),
-    ...(options.outputs && { outputs: options.outputs.map((name) => ({ name, ...(options.binaryOutputs && { parameters: { binary_data: true } }) })) }),
+    ...(options.outputs && {
+      outputs: options.outputs.map((name) => ({
+        name,
+        ...(options.binaryOutputs && { parameters: { binary_data: true } }),
+      })),
+    }),
   };
   return { header: Buffer.from(JSON.stringify(request)), binary };
 }
@@ -74,9 +94,19 @@ export async function readAnswer(response: Response): Promise<Answer> {
       const bytes = body.subarray(at, at + size);
       at += size;
       const copy = new Uint8Array(bytes).buffer;
-      values = o.datatype === 'UINT8' ? new Uint8Array(copy) : o.datatype === 'FP32' ? new Float32Array(copy) : new Float64Array(copy);
+      values =
+        o.datatype === 'UINT8'
+          ? new Uint8Array(copy)
+          : o.datatype === 'FP32'
+            ? new Float32Array(copy)
+            : new Float64Array(copy);
     } else {
-      values = o.datatype === 'UINT8' ? Uint8Array.from(o.data.flat(Infinity)) : o.datatype === 'FP32' ? Float32Array.from(o.data.flat(Infinity)) : Float64Array.from(o.data.flat(Infinity));
+      values =
+        o.datatype === 'UINT8'
+          ? Uint8Array.from(o.data.flat(Infinity))
+          : o.datatype === 'FP32'
+            ? Float32Array.from(o.data.flat(Infinity))
+            : Float64Array.from(o.data.flat(Infinity));
     }
     outputs.set(o.name, { datatype: o.datatype, shape: o.shape, values });
   }
@@ -94,10 +124,23 @@ export class V2Client {
   async infer(model: string, inputs: Tensor[], options: InferOptions & { version?: string } = {}): Promise<Answer> {
     const { header, binary } = inferBody(inputs, options);
     const path = `/v2/models/${model}${options.version ? `/versions/${options.version}` : ''}/infer`;
-    return readAnswer(await this.post(path, Buffer.concat([header, ...binary]), binary.length || options.binaryOutputs ? { 'inference-header-content-length': String(header.length) } : {}));
+    return readAnswer(
+      await this.post(
+        path,
+        Buffer.concat([header, ...binary]),
+        binary.length || options.binaryOutputs ? { 'inference-header-content-length': String(header.length) } : {},
+      ),
+    );
   }
 
   post(path: string, body: Buffer, headers: Record<string, string> = {}): Promise<Response> {
-    return fetch(this.url + path, { method: 'POST', headers: { 'content-type': headers['inference-header-content-length'] ? 'application/octet-stream' : 'application/json', ...headers }, body });
+    return fetch(this.url + path, {
+      method: 'POST',
+      headers: {
+        'content-type': headers['inference-header-content-length'] ? 'application/octet-stream' : 'application/json',
+        ...headers,
+      },
+      body,
+    });
   }
 }

@@ -11,7 +11,10 @@ function batch32(): string {
   mkdirSync(dir);
   copyFileSync(join(MODELS, 'tile-embed', 'model.onnx'), join(dir, 'model.onnx'));
   const manifest = JSON.parse(readFileSync(join(MODELS, 'tile-embed', 'manifest.json'), 'utf8'));
-  writeFileSync(join(dir, 'manifest.json'), JSON.stringify({ ...manifest, name: 'tile-embed-b32', batch: { max: 32 } }));
+  writeFileSync(
+    join(dir, 'manifest.json'),
+    JSON.stringify({ ...manifest, name: 'tile-embed-b32', batch: { max: 32 } }),
+  );
   return dir;
 }
 

@@ -10,14 +10,22 @@ export const firstLine = (err: unknown) => (err instanceof Error ? err.message :
 
 /** fn's value, or why not: its error, or that it ran past `ms` (it is then left to its `late`
  *  hook, which ends what it started). */
-export async function within<T>(ms: number, what: string, fn: () => Promise<T>, late?: () => unknown): Promise<Outcome<T>> {
+export async function within<T>(
+  ms: number,
+  what: string,
+  fn: () => Promise<T>,
+  late?: () => unknown,
+): Promise<Outcome<T>> {
   const started = performance.now();
   let timer: NodeJS.Timeout | undefined;
   const overrun = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      late?.();
-      reject(new Error(`${what}: no result within ${Math.round(ms / 1000)} s`));
-    }, Math.max(0, ms));
+    timer = setTimeout(
+      () => {
+        late?.();
+        reject(new Error(`${what}: no result within ${Math.round(ms / 1000)} s`));
+      },
+      Math.max(0, ms),
+    );
   });
   try {
     const value = await Promise.race([fn(), overrun]);
@@ -33,12 +41,28 @@ const PROBE = fileURLToPath(new URL('./probe.js', import.meta.url));
 
 /** The JSON lines a probe child (probe.ts) printed, killed at `ms`; what it printed before
  *  failing or overrunning is kept, with the reason. */
-export function probe(args: string[], env: Record<string, string>, ms: number): Promise<{ lines: unknown[]; error: string | null }> {
+export function probe(
+  args: string[],
+  env: Record<string, string>,
+  ms: number,
+): Promise<{ lines: unknown[]; error: string | null }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [PROBE, ...args], { env: { ...process.env, ...env }, timeout: ms, killSignal: 'SIGKILL', maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
-      const lines = stdout.split('\n').filter((l) => l.startsWith('{') || l.startsWith('[') || l === 'null').map((l) => JSON.parse(l) as unknown);
-      const error = !err ? null : err.killed ? `no result within ${Math.round(ms / 1000)} s (killed)` : stderr.trim().split('\n').filter(Boolean).pop() ?? firstLine(err);
-      resolve({ lines, error });
-    });
+    execFile(
+      process.execPath,
+      [PROBE, ...args],
+      { env: { ...process.env, ...env }, timeout: ms, killSignal: 'SIGKILL', maxBuffer: 16 << 20 },
+      (err, stdout, stderr) => {
+        const lines = stdout
+          .split('\n')
+          .filter((l) => l.startsWith('{') || l.startsWith('[') || l === 'null')
+          .map((l) => JSON.parse(l) as unknown);
+        const error = !err
+          ? null
+          : err.killed
+            ? `no result within ${Math.round(ms / 1000)} s (killed)`
+            : (stderr.trim().split('\n').filter(Boolean).pop() ?? firstLine(err));
+        resolve({ lines, error });
+      },
+    );
   });
 }

@@ -24,27 +24,32 @@ import { findNvidiaIcd } from './vulkan-icd.js';
 import { markdown, type Host, type Report } from './markdown.js';
 
 /** The options; an unknown one is an error message and exit status 2, with the usage. */
-const parseOptions = () => parseArgs({
-  options: {
-    models: { type: 'string' },
-    providers: { type: 'string', default: 'cpu,webgpu,cuda' },
-    concurrency: { type: 'string', default: '16,64' },
-    seconds: { type: 'string', default: '5' },
-    'floor-seconds': { type: 'string', default: '2' },
-    tiles: { type: 'string', default: '8' },
-    budget: { type: 'string', default: '570' },
-    'max-batch': { type: 'string' },
-    out: { type: 'string' },
-    help: { type: 'boolean' },
-  },
-}).values;
+const parseOptions = () =>
+  parseArgs({
+    options: {
+      models: { type: 'string' },
+      providers: { type: 'string', default: 'cpu,webgpu,cuda' },
+      concurrency: { type: 'string', default: '16,64' },
+      seconds: { type: 'string', default: '5' },
+      'floor-seconds': { type: 'string', default: '2' },
+      tiles: { type: 'string', default: '8' },
+      budget: { type: 'string', default: '570' },
+      'max-batch': { type: 'string' },
+      out: { type: 'string' },
+      help: { type: 'boolean' },
+    },
+  }).values;
 const USAGE = `Usage: gpu-report [--models=a,b] [--providers=cpu,webgpu,cuda] [--concurrency=16,64] [--seconds=5]
                   [--floor-seconds=2] [--tiles=8] [--max-batch=N] [--budget=570] [--out=FILE.json]
 Measures this host's GPUs for the service (docs/gpu.md) within --budget seconds: prints a Markdown
 table and writes it as JSON (FILE.json, default gpu-report-<host>-<date>.json here) and Markdown.
 `;
 const PROVIDERS = ['cpu', 'webgpu', 'cuda'];
-const list = (s: string) => s.split(',').map((x) => x.trim()).filter(Boolean);
+const list = (s: string) =>
+  s
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
 const positive = (name: string, s: string) => {
   const n = Number(s);
   if (!(n > 0)) throw new Error(`--${name} is "${s}", expected a positive number`);
@@ -60,11 +65,15 @@ async function main(): Promise<number> {
   const started = Date.now();
   const budgetMs = positive('budget', values.budget!) * 1000;
   const left = () => budgetMs - (Date.now() - started);
-  const config = JSON.parse(readFileSync(join(ROOT, 'config/default.json'), 'utf8')) as { model_repository: string; models: { name: string; path?: string }[] };
+  const config = JSON.parse(readFileSync(join(ROOT, 'config/default.json'), 'utf8')) as {
+    model_repository: string;
+    models: { name: string; path?: string }[];
+  };
   const shipped = config.models.map((m) => m.name);
   const models = values.models ? list(values.models) : shipped;
   const unknown = models.filter((m) => !shipped.includes(m));
-  if (unknown.length) throw new Error(`--models: ${unknown.join(', ')} not among the shipped models (${shipped.join(', ')})`);
+  if (unknown.length)
+    throw new Error(`--models: ${unknown.join(', ')} not among the shipped models (${shipped.join(', ')})`);
   const providers = list(values.providers!);
   const bad = providers.filter((p) => !PROVIDERS.includes(p));
   if (bad.length) throw new Error(`--providers: ${bad.join(', ')}: expected some of ${PROVIDERS.join(', ')}`);
@@ -93,10 +102,25 @@ async function main(): Promise<number> {
     gpus: gpus.ok ? gpus.value : null,
     gpus_note: !gpus.ok ? gpus.reason : gpus.value === null ? 'no nvidia-smi' : `${gpus.value.length} GPU(s)`,
     vulkan_icd: icd.note,
-    vulkan_loader: (process.env.LD_LIBRARY_PATH ?? '').split(':').some((d) => d.endsWith('/lib') && d.startsWith(ROOT.replace(/\/$/, ''))) ? "the kit's lib/libvulkan.so.1 first, then the system's" : "the system's",
+    vulkan_loader: (process.env.LD_LIBRARY_PATH ?? '')
+      .split(':')
+      .some((d) => d.endsWith('/lib') && d.startsWith(ROOT.replace(/\/$/, '')))
+      ? "the kit's lib/libvulkan.so.1 first, then the system's"
+      : "the system's",
     vulkan: devices,
-    vulkan_note: vulkan.error ? `the Vulkan probe failed: ${vulkan.error}` : devices === null ? 'no Vulkan loader (libvulkan.so.1)' : devices.length ? devices.map(deviceLabel).join('; ') : 'no Vulkan device',
-    cuda: cuda.state === 'ok' ? `provider libraries for ONNX Runtime ${version}` : cuda.state === 'absent' ? 'provider libraries not installed (npm run cuda:install, or build:slim --cuda FILE)' : cuda.problem,
+    vulkan_note: vulkan.error
+      ? `the Vulkan probe failed: ${vulkan.error}`
+      : devices === null
+        ? 'no Vulkan loader (libvulkan.so.1)'
+        : devices.length
+          ? devices.map(deviceLabel).join('; ')
+          : 'no Vulkan device',
+    cuda:
+      cuda.state === 'ok'
+        ? `provider libraries for ONNX Runtime ${version}`
+        : cuda.state === 'absent'
+          ? 'provider libraries not installed (npm run cuda:install, or build:slim --cuda FILE)'
+          : cuda.problem,
   };
   process.stderr.write(`host: ${host.gpus_note}; Vulkan: ${host.vulkan_note}; cuda: ${host.cuda}\n`);
 
@@ -108,14 +132,36 @@ async function main(): Promise<number> {
     const share = Math.round(left() / (pairs.length - i));
     const empty = { workers: [], warmup_ms: [], accuracy: null, load: [], floor: { best: null, tried: [] }, steps: [] };
     if (share < 5000) {
-      rows.push({ model, provider, status: 'failed', reason: `not run: the report's ${settings.budget_s} s budget was spent`, ...empty });
+      rows.push({
+        model,
+        provider,
+        status: 'failed',
+        reason: `not run: the report's ${settings.budget_s} s budget was spent`,
+        ...empty,
+      });
       continue;
     }
     const entry = config.models.find((m) => m.name === model)!;
     const reference = provider === 'cpu' ? null : (cpuAnswers.get(model) ?? null);
     process.stderr.write(`${model} on ${provider} (up to ${Math.round(share / 1000)} s)\n`);
     const measured = await within(share + 30000, `${model} on ${provider}`, () =>
-      measure({ model, provider, settings: entry, modelDir: modelDir(repository, entry), gpus: host.gpus ?? [], concurrencies: settings.concurrencies, seconds: settings.seconds, floorSeconds: settings.floor_seconds, tiles: settings.tiles, maxBatch: settings.max_batch, env: icd.env, budgetMs: share }, reference),
+      measure(
+        {
+          model,
+          provider,
+          settings: entry,
+          modelDir: modelDir(repository, entry),
+          gpus: host.gpus ?? [],
+          concurrencies: settings.concurrencies,
+          seconds: settings.seconds,
+          floorSeconds: settings.floor_seconds,
+          tiles: settings.tiles,
+          maxBatch: settings.max_batch,
+          env: icd.env,
+          budgetMs: share,
+        },
+        reference,
+      ),
     );
     if (!measured.ok) rows.push({ model, provider, status: 'failed', reason: measured.reason, ...empty });
     else {

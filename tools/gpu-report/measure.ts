@@ -60,7 +60,10 @@ type Json = Record<string, any>;
 /** The numbers of an answer (output, embedding), flattened, in a stable order. */
 export type Answer = number[];
 
-const numbers = (answer: Json): Answer => ['output', 'embedding'].flatMap((k) => (Array.isArray(answer[k]) ? (answer[k] as unknown[]).flat(3).filter((v): v is number => typeof v === 'number') : []));
+const numbers = (answer: Json): Answer =>
+  ['output', 'embedding'].flatMap((k) =>
+    Array.isArray(answer[k]) ? (answer[k] as unknown[]).flat(3).filter((v): v is number => typeof v === 'number') : [],
+  );
 
 function stop(service: ServiceProcess): Promise<unknown> {
   service.proc.kill('SIGTERM');
@@ -69,12 +72,25 @@ function stop(service: ServiceProcess): Promise<unknown> {
 }
 
 /** Batches the floor tries: powers of two up to the model's largest, and that. */
-const floorBatches = (max: number) => [...new Set([...Array.from({ length: Math.floor(Math.log2(max)) + 1 }, (_, i) => 2 ** i), max])];
+const floorBatches = (max: number) => [
+  ...new Set([...Array.from({ length: Math.floor(Math.log2(max)) + 1 }, (_, i) => 2 ** i), max]),
+];
 
 export async function measure(plan: Plan, reference: Answer[] | null): Promise<{ row: Row; answers: Answer[] | null }> {
   const deadline = Date.now() + plan.budgetMs;
   const left = (cap: number) => Math.round(Math.max(1000, Math.min(cap, deadline - Date.now())));
-  const row: Row = { model: plan.model, provider: plan.provider, status: 'ok', reason: null, workers: [], warmup_ms: [], accuracy: null, load: [], floor: { best: null, tried: [] }, steps: [] };
+  const row: Row = {
+    model: plan.model,
+    provider: plan.provider,
+    status: 'ok',
+    reason: null,
+    workers: [],
+    warmup_ms: [],
+    accuracy: null,
+    load: [],
+    floor: { best: null, tried: [] },
+    steps: [],
+  };
   const failed = (step: string, outcome: { reason: string }) => row.steps.push({ step, reason: outcome.reason });
   const pkg = readPackage(plan.modelDir);
   const { raw } = reportTiles(pkg.manifest, plan.tiles);
@@ -94,25 +110,40 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
   };
   let service: ServiceProcess | null = null;
   let answers: Answer[] | null = null;
-  const started = await within(left(180000), 'starting the service', async () => (service = await spawnService({ models: [model], supervisor: { load_timeout_ms: Math.round(left(300000)), drain_delay_ms: 0 } }, { env: plan.env })), () => service?.proc.kill('SIGKILL'));
+  const started = await within(
+    left(180000),
+    'starting the service',
+    async () =>
+      (service = await spawnService(
+        { models: [model], supervisor: { load_timeout_ms: Math.round(left(300000)), drain_delay_ms: 0 } },
+        { env: plan.env },
+      )),
+    () => service?.proc.kill('SIGKILL'),
+  );
   if (!started.ok) return { row: { ...row, status: 'failed', reason: started.reason }, answers };
   const svc = started.value;
   try {
-    const get = async (path: string) => (await fetch(svc.url + path, { signal: AbortSignal.timeout(10000) })).json() as Promise<Json>;
+    const get = async (path: string) =>
+      (await fetch(svc.url + path, { signal: AbortSignal.timeout(10000) })).json() as Promise<Json>;
     // Ready, or failed with the reason (a provider that cannot run fails the model at once).
     const ready = await within(left(300000), 'loading and warm-up', async () => {
       for (;;) {
-        const m = ((await get('/api/models').catch(() => ({ models: [] }))).models as Json[]).find((x) => x.name === plan.model);
+        const m = ((await get('/api/models').catch(() => ({ models: [] }))).models as Json[]).find(
+          (x) => x.name === plan.model,
+        );
         if (m?.state === 'ready' || m?.state === 'failed') return m;
         await new Promise((r) => setTimeout(r, 250));
       }
     });
     if (!ready.ok) return { row: { ...row, status: 'failed', reason: ready.reason }, answers };
-    if (ready.value.state === 'failed') return { row: { ...row, status: 'failed', reason: ready.value.reason ?? 'failed to load' }, answers };
+    if (ready.value.state === 'failed')
+      return { row: { ...row, status: 'failed', reason: ready.value.reason ?? 'failed to load' }, answers };
     const info = ready.value;
     const workers = info.workers as Json[];
     const shapes = new Map<number, number>();
-    for (const w of workers) for (const s of (w.warmup?.shapes ?? []) as { batch: number; ms: number }[]) shapes.set(s.batch, Math.max(shapes.get(s.batch) ?? 0, s.ms));
+    for (const w of workers)
+      for (const s of (w.warmup?.shapes ?? []) as { batch: number; ms: number }[])
+        shapes.set(s.batch, Math.max(shapes.get(s.batch) ?? 0, s.ms));
     row.warmup_ms = [...shapes].map(([batch, ms]) => ({ batch, ms }));
     const path = (info.endpoints as string[]).find((e) => e.startsWith('POST '))!.slice(5);
 
@@ -120,8 +151,14 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
     const asked = await within(left(120000), 'answers on the report tiles', async () => {
       const out: Answer[] = [];
       for (const body of raw as Extract<BenchBody, { query: string }>[]) {
-        const response = await fetch(svc.url + withQuery(path, body.query), { method: 'POST', headers: { 'content-type': body.type }, body: body.body, signal: AbortSignal.timeout(110000) });
-        if (response.status !== 200) throw new Error(`${path}: ${response.status} ${(await response.text()).slice(0, 200)}`);
+        const response = await fetch(svc.url + withQuery(path, body.query), {
+          method: 'POST',
+          headers: { 'content-type': body.type },
+          body: body.body,
+          signal: AbortSignal.timeout(110000),
+        });
+        if (response.status !== 200)
+          throw new Error(`${path}: ${response.status} ${(await response.text()).slice(0, 200)}`);
         out.push(numbers((await response.json()) as Json));
       }
       return out;
@@ -132,20 +169,27 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
         let max = 0;
         let differing = 0;
         let values = 0;
-        answers.forEach((a, i) => a.forEach((v, k) => {
-          const d = Math.abs(v - reference[i][k]);
-          max = Math.max(max, d);
-          differing += d > 0 ? 1 : 0;
-          values++;
-        }));
+        answers.forEach((a, i) =>
+          a.forEach((v, k) => {
+            const d = Math.abs(v - reference[i][k]);
+            max = Math.max(max, d);
+            differing += d > 0 ? 1 : 0;
+            values++;
+          }),
+        );
         row.accuracy = { tiles: answers.length, max_abs_diff: max, differing_values: differing, values };
       }
     } else failed('answers', asked);
 
     for (const c of plan.concurrencies) {
-      const run: Outcome<LoadResult> = await within(left(plan.seconds * 1000 * 2 + 90000), `load at c=${c}`, () => drive(svc.url, plan.model, path, raw, c, { seconds: plan.seconds }));
+      const run: Outcome<LoadResult> = await within(left(plan.seconds * 1000 * 2 + 90000), `load at c=${c}`, () =>
+        drive(svc.url, plan.model, path, raw, c, { seconds: plan.seconds }),
+      );
       if (!run.ok) failed(`c=${c}`, run);
-      else if (run.value.tilesPerSec === 0) failed(`c=${c}`, { reason: `no tile answered within the ${plan.seconds} s run (${run.value.errors} errors): longer --seconds` });
+      else if (run.value.tilesPerSec === 0)
+        failed(`c=${c}`, {
+          reason: `no tile answered within the ${plan.seconds} s run (${run.value.errors} errors): longer --seconds`,
+        });
       else {
         const { stages: _stages, ...figures } = run.value;
         row.load.push({ ...figures, over_floor: null });
@@ -164,12 +208,14 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
     const diag = Array.isArray(section) ? (section as Json[]) : [];
     const processes = diagnosed.ok ? diagnosed.value[1] : null;
     if (!diagnosed.ok) failed('gpu memory', diagnosed);
-    else if (!Array.isArray(section)) failed('gpu memory', { reason: `/diagnostics workers: ${JSON.stringify(section).slice(0, 200)}` });
+    else if (!Array.isArray(section))
+      failed('gpu memory', { reason: `/diagnostics workers: ${JSON.stringify(section).slice(0, 200)}` });
     row.workers = workers.map((w) => {
       const d = diag.find((x) => x.id === w.id);
       const pid = (d?.pid as number | undefined) ?? null;
       const uuid = plan.gpus.find((g) => g.index === w.gpu)?.uuid;
-      const on = processes && pid !== null ? [...new Set(processes.filter((p) => p.pid === pid).map((p) => p.gpu_uuid))] : null;
+      const on =
+        processes && pid !== null ? [...new Set(processes.filter((p) => p.pid === pid).map((p) => p.gpu_uuid))] : null;
       return {
         id: w.id,
         gpu: w.gpu,
@@ -186,15 +232,31 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
 
   // The floor, with the service stopped: the provider alone in one process, each batch size.
   const gpu = plan.gpus[0];
-  const env = { ...plan.env, ...(cpu ? { CUDA_VISIBLE_DEVICES: '' } : gpu ? { CUDA_VISIBLE_DEVICES: gpu.index, CUDA_DEVICE_ORDER: 'PCI_BUS_ID' } : {}) };
+  const env = {
+    ...plan.env,
+    ...(cpu
+      ? { CUDA_VISIBLE_DEVICES: '' }
+      : gpu
+        ? { CUDA_VISIBLE_DEVICES: gpu.index, CUDA_DEVICE_ORDER: 'PCI_BUS_ID' }
+        : {}),
+  };
   const batches = floorBatches(Math.min(pkg.manifest.batch.max, plan.maxBatch ?? Infinity));
-  const floor = await probe(['floor', plan.modelDir, plan.provider, String(plan.floorSeconds), ...batches.map(String)], env, left(batches.length * (plan.floorSeconds * 1000 + 60000)));
+  const floor = await probe(
+    ['floor', plan.modelDir, plan.provider, String(plan.floorSeconds), ...batches.map(String)],
+    env,
+    left(batches.length * (plan.floorSeconds * 1000 + 60000)),
+  );
   row.floor.tried = floor.lines as Floor[];
-  row.floor.best = row.floor.tried.reduce<Floor | null>((best, f) => (!best || f.tilesPerSec > best.tilesPerSec ? f : best), null);
-  if (floor.error) failed(`floor (after batch ${row.floor.tried.map((f) => f.batch).join(', ') || 'none'})`, { reason: floor.error });
+  row.floor.best = row.floor.tried.reduce<Floor | null>(
+    (best, f) => (!best || f.tilesPerSec > best.tilesPerSec ? f : best),
+    null,
+  );
+  if (floor.error)
+    failed(`floor (after batch ${row.floor.tried.map((f) => f.batch).join(', ') || 'none'})`, { reason: floor.error });
   for (const l of row.load) l.over_floor = row.floor.best ? l.tilesPerSec / row.floor.best.tilesPerSec : null;
   if (row.steps.length) row.status = 'partial';
   return { row, answers };
 }
 
-export const modelDir = (repository: string, settings: { name: string; path?: string }) => join(repository, settings.path ?? settings.name);
+export const modelDir = (repository: string, settings: { name: string; path?: string }) =>
+  join(repository, settings.path ?? settings.name);

@@ -13,7 +13,8 @@ if (command === 'vulkan') {
   const [dir, provider, seconds, ...batches] = args;
   const pkg = readPackage(dir);
   const { pngs } = reportTiles(pkg.manifest, Math.max(...batches.map(Number)));
-  for (const batch of batches.map(Number)) process.stdout.write(JSON.stringify(await measureFloor(pkg, pngs, batch, Number(seconds), provider)) + '\n');
+  for (const batch of batches.map(Number))
+    process.stdout.write(JSON.stringify(await measureFloor(pkg, pngs, batch, Number(seconds), provider)) + '\n');
 } else {
   process.stderr.write(`unknown probe ${command}\n`);
   process.exitCode = 2;

@@ -11,7 +11,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const SEARCHED = ['/etc/vulkan/icd.d', '/usr/share/vulkan/icd.d', '/usr/local/share/vulkan/icd.d'];
-const ELSEWHERE = ['/usr/local/nvidia/share/vulkan/icd.d', '/usr/local/nvidia/etc/vulkan/icd.d', '/usr/local/nvidia/icd.d', '/usr/local/nvidia/vulkan/icd.d'];
+const ELSEWHERE = [
+  '/usr/local/nvidia/share/vulkan/icd.d',
+  '/usr/local/nvidia/etc/vulkan/icd.d',
+  '/usr/local/nvidia/icd.d',
+  '/usr/local/nvidia/vulkan/icd.d',
+];
 const MANIFESTS = ['nvidia_icd.json', 'nvidia_icd.x86_64.json'];
 const LIBRARY_DIRS = ['/usr/local/nvidia/lib64', '/usr/local/nvidia/lib', '/usr/lib/x86_64-linux-gnu', '/usr/lib64'];
 
@@ -25,9 +30,12 @@ export interface IcdSearch {
 }
 
 function nvidiaLibrary(): string | null {
-  for (const dir of LIBRARY_DIRS) if (existsSync(join(dir, 'libGLX_nvidia.so.0'))) return join(dir, 'libGLX_nvidia.so.0');
+  for (const dir of LIBRARY_DIRS)
+    if (existsSync(join(dir, 'libGLX_nvidia.so.0'))) return join(dir, 'libGLX_nvidia.so.0');
   try {
-    const line = execFileSync('ldconfig', ['-p'], { encoding: 'utf8', timeout: 5000 }).split('\n').find((l) => l.includes('libGLX_nvidia.so.0'));
+    const line = execFileSync('ldconfig', ['-p'], { encoding: 'utf8', timeout: 5000 })
+      .split('\n')
+      .find((l) => l.includes('libGLX_nvidia.so.0'));
     return line ? line.split('=> ')[1].trim() : null;
   } catch {
     return null;
@@ -36,16 +44,33 @@ function nvidiaLibrary(): string | null {
 
 export function findNvidiaIcd(env: NodeJS.ProcessEnv = process.env): IcdSearch {
   const given = env.VK_DRIVER_FILES ?? env.VK_ICD_FILENAMES ?? env.VK_ADD_DRIVER_FILES;
-  if (given) return { manifest: given, how: 'environment', env: {}, note: `Vulkan drivers from the environment: ${given}` };
-  const at = (dirs: string[]) => dirs.flatMap((d) => MANIFESTS.map((m) => join(d, m))).find((p) => existsSync(p)) ?? null;
+  if (given)
+    return { manifest: given, how: 'environment', env: {}, note: `Vulkan drivers from the environment: ${given}` };
+  const at = (dirs: string[]) =>
+    dirs.flatMap((d) => MANIFESTS.map((m) => join(d, m))).find((p) => existsSync(p)) ?? null;
   const standard = at(SEARCHED);
   if (standard) return { manifest: standard, how: 'loader', env: {}, note: `NVIDIA's Vulkan ICD: ${standard}` };
   const add = (manifest: string) => ({ VK_ICD_FILENAMES: manifest });
   const other = at(ELSEWHERE);
-  if (other) return { manifest: other, how: 'named', env: add(other), note: `NVIDIA's Vulkan ICD outside the loader's search path, named in VK_ICD_FILENAMES: ${other}` };
+  if (other)
+    return {
+      manifest: other,
+      how: 'named',
+      env: add(other),
+      note: `NVIDIA's Vulkan ICD outside the loader's search path, named in VK_ICD_FILENAMES: ${other}`,
+    };
   const library = nvidiaLibrary();
-  if (!library) return { manifest: null, how: 'none', env: {}, note: 'no NVIDIA Vulkan ICD (no nvidia_icd.json, no libGLX_nvidia.so.0)' };
+  if (!library)
+    return {
+      manifest: null,
+      how: 'none',
+      env: {},
+      note: 'no NVIDIA Vulkan ICD (no nvidia_icd.json, no libGLX_nvidia.so.0)',
+    };
   const manifest = join(mkdtempSync(join(tmpdir(), 'gpu-report-icd-')), 'nvidia_icd.json');
-  writeFileSync(manifest, JSON.stringify({ file_format_version: '1.0.0', ICD: { library_path: library, api_version: '1.3.0' } }));
+  writeFileSync(
+    manifest,
+    JSON.stringify({ file_format_version: '1.0.0', ICD: { library_path: library, api_version: '1.3.0' } }),
+  );
   return { manifest, how: 'written', env: add(manifest), note: `no nvidia_icd.json; one written for ${library}` };
 }

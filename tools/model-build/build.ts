@@ -11,7 +11,8 @@ export function writePackage(root: string, build: PackageBuild): string {
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'manifest.json'), JSON.stringify(build.manifest, null, 2) + '\n');
   writeFileSync(join(dir, 'model.onnx'), build.model.model);
-  if (build.model.externalData) writeFileSync(join(dir, build.model.externalData.location), build.model.externalData.bytes);
+  if (build.model.externalData)
+    writeFileSync(join(dir, build.model.externalData.location), build.model.externalData.bytes);
   return dir;
 }
 

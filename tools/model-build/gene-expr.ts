@@ -38,14 +38,16 @@ export function buildGeneExpr(): PackageBuild {
   const manifest: Manifest = {
     name: 'gene-expr',
     version: '1.0.0',
-    description: 'Spatial gene-expression prediction (Oncotype DX 21 genes) from a 224x224 H&E tile at 0.5 MPP and an optional bulk RNA vector (PAM50 genes); also serves the tile embedding. Untrained weights.',
+    description:
+      'Spatial gene-expression prediction (Oncotype DX 21 genes) from a 224x224 H&E tile at 0.5 MPP and an optional bulk RNA vector (PAM50 genes); also serves the tile embedding. Untrained weights.',
     license: 'Apache-2.0',
     tasks: ['prediction', 'embedding'],
     tile: { width: 224, height: 224, mpp: 0.5, mpp_tolerance: 0.1 },
     preprocess: { scale: 1 / 255, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225], channel_order: 'RGB' },
     tensors: { image: 'image', bulk: 'bulk', prediction: 'prediction', embedding: 'embedding' },
     genes: {
-      panel: 'input: PAM50 (Parker et al., J Clin Oncol 2009); output: Oncotype DX 21-gene panel (Paik et al., N Engl J Med 2004). HGNC symbols.',
+      panel:
+        'input: PAM50 (Parker et al., J Clin Oncol 2009); output: Oncotype DX 21-gene panel (Paik et al., N Engl J Med 2004). HGNC symbols.',
       input: PAM50,
       output: ONCOTYPE_DX_21,
       bulk_transform: 'log1p_cp10k',
@@ -54,5 +56,8 @@ export function buildGeneExpr(): PackageBuild {
     batch: { max: 16 },
     provenance: { trained: false, method },
   };
-  return { manifest, model: g.serialize({ docString: manifest.description, metadata: { trained: 'false', provenance: method } }) };
+  return {
+    manifest,
+    model: g.serialize({ docString: manifest.description, metadata: { trained: 'false', provenance: method } }),
+  };
 }

@@ -10,12 +10,7 @@ export const DType = { FLOAT: 1, UINT8: 2, INT32: 6, INT64: 7, BOOL: 9, FLOAT16:
 export type DTypeId = (typeof DType)[keyof typeof DType];
 export type Dim = number | string;
 
-export type Attr =
-  | { i: number }
-  | { f: number }
-  | { ints: number[] }
-  | { floats: number[] }
-  | { s: string };
+export type Attr = { i: number } | { f: number } | { ints: number[] } | { floats: number[] } | { s: string };
 
 export const int = (i: number): Attr => ({ i });
 export const float = (f: number): Attr => ({ f });
@@ -102,7 +97,10 @@ export class Graph {
     return output;
   }
 
-  serialize(meta: { docString: string; metadata: Record<string, string> }, external?: ExternalDataOptions): SerializedModel {
+  serialize(
+    meta: { docString: string; metadata: Record<string, string> },
+    external?: ExternalDataOptions,
+  ): SerializedModel {
     const chunks: Uint8Array[] = [];
     let offset = 0;
     const initializer = this.initializers.map((t): onnx.ITensorProto => {

@@ -17,13 +17,17 @@ const VIT_STD = 0.02;
 function attention(g: Graph, rng: Rng, x: string): string {
   const headDim = DIM / HEADS;
   const split = g.shape('heads', [0, TOKENS, HEADS, headDim]);
-  const heads = (perm: number[]) => g.op('Transpose', [g.op('Reshape', [linear(g, rng, x, DIM, DIM, VIT_STD), split])], { perm: ints(perm) });
+  const heads = (perm: number[]) =>
+    g.op('Transpose', [g.op('Reshape', [linear(g, rng, x, DIM, DIM, VIT_STD), split])], { perm: ints(perm) });
   const q = heads([0, 2, 1, 3]);
   const k = heads([0, 2, 3, 1]);
   const v = heads([0, 2, 1, 3]);
   const scores = g.op('Mul', [g.op('MatMul', [q, k]), g.scalar('scale', 1 / Math.sqrt(headDim))]);
   const context = g.op('MatMul', [g.op('Softmax', [scores], { axis: int(-1) }), v]);
-  const merged = g.op('Reshape', [g.op('Transpose', [context], { perm: ints([0, 2, 1, 3]) }), g.shape('merge', [0, TOKENS, DIM])]);
+  const merged = g.op('Reshape', [
+    g.op('Transpose', [context], { perm: ints([0, 2, 1, 3]) }),
+    g.shape('merge', [0, TOKENS, DIM]),
+  ]);
   return linear(g, rng, merged, DIM, DIM, VIT_STD);
 }
 
@@ -37,11 +41,22 @@ function mlp(g: Graph, rng: Rng, x: string): string {
 export function buildTileEmbed(): PackageBuild {
   const rng = new Rng(SEED);
   const g = new Graph('tile_embed');
-  const image = normalizedImage(g, g.input('pixel_values', DType.UINT8, ['batch', 224, 224, 3]), [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]);
+  const image = normalizedImage(
+    g,
+    g.input('pixel_values', DType.UINT8, ['batch', 224, 224, 3]),
+    [0.5, 0.5, 0.5],
+    [0.5, 0.5, 0.5],
+  );
   const patchW = g.constant('patch_w', rng.he(DIM * 3 * PATCH * PATCH, 3 * PATCH * PATCH), [DIM, 3, PATCH, PATCH]);
   const patches = g.op('Conv', [image, patchW], { kernel_shape: ints([PATCH, PATCH]), strides: ints([PATCH, PATCH]) });
-  const tokens = g.op('Transpose', [g.op('Reshape', [patches, g.shape('tokens', [0, DIM, TOKENS])])], { perm: ints([0, 2, 1]) });
-  const position = g.constant('pos', Float32Array.from({ length: TOKENS * DIM }, () => rng.normal() * VIT_STD), [1, TOKENS, DIM]);
+  const tokens = g.op('Transpose', [g.op('Reshape', [patches, g.shape('tokens', [0, DIM, TOKENS])])], {
+    perm: ints([0, 2, 1]),
+  });
+  const position = g.constant(
+    'pos',
+    Float32Array.from({ length: TOKENS * DIM }, () => rng.normal() * VIT_STD),
+    [1, TOKENS, DIM],
+  );
   let x = g.op('Add', [tokens, position]);
   for (let i = 0; i < DEPTH; i++) {
     x = g.op('Add', [x, attention(g, rng, layerNorm(g, x, DIM))]);
@@ -55,7 +70,8 @@ export function buildTileEmbed(): PackageBuild {
   const manifest: Manifest = {
     name: 'tile-embed',
     version: '1.0.0',
-    description: 'Tile embedding from a small vision transformer (8x8 patches, 4 blocks, 160-d, mean-pooled) on 224x224 tiles at 0.5 MPP. Untrained weights.',
+    description:
+      'Tile embedding from a small vision transformer (8x8 patches, 4 blocks, 160-d, mean-pooled) on 224x224 tiles at 0.5 MPP. Untrained weights.',
     license: 'Apache-2.0',
     tasks: ['embedding'],
     tile: { width: 224, height: 224, mpp: 0.5, mpp_tolerance: 0.1 },
@@ -66,5 +82,8 @@ export function buildTileEmbed(): PackageBuild {
     batch: { max: 16 },
     provenance: { trained: false, method },
   };
-  return { manifest, model: g.serialize({ docString: manifest.description, metadata: { trained: 'false', provenance: method } }) };
+  return {
+    manifest,
+    model: g.serialize({ docString: manifest.description, metadata: { trained: 'false', provenance: method } }),
+  };
 }

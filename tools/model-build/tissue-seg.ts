@@ -40,8 +40,16 @@ export function buildTissueSeg(): PackageBuild {
   // Values stay in 0..255: the thresholds are scaled instead of every pixel.
   const pixels = g.op('Cast', [image], { to: int(DType.FLOAT) });
   const [r, gr, b] = ['r', 'g', 'b'].map((c, i) => {
-    const channel = g.op('Slice', [pixels, g.shape(`${c}_start`, [i]), g.shape(`${c}_end`, [i + 1]), g.shape(`${c}_axis`, [3])]);
-    const nchw = g.op('Unsqueeze', [g.op('Squeeze', [channel, g.shape(`${c}_last`, [3])]), g.shape(`${c}_second`, [1])]);
+    const channel = g.op('Slice', [
+      pixels,
+      g.shape(`${c}_start`, [i]),
+      g.shape(`${c}_end`, [i + 1]),
+      g.shape(`${c}_axis`, [3]),
+    ]);
+    const nchw = g.op('Unsqueeze', [
+      g.op('Squeeze', [channel, g.shape(`${c}_last`, [3])]),
+      g.shape(`${c}_second`, [1]),
+    ]);
     return separable(g, 'AveragePool', nchw, DETECTOR.blur);
   });
   const chroma = g.op('Sub', [g.op('Max', [r, gr, b]), g.op('Min', [r, gr, b])]);
@@ -63,7 +71,8 @@ export function buildTissueSeg(): PackageBuild {
   const manifest: Manifest = {
     name: 'tissue-seg',
     version: '1.0.0',
-    description: 'Tissue detection on 512x512 tiles at 8.0 MPP: stain chroma and optical density against a bright neutral glass model, with morphological closing and opening. Finds pale stroma, fat and loose connective tissue that saturation+Otsu misses; ignores dust and glass texture.',
+    description:
+      'Tissue detection on 512x512 tiles at 8.0 MPP: stain chroma and optical density against a bright neutral glass model, with morphological closing and opening. Finds pale stroma, fat and loose connective tissue that saturation+Otsu misses; ignores dust and glass texture.',
     license: 'Apache-2.0',
     tasks: ['segmentation'],
     tile: { width: 512, height: 512, mpp: 8.0, mpp_tolerance: 0.1 },
@@ -72,5 +81,8 @@ export function buildTissueSeg(): PackageBuild {
     batch: { max: 8 },
     provenance: { trained: false, method },
   };
-  return { manifest, model: g.serialize({ docString: manifest.description, metadata: { trained: 'false', provenance: method } }) };
+  return {
+    manifest,
+    model: g.serialize({ docString: manifest.description, metadata: { trained: 'false', provenance: method } }),
+  };
 }

@@ -30,12 +30,20 @@ export async function lintPackage(dir: string): Promise<LintReport> {
   let session: ModelSession | null = null;
   try {
     const pkg = readPackage(dir);
-    session = await ModelSession.open(pkg, { intraOpThreads: 1, provider: ['cpu'], gpu: null, gpuPci: null, gpuUuid: null });
+    session = await ModelSession.open(pkg, {
+      intraOpThreads: 1,
+      provider: ['cpu'],
+      gpu: null,
+      gpuPci: null,
+      gpuUuid: null,
+    });
     report.notes.push(...session.plan.warnings);
     const worker = new ModelWorker(pkg, session, { maxBatch: 0, maxDelayMs: 0, batchShapes: [session.plan.maxBatch] });
     const started = performance.now();
     await worker.warmup(1);
-    report.notes.push(`warm-up: a batch of ${session.plan.maxBatch} synthetic tiles in ${Math.round(performance.now() - started)} ms; sha256 ${pkg.sha256}`);
+    report.notes.push(
+      `warm-up: a batch of ${session.plan.maxBatch} synthetic tiles in ${Math.round(performance.now() - started)} ms; sha256 ${pkg.sha256}`,
+    );
   } catch (err) {
     const line = (err as Error).message.split('\n')[0];
     report.problems.push(err instanceof CodedError ? `[${err.code}] ${line}` : line);

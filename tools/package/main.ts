@@ -17,14 +17,17 @@ const USAGE = `usage: npm run package -- <model.onnx> --name <name> [--out model
 /** Files the graph keeps its weights in (ONNX external data), relative to model.onnx. */
 function externalDataFiles(model: Uint8Array): string[] {
   const { graph } = onnxProto.onnx.ModelProto.decode(model);
-  const locations = (graph?.initializer ?? []).flatMap((t) => (t.externalData ?? []).filter((e) => e.key === 'location').map((e) => e.value!));
+  const locations = (graph?.initializer ?? []).flatMap((t) =>
+    (t.externalData ?? []).filter((e) => e.key === 'location').map((e) => e.value!),
+  );
   return [...new Set(locations)];
 }
 
 const triple = (s: string | undefined, flag: string): [number, number, number] | undefined => {
   if (s === undefined) return undefined;
   const v = s.split(',').map(Number);
-  if (v.length !== 3 || v.some((x) => !Number.isFinite(x))) throw new Error(`--${flag}: three numbers r,g,b, in R, G, B order`);
+  if (v.length !== 3 || v.some((x) => !Number.isFinite(x)))
+    throw new Error(`--${flag}: three numbers r,g,b, in R, G, B order`);
   return v as [number, number, number];
 };
 const number = (s: string | undefined, flag: string) => {
@@ -36,7 +39,8 @@ const number = (s: string | undefined, flag: string) => {
 
 export async function packageExport(modelPath: string, out: string, facts: KnownFacts, force = false): Promise<string> {
   const dir = join(out, facts.name);
-  if (existsSync(join(dir, 'manifest.json')) && !force) throw new Error(`${dir}/manifest.json exists; --force replaces it`);
+  if (existsSync(join(dir, 'manifest.json')) && !force)
+    throw new Error(`${dir}/manifest.json exists; --force replaces it`);
   const session = await ort.InferenceSession.create(modelPath);
   const manifest = manifestSkeleton(session, facts);
   await session.release();
@@ -76,7 +80,9 @@ async function main(argv: string[]): Promise<number> {
     },
   });
   if (values.help) {
-    console.log(`${USAGE}\n\nWrites models/<name>/ (manifest.json beside the graph) from an ONNX file and what you\nknow of it, then checks it; --lint checks package folders. Exit status: 0 ok, 1 problems\nfound, 2 a wrong command line.`);
+    console.log(
+      `${USAGE}\n\nWrites models/<name>/ (manifest.json beside the graph) from an ONNX file and what you\nknow of it, then checks it; --lint checks package folders. Exit status: 0 ok, 1 problems\nfound, 2 a wrong command line.`,
+    );
     return 0;
   }
   let dirs = positionals;
@@ -94,7 +100,9 @@ async function main(argv: string[]): Promise<number> {
       std: triple(values.std, 'std'),
     };
     const dir = await packageExport(positionals[0], values.out!, facts, values.force);
-    console.log(`${dir}: written from ${basename(positionals[0])}; review manifest.json, then add {"name": "${values.name}"} to the config's models`);
+    console.log(
+      `${dir}: written from ${basename(positionals[0])}; review manifest.json, then add {"name": "${values.name}"} to the config's models`,
+    );
     dirs = [dir];
   }
   if (!dirs.length) throw new Error(USAGE);

@@ -67,17 +67,33 @@ export function manifestSkeleton(signature: SessionSignature, facts: KnownFacts)
       mpp_tolerance: 0.1,
     },
     preprocess: nhwc
-      ? { input: 'uint8', channel_order: facts.channelOrder ?? userKnows('"RGB" or "BGR", the order the graph expects') }
+      ? {
+          input: 'uint8',
+          channel_order: facts.channelOrder ?? userKnows('"RGB" or "BGR", the order the graph expects'),
+        }
       : {
           ...(image?.type === 'float16' && { input: 'float16' }),
           scale: facts.scale ?? userKnows('pixel scale, e.g. 1/255 = 0.00392156862745098'),
-          mean: facts.mean ? rgb(facts.mean) : userKnows('mean per channel by name, {"R": r, "G": g, "B": b}, of the training normalization'),
+          mean: facts.mean
+            ? rgb(facts.mean)
+            : userKnows('mean per channel by name, {"R": r, "G": g, "B": b}, of the training normalization'),
           std: facts.std ? rgb(facts.std) : userKnows('std per channel by name, {"R": r, "G": g, "B": b}'),
           channel_order: facts.channelOrder ?? userKnows('"RGB" (torchvision, PIL) or "BGR" (OpenCV)'),
         },
     tensors,
-    ...(mask && (channels ?? 2) > 1 && { mask_channel: userKnows(`which of the ${channels ?? 'C'} channels of "${mask.name}" is tissue: {"index": i, "rule": "argmax"} or "threshold"`) }),
-    ...(mask && floatMask && (channels ?? 2) === 1 && { mask_threshold: userKnows(`"${mask.name}" is ${mask.type}: tissue where value > threshold (0 for logits, 0.5 for probabilities)`) }),
+    ...(mask &&
+      (channels ?? 2) > 1 && {
+        mask_channel: userKnows(
+          `which of the ${channels ?? 'C'} channels of "${mask.name}" is tissue: {"index": i, "rule": "argmax"} or "threshold"`,
+        ),
+      }),
+    ...(mask &&
+      floatMask &&
+      (channels ?? 2) === 1 && {
+        mask_threshold: userKnows(
+          `"${mask.name}" is ${mask.type}: tissue where value > threshold (0 for logits, 0.5 for probabilities)`,
+        ),
+      }),
     ...(bulk && {
       genes: {
         panel: userKnows('the gene panels and their source'),
@@ -93,7 +109,11 @@ export function manifestSkeleton(signature: SessionSignature, facts: KnownFacts)
       inputs: Object.fromEntries(inputs.map((m) => [m.name, describeTensor(m)])),
       outputs: Object.fromEntries(outputs.map((m) => [m.name, describeTensor(m)])),
     },
-    provenance: { trained: userKnows('true for trained weights (a boolean)'), method: userKnows('how the weights were made'), source: userKnows('where they come from') },
+    provenance: {
+      trained: userKnows('true for trained weights (a boolean)'),
+      method: userKnows('how the weights were made'),
+      source: userKnows('where they come from'),
+    },
   };
 }
 
@@ -101,6 +121,7 @@ export function manifestSkeleton(signature: SessionSignature, facts: KnownFacts)
 export function todos(value: unknown, path = ''): string[] {
   if (typeof value === 'string') return value.startsWith(TODO) ? [`${path || '(root)'}: ${value}`] : [];
   if (Array.isArray(value)) return value.flatMap((v, i) => todos(v, `${path}.${i}`.replace(/^\./, '')));
-  if (value && typeof value === 'object') return Object.entries(value).flatMap(([k, v]) => todos(v, path ? `${path}.${k}` : k));
+  if (value && typeof value === 'object')
+    return Object.entries(value).flatMap(([k, v]) => todos(v, path ? `${path}.${k}` : k));
   return [];
 }

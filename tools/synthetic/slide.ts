@@ -38,14 +38,17 @@ export interface Raster {
   rgb: Uint8Array;
 }
 
-const inside = (islands: Island[], xUm: number, yUm: number) => islands.some((i) => ((xUm - i.cx) / i.rx) ** 2 + ((yUm - i.cy) / i.ry) ** 2 <= 1);
+const inside = (islands: Island[], xUm: number, yUm: number) =>
+  islands.some((i) => ((xUm - i.cx) / i.rx) ** 2 + ((yUm - i.cy) / i.ry) ** 2 <= 1);
 
 /** 1 where the centre of a pixel at `mpp` lies in an island. */
 export function truthMask(spec: SlideSpec, mpp: number): { width: number; height: number; mask: Uint8Array } {
   const width = Math.ceil(spec.widthUm / mpp);
   const height = Math.ceil(spec.heightUm / mpp);
   const mask = new Uint8Array(width * height);
-  for (let y = 0; y < height; y++) for (let x = 0; x < width; x++) mask[y * width + x] = inside(spec.islands, (x + 0.5) * mpp, (y + 0.5) * mpp) ? 1 : 0;
+  for (let y = 0; y < height; y++)
+    for (let x = 0; x < width; x++)
+      mask[y * width + x] = inside(spec.islands, (x + 0.5) * mpp, (y + 0.5) * mpp) ? 1 : 0;
   return { width, height, mask };
 }
 
@@ -70,7 +73,10 @@ export function renderLevel0(spec: SlideSpec): Raster {
       let b = 243 + noise;
       if (mask[i]) {
         const xu = x * spec.mpp;
-        const t = 0.5 + 0.25 * Math.sin(xu / 23 + phase[0] + Math.sin(yu / 41 + phase[1]) * 2) + 0.25 * Math.sin(yu / 17 + phase[2]);
+        const t =
+          0.5 +
+          0.25 * Math.sin(xu / 23 + phase[0] + Math.sin(yu / 41 + phase[1]) * 2) +
+          0.25 * Math.sin(yu / 17 + phase[2]);
         r = light[0] + (dark[0] - light[0]) * t + noise * 2;
         g = light[1] + (dark[1] - light[1]) * t + noise * 2;
         b = light[2] + (dark[2] - light[2]) * t + noise * 2;
@@ -117,12 +123,24 @@ function crop(src: Raster, x0: number, y0: number, w: number, h: number): Uint8A
   return out;
 }
 
-async function tiledLevel(raster: Raster, tileSize: number, quality: number, sharedTables: boolean, chroma: '4:4:4' | '4:2:0'): Promise<TiffImage> {
+async function tiledLevel(
+  raster: Raster,
+  tileSize: number,
+  quality: number,
+  sharedTables: boolean,
+  chroma: '4:4:4' | '4:2:0',
+): Promise<TiffImage> {
   const blocks: Buffer[] = [];
   let jpegTables: Buffer | undefined;
   for (let ty = 0; ty < Math.ceil(raster.height / tileSize); ty++) {
     for (let tx = 0; tx < Math.ceil(raster.width / tileSize); tx++) {
-      const full = await encodeJpeg(crop(raster, tx * tileSize, ty * tileSize, tileSize, tileSize), tileSize, tileSize, quality, chroma);
+      const full = await encodeJpeg(
+        crop(raster, tx * tileSize, ty * tileSize, tileSize, tileSize),
+        tileSize,
+        tileSize,
+        quality,
+        chroma,
+      );
       if (!sharedTables) blocks.push(full);
       else {
         const { tables, stream } = splitJpegTables(full);
@@ -131,7 +149,14 @@ async function tiledLevel(raster: Raster, tileSize: number, quality: number, sha
       }
     }
   }
-  return { width: raster.width, height: raster.height, blocks, tileSize, jpegTables, subsampling: chroma === '4:2:0' ? 2 : 1 };
+  return {
+    width: raster.width,
+    height: raster.height,
+    blocks,
+    tileSize,
+    jpegTables,
+    subsampling: chroma === '4:2:0' ? 2 : 1,
+  };
 }
 
 /** Writes the slide and returns its level-0 raster (what the JPEG tiles were encoded from). */
@@ -142,7 +167,9 @@ export async function writeSlide(path: string, spec: SlideSpec): Promise<Raster>
   const downsamples = spec.downsamples ?? [1, 4, 16];
   const svs = spec.format === 'svs';
   const chroma = spec.chroma ?? '4:4:4';
-  const levels = await Promise.all(downsamples.map((d) => tiledLevel(d === 1 ? level0 : downsample(level0, d), tileSize, quality, svs, chroma)));
+  const levels = await Promise.all(
+    downsamples.map((d) => tiledLevel(d === 1 ? level0 : downsample(level0, d), tileSize, quality, svs, chroma)),
+  );
   if (!svs) {
     const base = spec.resolution ?? { perUnit: 10000 / spec.mpp, unit: 3 as const };
     levels.forEach((l, i) => (l.resolution = { perUnit: base.perUnit / downsamples[i], unit: base.unit }));
@@ -156,7 +183,15 @@ export async function writeSlide(path: string, spec: SlideSpec): Promise<Raster>
   // Aperio: level 0, then a stripped thumbnail (about 1024 px wide), then the other levels.
   const factor = Math.max(1, Math.ceil(level0.width / 1024));
   const thumb = downsample(level0, factor);
-  const thumbnail: TiffImage = { width: thumb.width, height: thumb.height, blocks: [await encodeJpeg(thumb.rgb, thumb.width, thumb.height, quality, chroma)], subsampling: chroma === '4:2:0' ? 2 : 1, rowsPerStrip: thumb.height, subfileType: 0, description: `Aperio Image Library v12.0.15 \r\n${level0.width}x${level0.height} -> ${thumb.width}x${thumb.height} - ` };
+  const thumbnail: TiffImage = {
+    width: thumb.width,
+    height: thumb.height,
+    blocks: [await encodeJpeg(thumb.rgb, thumb.width, thumb.height, quality, chroma)],
+    subsampling: chroma === '4:2:0' ? 2 : 1,
+    rowsPerStrip: thumb.height,
+    subfileType: 0,
+    description: `Aperio Image Library v12.0.15 \r\n${level0.width}x${level0.height} -> ${thumb.width}x${thumb.height} - `,
+  };
   writeTiff(path, [levels[0], thumbnail, ...levels.slice(1)]);
   return level0;
 }

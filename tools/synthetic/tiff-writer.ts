@@ -80,10 +80,15 @@ export function writeTiff(path: string, images: TiffImage[]): void {
       { tag: 277, type: SHORT, values: [3] },
       { tag: 284, type: SHORT, values: [1] },
     ];
-    if (image.description !== undefined) entries.push({ tag: 270, type: ASCII, values: Buffer.from(image.description + '\0', 'latin1') });
+    if (image.description !== undefined)
+      entries.push({ tag: 270, type: ASCII, values: Buffer.from(image.description + '\0', 'latin1') });
     if (image.resolution !== undefined) {
       const value = Math.round(image.resolution.perUnit);
-      entries.push({ tag: 282, type: RATIONAL, values: [value] }, { tag: 283, type: RATIONAL, values: [value] }, { tag: 296, type: SHORT, values: [image.resolution.unit] });
+      entries.push(
+        { tag: 282, type: RATIONAL, values: [value] },
+        { tag: 283, type: RATIONAL, values: [value] },
+        { tag: 296, type: SHORT, values: [image.resolution.unit] },
+      );
     }
     if (tiled) {
       entries.push(
@@ -93,7 +98,11 @@ export function writeTiff(path: string, images: TiffImage[]): void {
         { tag: 325, type: LONG, values: image.blocks.map((b) => b.length) },
       );
     } else {
-      entries.push({ tag: 273, type: LONG, values: blockOffsets }, { tag: 278, type: LONG, values: [image.rowsPerStrip ?? image.height] }, { tag: 279, type: LONG, values: image.blocks.map((b) => b.length) });
+      entries.push(
+        { tag: 273, type: LONG, values: blockOffsets },
+        { tag: 278, type: LONG, values: [image.rowsPerStrip ?? image.height] },
+        { tag: 279, type: LONG, values: image.blocks.map((b) => b.length) },
+      );
     }
     entries.push({ tag: 530, type: SHORT, values: [image.subsampling ?? 1, image.subsampling ?? 1] });
     if (image.jpegTables) entries.push({ tag: 347, type: UNDEFINED, values: image.jpegTables });
@@ -124,8 +133,16 @@ export function writeTiff(path: string, images: TiffImage[]): void {
 }
 
 /** JPEG of an RGB block, with the standard Huffman tables so that tiles can share JPEGTables. */
-export function encodeJpeg(rgb: Uint8Array, width: number, height: number, quality: number, chroma: '4:4:4' | '4:2:0' = '4:4:4'): Promise<Buffer> {
-  return sharp(rgb, { raw: { width, height, channels: 3 } }).jpeg({ quality, optimiseCoding: false, chromaSubsampling: chroma }).toBuffer();
+export function encodeJpeg(
+  rgb: Uint8Array,
+  width: number,
+  height: number,
+  quality: number,
+  chroma: '4:4:4' | '4:2:0' = '4:4:4',
+): Promise<Buffer> {
+  return sharp(rgb, { raw: { width, height, channels: 3 } })
+    .jpeg({ quality, optimiseCoding: false, chromaSubsampling: chroma })
+    .toBuffer();
 }
 
 /** Splits a JPEG into its tables (SOI, DQT, DHT, EOI) and the abbreviated stream without them,

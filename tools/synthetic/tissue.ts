@@ -52,11 +52,25 @@ function quantile(values: Float32Array, fraction: number): number {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.floor(fraction * sorted.length)))];
 }
 
-const mix = (a: Rgb, b: Rgb, t: number): Rgb => [a[0] + (b[0] - a[0]) * t, a[1] + (b[1] - a[1]) * t, a[2] + (b[2] - a[2]) * t];
+const mix = (a: Rgb, b: Rgb, t: number): Rgb => [
+  a[0] + (b[0] - a[0]) * t,
+  a[1] + (b[1] - a[1]) * t,
+  a[2] + (b[2] - a[2]) * t,
+];
 
 const STAINS = {
-  he: { dark: [118, 62, 158] as Rgb, light: [222, 118, 172] as Rgb, pale: [241, 224, 236] as Rgb, membrane: [226, 182, 212] as Rgb },
-  ihc: { dark: [150, 98, 62] as Rgb, light: [168, 170, 206] as Rgb, pale: [227, 227, 239] as Rgb, membrane: [205, 200, 225] as Rgb },
+  he: {
+    dark: [118, 62, 158] as Rgb,
+    light: [222, 118, 172] as Rgb,
+    pale: [241, 224, 236] as Rgb,
+    membrane: [226, 182, 212] as Rgb,
+  },
+  ihc: {
+    dark: [150, 98, 62] as Rgb,
+    light: [168, 170, 206] as Rgb,
+    pale: [227, 227, 239] as Rgb,
+    membrane: [205, 200, 225] as Rgb,
+  },
 };
 
 export interface SlideTileOptions {
@@ -88,14 +102,21 @@ export function slideTile(o: SlideTileOptions): SyntheticTile {
   const truth = new Uint8Array(n);
   const tissueLevel = o.tissue > 0 ? quantile(islands, 1 - o.tissue) : Infinity;
   for (let i = 0; i < n; i++) truth[i] = islands[i] > tissueLevel ? 1 : 0;
-  const inside = Float32Array.from(Array.from(truth.keys()).filter((i) => truth[i]).map((i) => density[i]));
+  const inside = Float32Array.from(
+    Array.from(truth.keys())
+      .filter((i) => truth[i])
+      .map((i) => density[i]),
+  );
   const paleLevel = inside.length ? quantile(inside, o.pale) : 0;
   const fatLevel = quantile(fatField, 1 - o.fat);
 
   // Fat: cells around random seeds (a Voronoi pattern, ~8 px across); membranes on cell borders.
   const cellSize = 8;
   const seedsPerRow = Math.ceil(size / cellSize);
-  const seeds = Array.from({ length: seedsPerRow * seedsPerRow }, (_, k) => [((k % seedsPerRow) + rng.uniform()) * cellSize, (Math.floor(k / seedsPerRow) + rng.uniform()) * cellSize]);
+  const seeds = Array.from({ length: seedsPerRow * seedsPerRow }, (_, k) => [
+    ((k % seedsPerRow) + rng.uniform()) * cellSize,
+    (Math.floor(k / seedsPerRow) + rng.uniform()) * cellSize,
+  ]);
   const isMembrane = (x: number, y: number) => {
     const cx = Math.floor(x / cellSize);
     const cy = Math.floor(y / cellSize);
@@ -133,7 +154,8 @@ export function slideTile(o: SlideTileOptions): SyntheticTile {
         colour = mix(stain.pale, stain.light, Math.max(0, texture[i] - 0.55) * 0.25);
       }
     }
-    for (let c = 0; c < 3; c++) rgba[i * 4 + c] = Math.round(Math.min(255, Math.max(0, colour[c] + rng.normal() * 2.5)));
+    for (let c = 0; c < 3; c++)
+      rgba[i * 4 + c] = Math.round(Math.min(255, Math.max(0, colour[c] + rng.normal() * 2.5)));
     rgba[i * 4 + 3] = 255;
   }
 
@@ -188,7 +210,8 @@ export function cellularTile(seed: number, size = 224): SyntheticTile {
         if (x < 0 || y < 0 || x >= size || y >= size || ((x - cx) / rx) ** 2 + ((y - cy) / ry) ** 2 > 1) continue;
         const i = y * size + x;
         const nucleus: Rgb = [70 + 60 * (1 - tone), 40 + 50 * (1 - tone), 130 + 40 * (1 - tone)];
-        for (let c = 0; c < 3; c++) rgba[i * 4 + c] = Math.round(Math.min(255, Math.max(0, nucleus[c] + rng.normal() * 8)));
+        for (let c = 0; c < 3; c++)
+          rgba[i * 4 + c] = Math.round(Math.min(255, Math.max(0, nucleus[c] + rng.normal() * 8)));
       }
     }
   }

@@ -40,18 +40,36 @@ const locate = (dir: string, slide: string) => (/^[a-z][a-z0-9+.-]*:\/\//i.test(
 function readManifest(csv: string): CohortSlide[] {
   let rows: Record<string, string>[];
   try {
-    rows = parse(readFileSync(csv), { columns: (header: string[]) => header.map((h) => h.trim().toLowerCase()), bom: true, skip_empty_lines: true, trim: true });
+    rows = parse(readFileSync(csv), {
+      columns: (header: string[]) => header.map((h) => h.trim().toLowerCase()),
+      bom: true,
+      skip_empty_lines: true,
+      trim: true,
+    });
   } catch (err) {
     throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: ${(err as Error).message}`);
   }
   if (!rows.length) return [];
-  if (!('wsi' in rows[0])) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: no "wsi" column (TRIDENT's manifest: a wsi column of slide paths relative to the CSV, optionally mpp)`);
+  if (!('wsi' in rows[0]))
+    throw new UsageError(
+      'TILE_ERR_COHORT_MANIFEST',
+      `${csv}: no "wsi" column (TRIDENT's manifest: a wsi column of slide paths relative to the CSV, optionally mpp)`,
+    );
   return rows.map((row, k) => {
     if (!row.wsi) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: line ${k + 2}: the wsi cell is empty`);
-    const slide: CohortSlide = { label: row.wsi, path: locate(dirname(csv), row.wsi), stem: stemOf(row.wsi), from: `${csv} line ${k + 2}` };
+    const slide: CohortSlide = {
+      label: row.wsi,
+      path: locate(dirname(csv), row.wsi),
+      stem: stemOf(row.wsi),
+      from: `${csv} line ${k + 2}`,
+    };
     if (row.mpp) {
       const mpp = Number(row.mpp);
-      if (!mppInRange(mpp)) throw new UsageError('TILE_ERR_COHORT_MANIFEST', `${csv}: line ${k + 2}: mpp "${row.mpp}" is not a slide's microns per pixel (${MPP_RANGE[0]} to ${MPP_RANGE[1]})`);
+      if (!mppInRange(mpp))
+        throw new UsageError(
+          'TILE_ERR_COHORT_MANIFEST',
+          `${csv}: line ${k + 2}: mpp "${row.mpp}" is not a slide's microns per pixel (${MPP_RANGE[0]} to ${MPP_RANGE[1]})`,
+        );
       slide.mpp = mpp;
     }
     return slide;
@@ -64,10 +82,17 @@ export function readCohort(inputs: string[]): CohortSlide[] {
   const slides: CohortSlide[] = [];
   const seen = new Map<string, CohortSlide>();
   for (const input of inputs) {
-    const found = extname(input).toLowerCase() === '.csv' ? readManifest(input) : [{ label: input, path: locate('.', input), stem: stemOf(input), from: 'the command line' }];
+    const found =
+      extname(input).toLowerCase() === '.csv'
+        ? readManifest(input)
+        : [{ label: input, path: locate('.', input), stem: stemOf(input), from: 'the command line' }];
     for (const s of found) {
       const first = seen.get(s.path);
-      if (first) throw new UsageError('TILE_ERR_COHORT_DUPLICATE', `${s.path} is named twice: ${first.from}${first.mpp === undefined ? '' : ` (mpp ${first.mpp})`} and ${s.from}${s.mpp === undefined ? '' : ` (mpp ${s.mpp})`}; keep one`);
+      if (first)
+        throw new UsageError(
+          'TILE_ERR_COHORT_DUPLICATE',
+          `${s.path} is named twice: ${first.from}${first.mpp === undefined ? '' : ` (mpp ${first.mpp})`} and ${s.from}${s.mpp === undefined ? '' : ` (mpp ${s.mpp})`}; keep one`,
+        );
       seen.set(s.path, s);
       slides.push(s);
     }
@@ -76,8 +101,13 @@ export function readCohort(inputs: string[]): CohortSlide[] {
   for (const s of slides) byStem.set(s.stem, [...(byStem.get(s.stem) ?? []), s]);
   const clashes = [...byStem.values()].filter((group) => group.length > 1);
   if (clashes.length) {
-    const list = clashes.map((group) => `${group.map((s) => s.label).join(' and ')} (both "${group[0].stem}")`).join('; ');
-    throw new UsageError('TILE_ERR_COHORT_NAME_CLASH', `slides with the same file name would write the same outputs: ${list}. Rename them, or run them into different --out folders`);
+    const list = clashes
+      .map((group) => `${group.map((s) => s.label).join(' and ')} (both "${group[0].stem}")`)
+      .join('; ');
+    throw new UsageError(
+      'TILE_ERR_COHORT_NAME_CLASH',
+      `slides with the same file name would write the same outputs: ${list}. Rename them, or run them into different --out folders`,
+    );
   }
   return slides;
 }
@@ -108,9 +138,14 @@ const SHARD = /^(\d+)\/(\d+)$/;
 /** --shard INDEX/COUNT, else a Slurm job array's task (SLURM_ARRAY_TASK_ID less
  *  SLURM_ARRAY_TASK_MIN, over its step, of SLURM_ARRAY_TASK_COUNT), else a Kubernetes Indexed
  *  Job's JOB_COMPLETION_INDEX of --shards COUNT; null for a whole cohort. */
-export function shardOf(option: string | undefined, shards: string | undefined, env: NodeJS.ProcessEnv = process.env): Shard | null {
+export function shardOf(
+  option: string | undefined,
+  shards: string | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): Shard | null {
   const check = (index: number, count: number, from: string): Shard => {
-    if (!Number.isInteger(index) || !Number.isInteger(count) || count < 1 || index < 0 || index >= count) throw new UsageError('TILE_ERR_COHORT_SHARD', `${from}: shard ${index} of ${count} (INDEX from 0 to COUNT-1)`);
+    if (!Number.isInteger(index) || !Number.isInteger(count) || count < 1 || index < 0 || index >= count)
+      throw new UsageError('TILE_ERR_COHORT_SHARD', `${from}: shard ${index} of ${count} (INDEX from 0 to COUNT-1)`);
     return { index, count, from };
   };
   if (option !== undefined) {
@@ -122,21 +157,39 @@ export function shardOf(option: string | undefined, shards: string | undefined, 
     const id = Number(env.SLURM_ARRAY_TASK_ID);
     const min = Number(env.SLURM_ARRAY_TASK_MIN ?? 0);
     const step = Number(env.SLURM_ARRAY_TASK_STEP ?? 1) || 1;
-    return check((id - min) / step, Number(env.SLURM_ARRAY_TASK_COUNT), `Slurm array task ${id} (min ${min}, step ${step}, count ${env.SLURM_ARRAY_TASK_COUNT})`);
+    return check(
+      (id - min) / step,
+      Number(env.SLURM_ARRAY_TASK_COUNT),
+      `Slurm array task ${id} (min ${min}, step ${step}, count ${env.SLURM_ARRAY_TASK_COUNT})`,
+    );
   }
   if (env.JOB_COMPLETION_INDEX !== undefined) {
-    if (shards === undefined) throw new UsageError('TILE_ERR_COHORT_SHARD', `JOB_COMPLETION_INDEX is ${env.JOB_COMPLETION_INDEX} (a Kubernetes Indexed Job): give the number of completions with --shards COUNT`);
-    return check(Number(env.JOB_COMPLETION_INDEX), Number(shards), `Kubernetes JOB_COMPLETION_INDEX ${env.JOB_COMPLETION_INDEX} of --shards ${shards}`);
+    if (shards === undefined)
+      throw new UsageError(
+        'TILE_ERR_COHORT_SHARD',
+        `JOB_COMPLETION_INDEX is ${env.JOB_COMPLETION_INDEX} (a Kubernetes Indexed Job): give the number of completions with --shards COUNT`,
+      );
+    return check(
+      Number(env.JOB_COMPLETION_INDEX),
+      Number(shards),
+      `Kubernetes JOB_COMPLETION_INDEX ${env.JOB_COMPLETION_INDEX} of --shards ${shards}`,
+    );
   }
-  if (shards !== undefined) throw new UsageError('TILE_ERR_COHORT_SHARD', '--shards COUNT takes its index from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job); elsewhere give --shard INDEX/COUNT');
+  if (shards !== undefined)
+    throw new UsageError(
+      'TILE_ERR_COHORT_SHARD',
+      '--shards COUNT takes its index from JOB_COMPLETION_INDEX (a Kubernetes Indexed Job); elsewhere give --shard INDEX/COUNT',
+    );
   return null;
 }
 
 /** Slide k of the cohort (in argument and manifest order) belongs to shard k mod COUNT: every
  *  shard reads the same list, so together they run each slide once. */
-export const inShard = <T>(slides: T[], shard: Shard | null): T[] => (shard ? slides.filter((_, k) => k % shard.count === shard.index) : slides);
+export const inShard = <T>(slides: T[], shard: Shard | null): T[] =>
+  shard ? slides.filter((_, k) => k % shard.count === shard.index) : slides;
 
-export const summaryName = (shard: Shard | null) => (shard ? `summary.${shard.index}-of-${shard.count}.csv` : 'summary.csv');
+export const summaryName = (shard: Shard | null) =>
+  shard ? `summary.${shard.index}-of-${shard.count}.csv` : 'summary.csv';
 
 export interface SummaryRow {
   slide: string;
@@ -165,7 +218,13 @@ export class Summary {
       const earlier = parse(readFileSync(path), { columns: true, skip_empty_lines: true }) as Record<string, string>[];
       // Keyed by the slide as this run names it: without the ' a neutralised cell was given.
       const slideOf = (cell: string) => (/^'[=+\-@\t\r]/.test(cell) ? cell.slice(1) : cell);
-      earlier.forEach((row, k) => this.rows.set(slideOf(row.slide), { order: Number.MAX_SAFE_INTEGER - earlier.length + k, row: { ...row, slide: slideOf(row.slide) }, now: false }));
+      earlier.forEach((row, k) =>
+        this.rows.set(slideOf(row.slide), {
+          order: Number.MAX_SAFE_INTEGER - earlier.length + k,
+          row: { ...row, slide: slideOf(row.slide) },
+          now: false,
+        }),
+      );
     } catch {
       // Not a summary this command wrote: replaced by this run's.
     }
@@ -173,8 +232,14 @@ export class Summary {
 
   /** `under`: the label of the slide or folder a row belongs to (a failed tile file's folder). */
   record(row: SummaryRow, under = row.slide): void {
-    this.rows.set(row.slide, { order: this.order(under), row: { ...row, seconds: row.seconds.toFixed(1) } as never, now: true });
-    const sorted = [...this.rows.values()].sort((a, b) => a.order - b.order || (a.row.slide < b.row.slide ? -1 : 1)).map((r) => r.row);
+    this.rows.set(row.slide, {
+      order: this.order(under),
+      row: { ...row, seconds: row.seconds.toFixed(1) } as never,
+      now: true,
+    });
+    const sorted = [...this.rows.values()]
+      .sort((a, b) => a.order - b.order || (a.row.slide < b.row.slide ? -1 : 1))
+      .map((r) => r.row);
     writeFileAtomic(this.path, stringify(sorted, { header: true, columns: COLUMNS, escape_formulas: true }));
   }
 

@@ -11,14 +11,24 @@ export interface TissueFeature {
   properties: { objectType: 'annotation'; classification: { name: 'Tissue'; color: [number, number, number] } };
 }
 
-export function tissueGeoJson(mask: Uint8Array, width: number, height: number, scale: number): { type: 'FeatureCollection'; features: TissueFeature[] } {
+export function tissueGeoJson(
+  mask: Uint8Array,
+  width: number,
+  height: number,
+  scale: number,
+): { type: 'FeatureCollection'; features: TissueFeature[] } {
   const values = Float64Array.from(mask);
   // Unsmoothed marching squares on the 0/1 grid: edges run through pixel-edge midpoints, so each
   // ring encloses exactly the mask's pixels (up to the cut corners).
   const [multi] = contours().size([width, height]).smooth(false).thresholds([0.5])(Array.from(values));
   const features: TissueFeature[] = multi.coordinates.map((polygon) => ({
     type: 'Feature',
-    geometry: { type: 'Polygon', coordinates: polygon.map((ring) => ring.map(([x, y]) => [Math.round(x * scale), Math.round(y * scale)] as [number, number])) },
+    geometry: {
+      type: 'Polygon',
+      coordinates: polygon.map((ring) =>
+        ring.map(([x, y]) => [Math.round(x * scale), Math.round(y * scale)] as [number, number]),
+      ),
+    },
     properties: { objectType: 'annotation', classification: { name: 'Tissue', color: [80, 160, 80] } },
   }));
   return { type: 'FeatureCollection', features };

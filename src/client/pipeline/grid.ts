@@ -29,7 +29,15 @@ export function tissueFraction(mask: TissueMask, mpp0: number, x: number, y: num
   return x1 > x0 && y1 > y0 ? tissue / ((x1 - x0) * (y1 - y0)) : 0;
 }
 
-export function tileGrid(width: number, height: number, mpp0: number, tileSize: number, tileMpp: number, mask: TissueMask, minTissue: number): TileGrid {
+export function tileGrid(
+  width: number,
+  height: number,
+  mpp0: number,
+  tileSize: number,
+  tileMpp: number,
+  mask: TissueMask,
+  minTissue: number,
+): TileGrid {
   const extent = Math.round((tileSize * tileMpp) / mpp0);
   const tiles: PlannedTile[] = [];
   for (let y = 0; y + extent <= height; y += extent) {

@@ -56,7 +56,11 @@ export function dicomIdentity(path: string): SourceIdentity | null {
   if (!kind) return null;
   const location = kind === 'dicomweb' ? path : resolve(path);
   const said = `DICOM series ${dicomSeries(path) ?? `at ${location}`}`;
-  return { location, quick: async () => said, digest: async () => createHash('sha256').update(`${said}\n`).digest('hex') };
+  return {
+    location,
+    quick: async () => said,
+    digest: async () => createHash('sha256').update(`${said}\n`).digest('hex'),
+  };
 }
 
 /** An http(s) or s3 slide is its URL, ETag and size, from its first range request (its content is
@@ -69,14 +73,24 @@ export function remoteIdentity(location: string): SourceIdentity | null {
     const { etag, size } = await bytes();
     return `ETag ${etag || '(none)'}, ${size} bytes`;
   };
-  return { location, quick, digest: async () => createHash('sha256').update(`${location}\n${await quick()}`).digest('hex'), bytes };
+  return {
+    location,
+    quick,
+    digest: async () =>
+      createHash('sha256')
+        .update(`${location}\n${await quick()}`)
+        .digest('hex'),
+    bytes,
+  };
 }
 
 /** The sources asked in order, each taking the locations it knows (a URL scheme, ...); files last.
  *  DICOMweb URLs are http(s): DICOM comes first. */
 export const IDENTITY_SOURCES: ((location: string) => SourceIdentity | null)[] = [dicomIdentity, remoteIdentity];
 
-export const identityOf = (location: string): SourceIdentity => IDENTITY_SOURCES.reduce<SourceIdentity | null>((found, source) => found ?? source(location), null) ?? fileIdentity(location);
+export const identityOf = (location: string): SourceIdentity =>
+  IDENTITY_SOURCES.reduce<SourceIdentity | null>((found, source) => found ?? source(location), null) ??
+  fileIdentity(location);
 
 /** What made a slide's outputs. `mpp` is null (and `mppSource` "slide") before the slide is
  *  opened: whatever the slide records. */
@@ -107,9 +121,12 @@ const LABELS: [keyof SlidePlan, string][] = [
 
 /** What differs between the plan a slide was done with and the one asked now, outputs aside. */
 export function planChanges(before: SlidePlan, now: SlidePlan): string[] {
-  const changes = LABELS.filter(([k]) => before[k] !== now[k]).map(([k, label]) => `${label} ${before[k]} -> ${now[k]}`);
+  const changes = LABELS.filter(([k]) => before[k] !== now[k]).map(
+    ([k, label]) => `${label} ${before[k]} -> ${now[k]}`,
+  );
   const mppNow = now.mpp ?? (before.mppSource === 'slide' ? before.mpp : null);
-  if (mppNow !== before.mpp || (now.mpp === null && before.mppSource !== 'slide')) changes.push(`slide MPP ${before.mpp} (${before.mppSource}) -> ${now.mpp ?? "the slide's own"} (${now.mppSource})`);
+  if (mppNow !== before.mpp || (now.mpp === null && before.mppSource !== 'slide'))
+    changes.push(`slide MPP ${before.mpp} (${before.mppSource}) -> ${now.mpp ?? "the slide's own"} (${now.mppSource})`);
   return changes;
 }
 
@@ -154,7 +171,11 @@ export class SlideRecords {
   private readonly donePath: string;
   private readonly tissuePath: string;
 
-  constructor(journalDir: string, private readonly stem: string, model: string) {
+  constructor(
+    journalDir: string,
+    private readonly stem: string,
+    model: string,
+  ) {
     this.ownerPath = join(journalDir, `${stem}.slide.json`);
     this.donePath = join(journalDir, `${stem}.${model}.done.json`);
     this.tissuePath = join(journalDir, `${stem}.tissue.json`);
@@ -168,10 +189,15 @@ export class SlideRecords {
     const quick = await id.quick();
     const sha256 = owner && owner.location === id.location && owner.quick === quick ? owner.sha256 : await id.digest();
     if (owner && owner.sha256 !== sha256) {
-      if (owner.location !== id.location) throw new OutFolderError('TILE_ERR_COHORT_NAME_CLASH', `${id.location}: its outputs would be named "${this.stem}", which this output folder already holds for ${owner.location}, another slide (another content); rename one of them or use another --out`);
+      if (owner.location !== id.location)
+        throw new OutFolderError(
+          'TILE_ERR_COHORT_NAME_CLASH',
+          `${id.location}: its outputs would be named "${this.stem}", which this output folder already holds for ${owner.location}, another slide (another content); rename one of them or use another --out`,
+        );
       for (const file of [this.donePath, this.tissuePath, ...stale]) rmSync(file, { force: true });
     }
-    if (!owner || owner.sha256 !== sha256 || owner.location !== id.location || owner.quick !== quick) writeFileAtomic(this.ownerPath, JSON.stringify({ location: id.location, quick, sha256 }) + '\n');
+    if (!owner || owner.sha256 !== sha256 || owner.location !== id.location || owner.quick !== quick)
+      writeFileAtomic(this.ownerPath, JSON.stringify({ location: id.location, quick, sha256 }) + '\n');
     return sha256;
   }
 

@@ -21,9 +21,17 @@ export function modelPlan(meta: ModelMetadataBody): ModelPlan {
   const model = encodeURIComponent(meta.model);
   const prediction = meta.tasks.includes('prediction');
   const embedding = meta.tasks.includes('embedding');
-  if (prediction) return { path: `/api/predict/${model}${embedding ? '?mode=prediction_with_embedding' : ''}`, prediction, embedding };
+  if (prediction)
+    return {
+      path: `/api/predict/${model}${embedding ? '?mode=prediction_with_embedding' : ''}`,
+      prediction,
+      embedding,
+    };
   if (embedding) return { path: `/api/embed/${model}`, prediction, embedding };
-  throw new UsageError('TILE_ERR_CLIENT_MODEL_TASKS', `model ${meta.model} serves ${meta.tasks.join(', ')}: neither embeddings nor predictions (a segmentation model goes in --tissue-model)`);
+  throw new UsageError(
+    'TILE_ERR_CLIENT_MODEL_TASKS',
+    `model ${meta.model} serves ${meta.tasks.join(', ')}: neither embeddings nor predictions (a segmentation model goes in --tissue-model)`,
+  );
 }
 
 export interface InferTile {
@@ -44,7 +52,15 @@ export type OnTileError = (tile: InferTile, err: TileClientError) => 'stop' | 's
 /** Posts every tile body as it comes, at most `concurrency` at a time, journalling results as they
  *  arrive. The first failure stops new tiles and is thrown once those in flight have settled
  *  (their results are journalled), unless onTileError skips it. */
-export async function runTiles(client: TileClient, plan: ModelPlan, bodies: AsyncIterable<{ tile: InferTile; body: MadeBody; release?: () => void }>, journal: Journal, concurrency: number, progress?: Progress, onTileError?: OnTileError): Promise<void> {
+export async function runTiles(
+  client: TileClient,
+  plan: ModelPlan,
+  bodies: AsyncIterable<{ tile: InferTile; body: MadeBody; release?: () => void }>,
+  journal: Journal,
+  concurrency: number,
+  progress?: Progress,
+  onTileError?: OnTileError,
+): Promise<void> {
   const slots = new Semaphore(concurrency);
   const running = new Set<Promise<void>>();
   let failure: unknown = null;
@@ -58,10 +74,19 @@ export async function runTiles(client: TileClient, plan: ModelPlan, bodies: Asyn
       const job = (async () => {
         try {
           const res = await client.infer(plan.path, body);
-          journal.append({ idx: tile.idx, output: res.output, ...(plan.prediction && plan.embedding ? { embedding: res.embedding } : {}) });
+          journal.append({
+            idx: tile.idx,
+            output: res.output,
+            ...(plan.prediction && plan.embedding ? { embedding: res.embedding } : {}),
+          });
           progress?.tick();
         } catch (err) {
-          if (err instanceof TileClientError && err.code === 'TILE_ERR_CLIENT_HTTP' && onTileError?.(tile, err) === 'skip') return;
+          if (
+            err instanceof TileClientError &&
+            err.code === 'TILE_ERR_CLIENT_HTTP' &&
+            onTileError?.(tile, err) === 'skip'
+          )
+            return;
           failure ??= err;
         } finally {
           done?.();
@@ -83,12 +108,24 @@ export async function runTiles(client: TileClient, plan: ModelPlan, bodies: Asyn
 export function journalShape(meta: ModelMetadataBody, plan: ModelPlan, tiles: number): JournalShape {
   const genes = meta.output_genes?.length || undefined;
   const dim = meta.embedding_dim ?? undefined;
-  return { tiles, output: plan.prediction ? genes : dim, embedding: plan.prediction && plan.embedding ? dim : undefined };
+  return {
+    tiles,
+    output: plan.prediction ? genes : dim,
+    embedding: plan.prediction && plan.embedding ? dim : undefined,
+  };
 }
 
 /** features_<model>/<stem>.h5 (embeddings) and predictions_<model>/<stem>.h5 + .csv, rows in
  *  patch_idx order. */
-export async function writeModelOutputs(outDir: string, stem: string, meta: ModelMetadataBody, plan: ModelPlan, tiles: InferTile[], journal: Journal, attrs: H5Attrs): Promise<string[]> {
+export async function writeModelOutputs(
+  outDir: string,
+  stem: string,
+  meta: ModelMetadataBody,
+  plan: ModelPlan,
+  tiles: InferTile[],
+  journal: Journal,
+  attrs: H5Attrs,
+): Promise<string[]> {
   const n = tiles.length;
   const coords = new Int32Array(n * 2);
   tiles.forEach((t, k) => coords.set([t.x, t.y], k * 2));
@@ -106,7 +143,14 @@ export async function writeModelOutputs(outDir: string, stem: string, meta: Mode
     makeDir(dir);
     const features = rows((r) => (plan.prediction ? r.embedding! : r.output), dim);
     const path = join(dir, `${stem}.h5`);
-    await writeH5(path, [{ name: 'features', data: features, shape: [n, dim] }, { name: 'coords', data: coords, shape: [n, 2], attrs: coordsAttrs }], rootAttrs);
+    await writeH5(
+      path,
+      [
+        { name: 'features', data: features, shape: [n, dim] },
+        { name: 'coords', data: coords, shape: [n, 2], attrs: coordsAttrs },
+      ],
+      rootAttrs,
+    );
     written.push(path);
   }
   if (plan.prediction) {
@@ -116,9 +160,23 @@ export async function writeModelOutputs(outDir: string, stem: string, meta: Mode
     makeDir(dir);
     const predictions = rows((r) => r.output, dim);
     const h5 = join(dir, `${stem}.h5`);
-    await writeH5(h5, [{ name: 'predictions', data: predictions, shape: [n, dim] }, { name: 'coords', data: coords, shape: [n, 2], attrs: coordsAttrs }, { name: 'genes', data: genes, shape: [genes.length] }], rootAttrs);
+    await writeH5(
+      h5,
+      [
+        { name: 'predictions', data: predictions, shape: [n, dim] },
+        { name: 'coords', data: coords, shape: [n, 2], attrs: coordsAttrs },
+        { name: 'genes', data: genes, shape: [genes.length] },
+      ],
+      rootAttrs,
+    );
     const csv = join(dir, `${stem}.csv`);
-    writeFileAtomic(csv, predictionsCsv(genes, tiles.map((t, k) => ({ idx: t.idx, x: t.x, y: t.y, values: predictions.subarray(k * dim, (k + 1) * dim) }))));
+    writeFileAtomic(
+      csv,
+      predictionsCsv(
+        genes,
+        tiles.map((t, k) => ({ idx: t.idx, x: t.x, y: t.y, values: predictions.subarray(k * dim, (k + 1) * dim) })),
+      ),
+    );
     written.push(h5, csv);
   }
   return written;

@@ -24,11 +24,16 @@ const FLOAT32_MAX = 3.4028234663852886e38;
 
 /** Why a result cannot be kept, or null. */
 function problem(r: TileResult, shape: JournalShape): string | null {
-  if (!Number.isInteger(r?.idx) || r.idx < 0 || r.idx >= shape.tiles) return `tile index ${JSON.stringify(r?.idx)} is not one of the ${shape.tiles} tiles`;
-  for (const [name, values, length] of [['output', r.output, shape.output], ['embedding', r.embedding, shape.embedding]] as const) {
+  if (!Number.isInteger(r?.idx) || r.idx < 0 || r.idx >= shape.tiles)
+    return `tile index ${JSON.stringify(r?.idx)} is not one of the ${shape.tiles} tiles`;
+  for (const [name, values, length] of [
+    ['output', r.output, shape.output],
+    ['embedding', r.embedding, shape.embedding],
+  ] as const) {
     if (values === undefined || (values === null && name === 'embedding')) continue;
     if (!Array.isArray(values)) return `tile ${r.idx}: ${name} is not a list of numbers`;
-    if (length !== undefined && values.length !== length) return `tile ${r.idx}: ${name} has ${values.length} values, the model gives ${length}`;
+    if (length !== undefined && values.length !== length)
+      return `tile ${r.idx}: ${name} has ${values.length} values, the model gives ${length}`;
     const bad = values.findIndex((v) => typeof v !== 'number' || !(Math.abs(v) <= FLOAT32_MAX));
     if (bad >= 0) return `tile ${r.idx}: ${name}[${bad}] is ${values[bad]}, not a finite float32`;
   }
@@ -65,7 +70,11 @@ export class Journal {
           const why = problem(r, shape) ?? (done.has(r.idx) ? `tile ${r.idx} is there twice` : null);
           shape.output ??= r.output.length;
           if (r.embedding) shape.embedding ??= r.embedding.length;
-          if (why) throw new OutputError('TILE_ERR_OUTPUT_JOURNAL', `${path}: line ${k + 2}: ${why}; delete the file to redo the slide`);
+          if (why)
+            throw new OutputError(
+              'TILE_ERR_OUTPUT_JOURNAL',
+              `${path}: line ${k + 2}: ${why}; delete the file to redo the slide`,
+            );
           done.set(r.idx, r);
           keep += Buffer.byteLength(line) + 1;
         }
@@ -89,7 +98,8 @@ export class Journal {
 
   append(result: TileResult): void {
     const why = problem(result, this.shape);
-    if (why) throw new OutputError('TILE_ERR_OUTPUT_JOURNAL', `${this.path}: the service's answer for ${why}; not kept`);
+    if (why)
+      throw new OutputError('TILE_ERR_OUTPUT_JOURNAL', `${this.path}: the service's answer for ${why}; not kept`);
     const line = Buffer.from(JSON.stringify(result) + '\n');
     try {
       writeSync(this.fd, line, 0, line.length, this.position);

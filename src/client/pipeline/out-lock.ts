@@ -19,9 +19,18 @@ interface Holder {
 
 /** Takes `outDir`'s lock for this process, or throws TILE_ERR_OUTPUT_LOCKED naming its holder.
  *  `note` hears about a stale lock taken over. */
-export function lockOutput(outDir: string, shard: Shard | null, note: (line: string) => void): { path: string; release: () => void } {
+export function lockOutput(
+  outDir: string,
+  shard: Shard | null,
+  note: (line: string) => void,
+): { path: string; release: () => void } {
   const path = join(outDir, shard ? `tile-infer.${shard.index}-of-${shard.count}.lock` : 'tile-infer.lock');
-  const me: Holder = { host: hostname(), pid: process.pid, started: new Date().toISOString(), command: process.argv.slice(2).join(' ') };
+  const me: Holder = {
+    host: hostname(),
+    pid: process.pid,
+    started: new Date().toISOString(),
+    command: process.argv.slice(2).join(' '),
+  };
   for (let attempt = 0; ; attempt++) {
     try {
       writeFileSync(path, JSON.stringify(me) + '\n', { flag: 'wx' });
@@ -42,8 +51,13 @@ export function lockOutput(outDir: string, shard: Shard | null, note: (line: str
       continue;
     }
     if (!holder && attempt < 3) continue;
-    const who = holder ? `pid ${holder.pid} on ${holder.host}, started ${holder.started}` : 'a run whose lock file cannot be read';
-    throw new OutputError('TILE_ERR_OUTPUT_LOCKED', `${outDir} is being written by another tile-infer (${who}; ${path}): wait for it, or use another --out; if that run is gone from another host, remove the lock file`);
+    const who = holder
+      ? `pid ${holder.pid} on ${holder.host}, started ${holder.started}`
+      : 'a run whose lock file cannot be read';
+    throw new OutputError(
+      'TILE_ERR_OUTPUT_LOCKED',
+      `${outDir} is being written by another tile-infer (${who}; ${path}): wait for it, or use another --out; if that run is gone from another host, remove the lock file`,
+    );
   }
   let held = true;
   const release = () => {

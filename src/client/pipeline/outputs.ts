@@ -12,10 +12,13 @@ export class OutputError extends CodedError<CodesOf<'OUTPUT'>> {
 /** A file system error as the reason a path cannot be written: "EACCES: permission denied". */
 const reasonOf = (err: unknown) => {
   const e = err as NodeJS.ErrnoException;
-  return e.code && e.syscall ? `${e.code}: ${e.message.split(',')[0].replace(`${e.code}: `, '')}` : (err as Error).message;
+  return e.code && e.syscall
+    ? `${e.code}: ${e.message.split(',')[0].replace(`${e.code}: `, '')}`
+    : (err as Error).message;
 };
 
-export const writeFailed = (path: string, err: unknown) => (err instanceof OutputError ? err : new OutputError('TILE_ERR_OUTPUT_WRITE', `cannot write ${path}: ${reasonOf(err)}`));
+export const writeFailed = (path: string, err: unknown) =>
+  err instanceof OutputError ? err : new OutputError('TILE_ERR_OUTPUT_WRITE', `cannot write ${path}: ${reasonOf(err)}`);
 
 /** mkdir -p, or an OutputError naming the folder. */
 export function makeDir(path: string): void {
@@ -38,7 +41,8 @@ export function writeAtomic(path: string, write: (tmp: string) => void): void {
   }
 }
 
-export const writeFileAtomic = (path: string, data: string | Uint8Array) => writeAtomic(path, (tmp) => writeFileSync(tmp, data));
+export const writeFileAtomic = (path: string, data: string | Uint8Array) =>
+  writeAtomic(path, (tmp) => writeFileSync(tmp, data));
 
 export type H5Attrs = Record<string, string | number>;
 
@@ -93,13 +97,20 @@ function quietHdf5(path: string, run: () => void): void {
   } finally {
     process.stderr.write = write;
   }
-  if (said.includes('HDF5-DIAG')) throw new OutputError('TILE_ERR_OUTPUT_WRITE', `cannot write ${path}: HDF5: ${/minor: (.*)/.exec(said)?.[1] ?? 'error'}`);
+  if (said.includes('HDF5-DIAG'))
+    throw new OutputError(
+      'TILE_ERR_OUTPUT_WRITE',
+      `cannot write ${path}: HDF5: ${/minor: (.*)/.exec(said)?.[1] ?? 'error'}`,
+    );
 }
 
 /** Shortest decimal that reads back as the same float32. */
 export const float32Text = (v: number) => String(parseFloat(Math.fround(v).toPrecision(9)));
 
-export function predictionsCsv(genes: string[], rows: { idx: number; x: number; y: number; values: ArrayLike<number> }[]): string {
+export function predictionsCsv(
+  genes: string[],
+  rows: { idx: number; x: number; y: number; values: ArrayLike<number> }[],
+): string {
   const lines = [['patch_idx', 'x', 'y', ...genes].join(',')];
   for (const r of rows) lines.push([r.idx, r.x, r.y, ...Array.from(r.values, float32Text)].join(','));
   return lines.join('\n') + '\n';

@@ -57,9 +57,27 @@ export interface SlideResult {
 /** The plan a run asks of a slide, its MPP null when it is to come from the slide. */
 function askedPlan(run: SlideRun, entry: CohortSlide): SlidePlan {
   const { model: meta, plan } = run;
-  const outputs = [...(plan.embedding ? ['features'] : []), ...(plan.prediction ? ['predictions'] : []), 'tissue', 'thumbnail', ...(run.heatmap ? [`heatmap ${run.heatmap}`] : [])];
+  const outputs = [
+    ...(plan.embedding ? ['features'] : []),
+    ...(plan.prediction ? ['predictions'] : []),
+    'tissue',
+    'thumbnail',
+    ...(run.heatmap ? [`heatmap ${run.heatmap}`] : []),
+  ];
   const mppSource = entry.mpp !== undefined ? 'manifest' : run.mpp !== undefined ? '--mpp' : 'slide';
-  return { model: meta.model, version: meta.version, sha256: meta.sha256, tile: meta.tile.width, tileMpp: meta.tile.mpp, minTissue: run.minTissue, tissueModel: run.tissueModel, tissueSha256: run.tissueSha256, mpp: entry.mpp ?? run.mpp ?? null, mppSource, outputs };
+  return {
+    model: meta.model,
+    version: meta.version,
+    sha256: meta.sha256,
+    tile: meta.tile.width,
+    tileMpp: meta.tile.mpp,
+    minTissue: run.minTissue,
+    tissueModel: run.tissueModel,
+    tissueSha256: run.tissueSha256,
+    mpp: entry.mpp ?? run.mpp ?? null,
+    mppSource,
+    outputs,
+  };
 }
 
 export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<SlideResult> {
@@ -84,8 +102,20 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
   if (finished) {
     const changes = planChanges(finished.plan, asked);
     const added = asked.outputs.filter((o) => !finished.plan.outputs.includes(o));
-    if (!changes.length && !added.length) return { stem, tiles: finished.tiles, files: finished.files, skipped: true, seconds: finished.seconds, warnings: [] };
-    if (changes.length && run.noOverwrite) throw new OutFolderError('TILE_ERR_COHORT_PLAN_CHANGED', `${entry.label}: finished in this --out under another plan (${changes.join('; ')}); not redone (--no-overwrite)`);
+    if (!changes.length && !added.length)
+      return {
+        stem,
+        tiles: finished.tiles,
+        files: finished.files,
+        skipped: true,
+        seconds: finished.seconds,
+        warnings: [],
+      };
+    if (changes.length && run.noOverwrite)
+      throw new OutFolderError(
+        'TILE_ERR_COHORT_PLAN_CHANGED',
+        `${entry.label}: finished in this --out under another plan (${changes.join('; ')}); not redone (--no-overwrite)`,
+      );
     // Not done as now asked until it is: a kill from here on leaves no record to skip it by.
     records.undone();
   }
@@ -94,10 +124,17 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
   const slide = await openSlide(path, source ?? undefined);
   try {
     const mpp0 = asked.mpp ?? slide.mpp;
-    if (!mpp0) throw new SlideError(slide.mppError ? (slide.mppErrorCode ?? 'TILE_ERR_SLIDE_MPP_RANGE') : 'TILE_ERR_SLIDE_NO_MPP', slide.mppError ?? `${entry.label}: the slide records no MPP; give it with --mpp`);
+    if (!mpp0)
+      throw new SlideError(
+        slide.mppError ? (slide.mppErrorCode ?? 'TILE_ERR_SLIDE_MPP_RANGE') : 'TILE_ERR_SLIDE_NO_MPP',
+        slide.mppError ?? `${entry.label}: the slide records no MPP; give it with --mpp`,
+      );
     const l0 = slide.levels[0];
     if (l0.width * mpp0 > MAX_SLIDE_UM || l0.height * mpp0 > MAX_SLIDE_UM) {
-      throw new SlideError('TILE_ERR_SLIDE_TOO_LARGE', `${entry.label}: ${l0.width}x${l0.height} pixels at ${mpp0} µm/px is ${((l0.width * mpp0) / 1000).toFixed(0)} x ${((l0.height * mpp0) / 1000).toFixed(0)} mm, larger than any glass slide; is the MPP right? (--mpp)`);
+      throw new SlideError(
+        'TILE_ERR_SLIDE_TOO_LARGE',
+        `${entry.label}: ${l0.width}x${l0.height} pixels at ${mpp0} µm/px is ${((l0.width * mpp0) / 1000).toFixed(0)} x ${((l0.height * mpp0) / 1000).toFixed(0)} mm, larger than any glass slide; is the MPP right? (--mpp)`,
+      );
     }
     const warnings = [overviewWarning(slide, mpp0)].filter((w) => w !== null);
     const overview = await readOverview(slide, mpp0);
@@ -111,22 +148,63 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
       const scale = TISSUE_MPP / mpp0;
       writeFileAtomic(geojsonPath, JSON.stringify(tissueGeoJson(mask.mask, mask.width, mask.height, scale)));
       const grey = Buffer.from(mask.mask.map((v) => v * 255));
-      writeFileAtomic(maskPath, await sharp(grey, { raw: { width: mask.width, height: mask.height, channels: 1 } }).png().toBuffer());
+      writeFileAtomic(
+        maskPath,
+        await sharp(grey, { raw: { width: mask.width, height: mask.height, channels: 1 } })
+          .png()
+          .toBuffer(),
+      );
       records.markTissue(tissue);
     }
 
     const { tile } = meta;
     const tileMpp = tile.mpp;
     const grid = tileGrid(l0.width, l0.height, mpp0, tile.width, tileMpp, mask, run.minTissue);
-    if (!grid.tiles.length) throw new SlideError('TILE_ERR_SLIDE_NO_TISSUE', `${entry.label}: no tissue: no ${tile.width} px tile at ${tileMpp} µm/px has a tissue fraction of ${run.minTissue} or more (--min-tissue)`);
-    const journalPlan = { model: meta.model, sha256: meta.sha256, path: run.plan.path, extent: grid.extent, tiles: grid.tiles.length, mpp0, slide: sha256, minTissue: run.minTissue, tissue: run.tissueSha256 };
+    if (!grid.tiles.length)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_NO_TISSUE',
+        `${entry.label}: no tissue: no ${tile.width} px tile at ${tileMpp} µm/px has a tissue fraction of ${run.minTissue} or more (--min-tissue)`,
+      );
+    const journalPlan = {
+      model: meta.model,
+      sha256: meta.sha256,
+      path: run.plan.path,
+      extent: grid.extent,
+      tiles: grid.tiles.length,
+      mpp0,
+      slide: sha256,
+      minTissue: run.minTissue,
+      tissue: run.tissueSha256,
+    };
     const journal = Journal.open(journalPath, journalPlan, journalShape(meta, run.plan, grid.tiles.length));
     try {
       const todo = grid.tiles.filter((t) => !journal.done.has(t.idx));
       const progress = run.onPlan?.(grid.tiles.length, grid.tiles.length - todo.length);
-      const fields = (t: (typeof todo)[number]) => ({ slide_name: stem, x: t.x, y: t.y, width: tile.width, height: tile.height, patch_idx: t.idx, tissue_ratio: t.tissue, resolution: tileMpp });
-      await runTiles(run.client, run.plan, tileBodies(run.pool, run.bodyType, slide, todo, grid.extent, tile.width, fields), journal, run.concurrency, progress);
-      const attrs = { patch_size: tile.width, patch_size_level0: grid.extent, level0_mpp: mpp0, target_mpp: tileMpp, patch_level: 0 };
+      const fields = (t: (typeof todo)[number]) => ({
+        slide_name: stem,
+        x: t.x,
+        y: t.y,
+        width: tile.width,
+        height: tile.height,
+        patch_idx: t.idx,
+        tissue_ratio: t.tissue,
+        resolution: tileMpp,
+      });
+      await runTiles(
+        run.client,
+        run.plan,
+        tileBodies(run.pool, run.bodyType, slide, todo, grid.extent, tile.width, fields),
+        journal,
+        run.concurrency,
+        progress,
+      );
+      const attrs = {
+        patch_size: tile.width,
+        patch_size_level0: grid.extent,
+        level0_mpp: mpp0,
+        target_mpp: tileMpp,
+        patch_level: 0,
+      };
       const files = await writeModelOutputs(run.outDir, stem, meta, run.plan, grid.tiles, journal, attrs);
 
       const scale = mpp0 / TISSUE_MPP;

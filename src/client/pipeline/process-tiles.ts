@@ -7,7 +7,15 @@ import { tileRequestBody, type MadeBody } from '../tile-body.js';
 import { readPngHeader } from '../../tile/png-rules.js';
 import { CodedError, errorLine, type CodesOf } from '../../lib/errors.js';
 import { readHead } from '../../lib/read-head.js';
-import { journalShape, runTiles, writeModelOutputs, type InferTile, type ModelPlan, type OnTileError, type Progress } from './inference.js';
+import {
+  journalShape,
+  runTiles,
+  writeModelOutputs,
+  type InferTile,
+  type ModelPlan,
+  type OnTileError,
+  type Progress,
+} from './inference.js';
 import { Journal } from './journal.js';
 import { makeDir } from './outputs.js';
 
@@ -47,12 +55,17 @@ export function readPlan(csv: string, path: string): { file: string; x: number; 
   const [header, ...lines] = csv.split(/\r?\n/).filter((l) => l.trim());
   const cols = header.split(',').map((c) => c.trim().toLowerCase());
   const [fi, xi, yi] = ['file', 'x', 'y'].map((c) => cols.indexOf(c));
-  if (fi < 0 || xi < 0 || yi < 0) throw new TilePlanError('TILE_ERR_PLAN_HEADER', `${path}: the header must name file, x and y; it is "${header}"`);
+  if (fi < 0 || xi < 0 || yi < 0)
+    throw new TilePlanError('TILE_ERR_PLAN_HEADER', `${path}: the header must name file, x and y; it is "${header}"`);
   return lines.map((line, k) => {
     const cells = line.split(',').map((c) => c.trim());
     const x = Number(cells[xi]);
     const y = Number(cells[yi]);
-    if (!Number.isInteger(x) || !Number.isInteger(y)) throw new TilePlanError('TILE_ERR_PLAN_COORDS', `${path}: line ${k + 2}: x and y must be integers, got "${cells[xi]}", "${cells[yi]}"`);
+    if (!Number.isInteger(x) || !Number.isInteger(y))
+      throw new TilePlanError(
+        'TILE_ERR_PLAN_COORDS',
+        `${path}: line ${k + 2}: x and y must be integers, got "${cells[xi]}", "${cells[yi]}"`,
+      );
     return { file: cells[fi], x, y };
   });
 }
@@ -60,7 +73,9 @@ export function readPlan(csv: string, path: string): { file: string; x: number; 
 /** Posts a folder's tiles, each with its own size (from its header): a damaged tile file, or one
  *  the model cannot take (refused here or by the service with a 4xx: another size), is recorded
  *  with its reason and the others go on; the outputs hold the tiles that got through. */
-export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles: number; files: string[]; failed: FailedTile[] }> {
+export async function processTiles(
+  job: TilesJob,
+): Promise<{ stem: string; tiles: number; files: string[]; failed: FailedTile[] }> {
   const stem = basename(resolve(job.dir));
   const entries = job.tilePlan
     ? readPlan(readFileSync(job.tilePlan, 'utf8'), job.tilePlan)
@@ -69,7 +84,11 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
         .sort()
         .map((file) => {
           const c = coordsFromName(file);
-          if (!c) throw new TilePlanError('TILE_ERR_PLAN_COORDS', `${join(job.dir, file)}: no coordinates in the name (expected x<N>_y<N> or <N>_<N>.png); give a --plan CSV`);
+          if (!c)
+            throw new TilePlanError(
+              'TILE_ERR_PLAN_COORDS',
+              `${join(job.dir, file)}: no coordinates in the name (expected x<N>_y<N> or <N>_<N>.png); give a --plan CSV`,
+            );
           return { file, ...c };
         });
   if (!entries.length) throw new TilePlanError('TILE_ERR_PLAN_NO_TILES', `${job.dir}: no PNG tiles`);
@@ -81,12 +100,19 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
     try {
       return readPngHeader(readHead(join(job.dir, e.file), 33));
     } catch (err) {
-      failed.set(idx, { file: join(job.dir, e.file), reason: errorLine(new TilePlanError('TILE_ERR_PLAN_NOT_PNG', `not a PNG tile: ${errorLine(err as Error)}`)) });
+      failed.set(idx, {
+        file: join(job.dir, e.file),
+        reason: errorLine(new TilePlanError('TILE_ERR_PLAN_NOT_PNG', `not a PNG tile: ${errorLine(err as Error)}`)),
+      });
       return null;
     }
   });
   makeDir(join(job.outDir, '.journal'));
-  const journal = Journal.open(join(job.outDir, '.journal', `${stem}.${meta.model}.jsonl`), { model: meta.model, sha256: meta.sha256, path: plan.path, files: entries.map((e) => e.file) }, journalShape(meta, plan, tiles.length));
+  const journal = Journal.open(
+    join(job.outDir, '.journal', `${stem}.${meta.model}.jsonl`),
+    { model: meta.model, sha256: meta.sha256, path: plan.path, files: entries.map((e) => e.file) },
+    journalShape(meta, plan, tiles.length),
+  );
   try {
     const todo = tiles.filter((t) => !journal.done.has(t.idx) && !failed.has(t.idx));
     const progress = job.onPlan?.(tiles.length - failed.size, tiles.length - failed.size - todo.length);
@@ -96,19 +122,29 @@ export async function processTiles(job: TilesJob): Promise<{ stem: string; tiles
         const png = readFileSync(join(job.dir, entries[tile.idx].file));
         const { width, height } = headers[tile.idx]!;
         const fields = { slide_name: stem, x: tile.x, y: tile.y, width, height, patch_idx: tile.idx, resolution };
-        const body: MadeBody = job.pngBodies ? { type: 'image/png', bytes: png, fields } : { type: 'application/json', bytes: tileRequestBody(png, fields), fields };
+        const body: MadeBody = job.pngBodies
+          ? { type: 'image/png', bytes: png, fields }
+          : { type: 'application/json', bytes: tileRequestBody(png, fields), fields };
         yield { tile, body };
       }
     }
     const onTileError: OnTileError = (tile, err) => {
       if (err.status === undefined || err.status >= 500) return 'stop';
       const detail = (err.body as { detail?: unknown } | undefined)?.detail;
-      failed.set(tile.idx, { file: join(job.dir, entries[tile.idx].file), reason: `[${err.code}] ${err.status} from the service: ${detail === undefined ? err.message : JSON.stringify(detail)}` });
+      failed.set(tile.idx, {
+        file: join(job.dir, entries[tile.idx].file),
+        reason: `[${err.code}] ${err.status} from the service: ${detail === undefined ? err.message : JSON.stringify(detail)}`,
+      });
       return 'skip';
     };
     await runTiles(job.client, plan, bodies(), journal, job.concurrency, progress, onTileError);
     const good = tiles.filter((t) => journal.done.has(t.idx));
-    const files = good.length ? await writeModelOutputs(job.outDir, stem, meta, plan, good, journal, { patch_size: meta.tile.width, target_mpp: resolution }) : [];
+    const files = good.length
+      ? await writeModelOutputs(job.outDir, stem, meta, plan, good, journal, {
+          patch_size: meta.tile.width,
+          target_mpp: resolution,
+        })
+      : [];
     return { stem, tiles: good.length, files, failed: [...failed.values()] };
   } finally {
     journal.close();

@@ -21,7 +21,13 @@ export class ReaderPool {
     readonly threads = availableParallelism(),
     env: NodeJS.ProcessEnv = process.env,
   ) {
-    this.pool = new Piscina({ filename: new URL('./reader-worker.js', import.meta.url).href, minThreads: threads, maxThreads: threads, idleTimeout: 60_000, env });
+    this.pool = new Piscina({
+      filename: new URL('./reader-worker.js', import.meta.url).href,
+      minThreads: threads,
+      maxThreads: threads,
+      idleTimeout: 60_000,
+      env,
+    });
   }
 
   decode(task: DecodeTask): Promise<void> {
@@ -36,7 +42,8 @@ export class ReaderPool {
 
   /** Gives a body buffer back once its request is done with it. */
   releaseBody(body: Buffer): void {
-    if (body.byteOffset === 0 && this.spareBodies.length < SPARE_BODIES) this.spareBodies.push(body.buffer as ArrayBuffer);
+    if (body.byteOffset === 0 && this.spareBodies.length < SPARE_BODIES)
+      this.spareBodies.push(body.buffer as ArrayBuffer);
   }
 
   /** A band buffer of `bytes`, reused when one is free. */

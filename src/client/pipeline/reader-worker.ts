@@ -60,7 +60,11 @@ export async function bodies(task: BodiesTask): Promise<unknown> {
   const out: Bodies = { buffers: [], lengths: [] };
   for (const { region: r, fields } of task.tiles) {
     let rows: RegionRows;
-    if (task.openslide) rows = bufferRows(await openSlideOf(task.openslide.path).readRegion(task.openslide.level, r.x, r.y, r.w, r.h), r.w);
+    if (task.openslide)
+      rows = bufferRows(
+        await openSlideOf(task.openslide.path).readRegion(task.openslide.level, r.x, r.y, r.w, r.h),
+        r.w,
+      );
     else {
       const bands = task.bands ?? [];
       rows = (y0, n, into, at) => cutRows(r, y0, n, bands, into, at);

@@ -12,7 +12,13 @@ import { processSlide, type SlideRun } from './process-slide.js';
 export const defaultSlidesInFlight = () => Math.max(2, Math.min(8, Math.ceil(availableParallelism() / 4)));
 
 /** Slides `inFlight` at a time, each recorded in the summary as it finishes. */
-export async function runCohort(run: SlideRun, cohort: CohortSlide[], inFlight: number, summary: Summary, progress: Pick<CohortProgress, 'slideDone'>): Promise<void> {
+export async function runCohort(
+  run: SlideRun,
+  cohort: CohortSlide[],
+  inFlight: number,
+  summary: Summary,
+  progress: Pick<CohortProgress, 'slideDone'>,
+): Promise<void> {
   const { client } = run;
   const slots = new Semaphore(inFlight);
   const running: Promise<void>[] = [];
@@ -25,10 +31,26 @@ export async function runCohort(run: SlideRun, cohort: CohortSlide[], inFlight: 
         try {
           const r = await processSlide(run, entry);
           const seconds = r.seconds ?? (performance.now() - started) / 1000;
-          summary.record({ slide: entry.label, status: 'done', tiles: r.tiles, seconds, reason: r.warnings.join('; ') });
-          progress.slideDone(r.skipped ? `${entry.label}: finished before (${r.tiles} tiles); skipped` : `${entry.label}: ${r.tiles} tiles in ${seconds.toFixed(1)} s, ${client.retries - retries} retries; wrote ${r.files.join(', ')}`);
+          summary.record({
+            slide: entry.label,
+            status: 'done',
+            tiles: r.tiles,
+            seconds,
+            reason: r.warnings.join('; '),
+          });
+          progress.slideDone(
+            r.skipped
+              ? `${entry.label}: finished before (${r.tiles} tiles); skipped`
+              : `${entry.label}: ${r.tiles} tiles in ${seconds.toFixed(1)} s, ${client.retries - retries} retries; wrote ${r.files.join(', ')}`,
+          );
         } catch (err) {
-          summary.record({ slide: entry.label, status: 'failed', tiles: 0, seconds: (performance.now() - started) / 1000, reason: errorLine(err as Error) });
+          summary.record({
+            slide: entry.label,
+            status: 'failed',
+            tiles: 0,
+            seconds: (performance.now() - started) / 1000,
+            reason: errorLine(err as Error),
+          });
           progress.slideDone(`${entry.label}: failed: ${(err as Error).message}`);
         } finally {
           release();
@@ -38,4 +60,3 @@ export async function runCohort(run: SlideRun, cohort: CohortSlide[], inFlight: 
   }
   await Promise.all(running);
 }
-

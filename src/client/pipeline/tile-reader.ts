@@ -26,7 +26,8 @@ export interface TileBody<T> {
 
 /** A read that failed on a reader thread (whose errors arrive as plain Errors): the slide, the
  *  level and what the thread said (the TIFF tile, the decoder's reason). */
-const unreadable = (slide: Slide, level: number, err: Error) => new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${slide.path}: level ${level}: ${err.message}`);
+const unreadable = (slide: Slide, level: number, err: Error) =>
+  new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${slide.path}: level ${level}: ${err.message}`);
 
 export async function* tileBodies<T extends TileAt>(
   pool: ReaderPool,
@@ -38,7 +39,11 @@ export async function* tileBodies<T extends TileAt>(
   fields: (tile: T) => TileFields,
 ): AsyncGenerator<TileBody<T>> {
   if (!tiles.length) return;
-  const placed = tiles.map((tile) => ({ tile, fields: fields(tile), ...tileRegion(slide, tile.x, tile.y, extent, size) }));
+  const placed = tiles.map((tile) => ({
+    tile,
+    fields: fields(tile),
+    ...tileRegion(slide, tile.x, tile.y, extent, size),
+  }));
   const level = placed[0].level;
   const chunks: (typeof placed)[] = [];
   for (const p of placed) {
@@ -47,7 +52,12 @@ export async function* tileBodies<T extends TileAt>(
     else chunks.push([p]);
   }
   const source = slide.bandSource?.(level);
-  const plan = source ? planBands(source, chunks.map((c) => c.map((p): Region => p.region))) : null;
+  const plan = source
+    ? planBands(
+        source,
+        chunks.map((c) => c.map((p): Region => p.region)),
+      )
+    : null;
   if (plan) slide.prefetch?.(level, plan.bands);
   const users = new Int32Array(plan?.bands.length ?? 0);
   for (const uses of plan?.uses ?? []) for (const b of uses) users[b]++;
@@ -66,7 +76,14 @@ export async function* tileBodies<T extends TileAt>(
           pool.releaseBand(data);
           throw unreadable(slide, level, err);
         });
-        return { data, left: job.left, top: job.top, width: job.width, height: job.height, stride: job.tiles * job.tileWidth * 3 };
+        return {
+          data,
+          left: job.left,
+          top: job.top,
+          width: job.width,
+          height: job.height,
+          stride: job.tiles * job.tileWidth * 3,
+        };
       })();
       decoded.set(b, view);
     }

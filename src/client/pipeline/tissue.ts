@@ -41,7 +41,13 @@ export function overviewWarning(slide: Slide, mpp0: number): string | null {
 }
 
 /** Runs the tissue model over the overview, tile by tile (white glass past the edges). */
-export async function detectTissue(overview: Overview, mpp0: number, client: TileClient, model: string, slideName: string): Promise<TissueMask> {
+export async function detectTissue(
+  overview: Overview,
+  mpp0: number,
+  client: TileClient,
+  model: string,
+  slideName: string,
+): Promise<TissueMask> {
   const { width, height } = overview;
   const mask = new Uint8Array(width * height);
   const across = Math.ceil(width / TISSUE_TILE);
@@ -62,10 +68,19 @@ export async function detectTissue(overview: Overview, mpp0: number, client: Til
             const src = ((ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE) * 3;
             overview.rgb.copy(tile, y * TISSUE_TILE * 3, src, src + w * 3);
           }
-          const fields = { slide_name: slideName, x: Math.round(tx * TISSUE_TILE * scale), y: Math.round(ty * TISSUE_TILE * scale), width: TISSUE_TILE, height: TISSUE_TILE, patch_idx: patchIdx, resolution: TISSUE_MPP };
+          const fields = {
+            slide_name: slideName,
+            x: Math.round(tx * TISSUE_TILE * scale),
+            y: Math.round(ty * TISSUE_TILE * scale),
+            width: TISSUE_TILE,
+            height: TISSUE_TILE,
+            patch_idx: patchIdx,
+            resolution: TISSUE_MPP,
+          };
           const res = await client.inferTile(`/api/predict/${encodeURIComponent(model)}`, { fields, rgb: tile });
           for (let y = 0; y < h; y++) {
-            for (let x = 0; x < w; x++) mask[(ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE + x] = res.output[y * TISSUE_TILE + x] ? 1 : 0;
+            for (let x = 0; x < w; x++)
+              mask[(ty * TISSUE_TILE + y) * width + tx * TISSUE_TILE + x] = res.output[y * TISSUE_TILE + x] ? 1 : 0;
           }
         })(),
       );

@@ -42,7 +42,10 @@ export function tileSpan(l: BandSource, r: Region): [number, number, number, num
 
 /** The bands that each group of regions needs: per tile row, runs of needed tiles at most
  *  TILES_PER_BAND wide, so that no TIFF tile is decoded twice and none that no region needs. */
-export function planBands(l: BandSource, groups: readonly (readonly Region[])[]): { bands: BandKey[]; uses: number[][] } {
+export function planBands(
+  l: BandSource,
+  groups: readonly (readonly Region[])[],
+): { bands: BandKey[]; uses: number[][] } {
   const needed = new Map<number, Uint8Array>();
   for (const group of groups) {
     for (const r of group) {
@@ -110,12 +113,14 @@ function readStream(job: BandJob, k: number): Buffer {
   const [offset, length] = [ranges[k * 2], ranges[k * 2 + 1]];
   // A tile's stream is smaller than its pixels: a length past that is a damaged file, not a
   // size to allocate.
-  if (!(length >= 4 && length <= job.tileWidth * job.tileHeight * 3 + 65536)) throw new Error(`a JPEG stream of ${length} bytes`);
+  if (!(length >= 4 && length <= job.tileWidth * job.tileHeight * 3 + 65536))
+    throw new Error(`a JPEG stream of ${length} bytes`);
   const head = tables ? tables.length - 4 : 0;
   if (scratch.length < head + length) scratch = Buffer.allocUnsafe(2 * (head + length));
   const fetched = job.jpeg!.streams?.[k];
   if (fetched) scratch.set(fetched, head);
-  else if (readSync(fileOf(job.path), scratch, head, length, offset) !== length) throw new Error('the file ends before its JPEG stream does (a file cut short)');
+  else if (readSync(fileOf(job.path), scratch, head, length, offset) !== length)
+    throw new Error('the file ends before its JPEG stream does (a file cut short)');
   if (scratch[head] !== 0xff || scratch[head + 1] !== 0xd8) throw new Error('not a JPEG stream');
   if (tables) scratch.set(tables.subarray(0, tables.length - 2), 0);
   return scratch.subarray(0, head + length);
@@ -144,21 +149,38 @@ export async function decodeBand(job: BandJob, into: Uint8Array): Promise<void> 
       }
     }
     if (k === job.tiles) return;
-    if (job.jpeg.streams) throw new Error(`tile ${k} of the band: its JPEG stream's colour space is not the ${job.jpeg.colorspace.toUpperCase()} the TIFF's photometric tag says; only libvips' TIFF reader reconciles them, and it reads local files: copy the slide here`);
+    if (job.jpeg.streams)
+      throw new Error(
+        `tile ${k} of the band: its JPEG stream's colour space is not the ${job.jpeg.colorspace.toUpperCase()} the TIFF's photometric tag says; only libvips' TIFF reader reconciles them, and it reads local files: copy the slide here`,
+      );
   }
   let data: Buffer;
   try {
     if (job.jpeg?.streams) {
       for (let k = 0; k < job.tiles; k++) {
         const tile = await sharp(readStream(job, k)).removeAlpha().raw().toBuffer({ resolveWithObject: true });
-        if (tile.info.width !== job.tileWidth || tile.info.height !== job.tileHeight) throw new Error(`tile ${k} of the band: JPEG of ${tile.info.width}x${tile.info.height}, expected ${job.tileWidth}x${job.tileHeight}`);
-        for (let y = 0; y < job.tileHeight; y++) tile.data.copy(into, y * stride + k * job.tileWidth * 3, y * job.tileWidth * 3, (y + 1) * job.tileWidth * 3);
+        if (tile.info.width !== job.tileWidth || tile.info.height !== job.tileHeight)
+          throw new Error(
+            `tile ${k} of the band: JPEG of ${tile.info.width}x${tile.info.height}, expected ${job.tileWidth}x${job.tileHeight}`,
+          );
+        for (let y = 0; y < job.tileHeight; y++)
+          tile.data.copy(into, y * stride + k * job.tileWidth * 3, y * job.tileWidth * 3, (y + 1) * job.tileWidth * 3);
       }
       return;
     }
-    data = await sharp(job.path, { page: job.page, limitInputPixels: false, ...(job.subifd >= 0 && { tiff: { subifd: job.subifd } }) }).extract({ left: job.left, top: job.top, width: job.width, height: job.height }).removeAlpha().raw().toBuffer();
+    data = await sharp(job.path, {
+      page: job.page,
+      limitInputPixels: false,
+      ...(job.subifd >= 0 && { tiff: { subifd: job.subifd } }),
+    })
+      .extract({ left: job.left, top: job.top, width: job.width, height: job.height })
+      .removeAlpha()
+      .raw()
+      .toBuffer();
   } catch (err) {
-    throw new Error(`TIFF tiles columns ${tx0} to ${tx0 + job.tiles - 1}, row ${ty} (directory ${job.page}): ${(err as Error).message}`);
+    throw new Error(
+      `TIFF tiles columns ${tx0} to ${tx0 + job.tiles - 1}, row ${ty} (directory ${job.page}): ${(err as Error).message}`,
+    );
   }
   const row = job.width * 3;
   for (let y = 0; y < job.height; y++) data.copy(into, y * stride, y * row, (y + 1) * row);
@@ -167,11 +189,21 @@ export async function decodeBand(job: BandJob, into: Uint8Array): Promise<void> 
 /** Rows [y0, y0 + n) of the w x h region at (x, y) of a level, cut from the decoded bands that
  *  cover it, into `out` at `at` (w * 3 bytes a row); white where no band does (past the level's
  *  edges). */
-export function cutRows(r: Region, y0: number, n: number, bands: readonly BandView[], out: Uint8Array, at: number): void {
+export function cutRows(
+  r: Region,
+  y0: number,
+  n: number,
+  bands: readonly BandView[],
+  out: Uint8Array,
+  at: number,
+): void {
   const top = r.y + y0;
   const bottom = top + n;
   let covered = 0;
-  for (const b of bands) covered += Math.max(0, Math.min(r.x + r.w, b.left + b.width) - Math.max(r.x, b.left)) * Math.max(0, Math.min(bottom, b.top + b.height) - Math.max(top, b.top));
+  for (const b of bands)
+    covered +=
+      Math.max(0, Math.min(r.x + r.w, b.left + b.width) - Math.max(r.x, b.left)) *
+      Math.max(0, Math.min(bottom, b.top + b.height) - Math.max(top, b.top));
   if (covered < r.w * n) out.fill(255, at, at + r.w * n * 3);
   for (const b of bands) {
     const left = Math.max(r.x, b.left);

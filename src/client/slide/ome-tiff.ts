@@ -7,7 +7,21 @@ import { checkedMpp } from './slide.js';
 export const isOmeXml = (description: string | undefined) => !!description && /<(\w+:)?OME[\s>]/.test(description);
 
 /** Micrometres per unit of OME's UnitsLength. */
-const MICRONS: Record<string, number> = { m: 1e6, dm: 1e5, cm: 1e4, mm: 1e3, 'µm': 1, 'μm': 1, um: 1, nm: 1e-3, pm: 1e-6, 'Å': 1e-4, in: 25400, thou: 25.4, mil: 25.4 };
+const MICRONS: Record<string, number> = {
+  m: 1e6,
+  dm: 1e5,
+  cm: 1e4,
+  mm: 1e3,
+  µm: 1,
+  μm: 1,
+  um: 1,
+  nm: 1e-3,
+  pm: 1e-6,
+  Å: 1e-4,
+  in: 25400,
+  thou: 25.4,
+  mil: 25.4,
+};
 
 /** The MPP the first image's Pixels element records, checked; null when it records none. */
 export function omeMpp(xml: string, path: string): { mpp: number; error: null } | { mpp: null; error: string } | null {
@@ -23,9 +37,16 @@ export function omeMpp(xml: string, path: string): { mpp: number; error: null } 
   if (x.value === undefined) return null;
   const said = sizes.map((s) => `PhysicalSize${s.axis}="${s.value}" ${s.unit}`).join(', ');
   const bad = sizes.find((s) => s.value !== undefined && !(s.unit in MICRONS));
-  if (bad) return { mpp: null, error: `${path}: the OME-XML gives ${said}: unit "${bad.unit}" is not a length this reader converts (m to pm, Å, in); give the slide's MPP with --mpp` };
+  if (bad)
+    return {
+      mpp: null,
+      error: `${path}: the OME-XML gives ${said}: unit "${bad.unit}" is not a length this reader converts (m to pm, Å, in); give the slide's MPP with --mpp`,
+    };
   if (y.value !== undefined && Math.abs(x.microns - y.microns) > 0.01 * x.microns) {
-    return { mpp: null, error: `${path}: the OME-XML gives ${said}: pixels that are not square; give the slide's MPP with --mpp` };
+    return {
+      mpp: null,
+      error: `${path}: the OME-XML gives ${said}: pixels that are not square; give the slide's MPP with --mpp`,
+    };
   }
   return checkedMpp(x.microns, `the OME-XML's ${said}`, path);
 }
@@ -35,5 +56,16 @@ export async function subImages(tiff: GeoTIFF, image: GeoTIFFImage): Promise<Geo
   const dir = image.fileDirectory;
   if (!dir.hasTag('SubIFDs')) return [];
   const offsets = (await dir.loadValue('SubIFDs')) as ArrayLike<number | bigint>;
-  return Promise.all(Array.from(offsets, async (offset) => new GeoTIFFImage(await tiff.parser.parseFileDirectoryAt(Number(offset)), tiff.littleEndian, tiff.cache, tiff.source)));
+  return Promise.all(
+    Array.from(
+      offsets,
+      async (offset) =>
+        new GeoTIFFImage(
+          await tiff.parser.parseFileDirectoryAt(Number(offset)),
+          tiff.littleEndian,
+          tiff.cache,
+          tiff.source,
+        ),
+    ),
+  );
 }

@@ -46,10 +46,17 @@ export async function openSlide(path: string, source?: ByteSource): Promise<Slid
       return OpenSlideSlide.open(path);
     } catch (err) {
       // The TIFF reader's complaint is the more telling one for a TIFF it could not read.
-      if (tiffError) throw new SlideError(tiffError instanceof SlideError ? tiffError.code : 'TILE_ERR_SLIDE_FORMAT', `${tiffError.message}; ${(err as Error).message.replace(`${path}: `, '')}`);
+      if (tiffError)
+        throw new SlideError(
+          tiffError instanceof SlideError ? tiffError.code : 'TILE_ERR_SLIDE_FORMAT',
+          `${tiffError.message}; ${(err as Error).message.replace(`${path}: `, '')}`,
+        );
       throw err;
     }
   }
   const reason = tiffError ? `the TIFF reader says: ${tiffError.message}; ` : '';
-  throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: ${reason}other formats need libopenslide (Debian/Ubuntu: apt-get install libopenslide0)`);
+  throw new SlideError(
+    'TILE_ERR_SLIDE_FORMAT',
+    `${path}: ${reason}other formats need libopenslide (Debian/Ubuntu: apt-get install libopenslide0)`,
+  );
 }

@@ -12,7 +12,18 @@ interface OpenSlideLib {
   levelDimensions: (osr: unknown, level: number, w: [number], h: [number]) => void;
   levelDownsample: (osr: unknown, level: number) => number;
   property: (osr: unknown, name: string) => string | null;
-  readRegion: { async: (osr: unknown, dest: Uint32Array, x: number, y: number, level: number, w: number, h: number, cb: (err: unknown) => void) => void };
+  readRegion: {
+    async: (
+      osr: unknown,
+      dest: Uint32Array,
+      x: number,
+      y: number,
+      level: number,
+      w: number,
+      h: number,
+      cb: (err: unknown) => void,
+    ) => void;
+  };
   close: (osr: unknown) => void;
 }
 
@@ -27,10 +38,14 @@ export function openSlideLibrary(): OpenSlideLib | null {
     open: so.func('void *openslide_open(const char *filename)'),
     getError: so.func('const char *openslide_get_error(void *osr)'),
     levelCount: so.func('int32_t openslide_get_level_count(void *osr)'),
-    levelDimensions: so.func('void openslide_get_level_dimensions(void *osr, int32_t level, _Out_ int64_t *w, _Out_ int64_t *h)'),
+    levelDimensions: so.func(
+      'void openslide_get_level_dimensions(void *osr, int32_t level, _Out_ int64_t *w, _Out_ int64_t *h)',
+    ),
     levelDownsample: so.func('double openslide_get_level_downsample(void *osr, int32_t level)'),
     property: so.func('const char *openslide_get_property_value(void *osr, const char *name)'),
-    readRegion: so.func('void openslide_read_region(void *osr, _Out_ uint32_t *dest, int64_t x, int64_t y, int32_t level, int64_t w, int64_t h)'),
+    readRegion: so.func(
+      'void openslide_read_region(void *osr, _Out_ uint32_t *dest, int64_t x, int64_t y, int32_t level, int64_t w, int64_t h)',
+    ),
     close: so.func('void openslide_close(void *osr)'),
   };
   return lib;
@@ -50,7 +65,11 @@ export class OpenSlideSlide implements Slide {
 
   static open(path: string): OpenSlideSlide {
     const lib = openSlideLibrary();
-    if (!lib) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: reading this format needs libopenslide (Debian/Ubuntu: apt-get install libopenslide0)`);
+    if (!lib)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_FORMAT',
+        `${path}: reading this format needs libopenslide (Debian/Ubuntu: apt-get install libopenslide0)`,
+      );
     const osr = lib.open(path);
     if (!osr) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: OpenSlide does not recognise this file`);
     const error = lib.getError(osr);
@@ -65,7 +84,8 @@ export class OpenSlideSlide implements Slide {
       return { width: Number(w[0]), height: Number(h[0]), downsample: lib.levelDownsample(osr, level) };
     });
     const value = lib.property(osr, 'openslide.mpp-x');
-    const mpp = value === null ? { mpp: null, error: null } : checkedMpp(Number(value), `openslide.mpp-x ${value}`, path);
+    const mpp =
+      value === null ? { mpp: null, error: null } : checkedMpp(Number(value), `openslide.mpp-x ${value}`, path);
     return new OpenSlideSlide(path, lib, osr, levels, mpp.mpp, mpp.error);
   }
 
@@ -76,7 +96,8 @@ export class OpenSlideSlide implements Slide {
       // OpenSlide takes the top-left corner in level-0 pixels.
       this.lib.readRegion.async(this.osr, argb, Math.round(x * d), Math.round(y * d), level, w, h, (err) => {
         const error = err ?? this.lib.getError(this.osr);
-        if (error) return reject(new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: OpenSlide: ${String(error)}`));
+        if (error)
+          return reject(new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: OpenSlide: ${String(error)}`));
         // Premultiplied ARGB composited over white: transparent pixels (outside the scanned
         // area) become white, opaque ones keep their colour.
         const rgb = new Uint8Array(w * h * 3);
@@ -96,10 +117,17 @@ export class OpenSlideSlide implements Slide {
    *  (a damaged file) is refused before it is allocated. */
   async overview(level: number, width: number, height: number): Promise<Buffer> {
     const { width: lw, height: lh } = this.levels[level];
-    if (lw * lh > 2 ** 28) throw new SlideError('TILE_ERR_SLIDE_TOO_LARGE', `${this.path}: the level nearest 8 µm/px is ${lw}x${lh} pixels, too large to read whole`);
+    if (lw * lh > 2 ** 28)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_TOO_LARGE',
+        `${this.path}: the level nearest 8 µm/px is ${lw}x${lh} pixels, too large to read whole`,
+      );
     const region = await this.readRegion(level, 0, 0, lw, lh);
     if (lw === width && lh === height) return Buffer.from(region.buffer, region.byteOffset, region.byteLength);
-    return sharp(region, { raw: { width: lw, height: lh, channels: 3 } }).resize(width, height, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
+    return sharp(region, { raw: { width: lw, height: lh, channels: 3 } })
+      .resize(width, height, { kernel: 'linear', fit: 'fill' })
+      .raw()
+      .toBuffer();
   }
 
   async close(): Promise<void> {

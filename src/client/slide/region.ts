@@ -14,7 +14,13 @@ export function bestLevel(slide: { levels: SlideLevel[] }, downsample: number): 
 }
 
 /** The level a tile of `extent` level-0 pixels at (x, y) is read from, and the square there. */
-export function tileRegion(slide: Pick<Slide, 'levels'>, x: number, y: number, extent: number, size: number): { level: number; region: Region } {
+export function tileRegion(
+  slide: Pick<Slide, 'levels'>,
+  x: number,
+  y: number,
+  extent: number,
+  size: number,
+): { level: number; region: Region } {
   const level = bestLevel(slide, extent / size);
   const d = slide.levels[level].downsample;
   const side = Math.max(1, Math.round(extent / d));
@@ -41,7 +47,10 @@ export async function resampledRows(rows: RegionRows, side: number, size: number
   }
   const region = new Uint8Array(side * side * 3);
   rows(0, side, region, 0);
-  const small = await sharp(region, { raw: { width: side, height: side, channels: 3 } }).resize(size, size, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
+  const small = await sharp(region, { raw: { width: side, height: side, channels: 3 } })
+    .resize(size, size, { kernel: 'linear', fit: 'fill' })
+    .raw()
+    .toBuffer();
   return (y, out, at) => out.set(small.subarray(y * size * 3, (y + 1) * size * 3), at);
 }
 

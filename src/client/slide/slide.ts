@@ -54,9 +54,16 @@ export const MPP_RANGE = [0.05, 20] as const;
 export const mppInRange = (mpp: number) => Number.isFinite(mpp) && mpp >= MPP_RANGE[0] && mpp <= MPP_RANGE[1];
 
 /** A slide's MPP as read from `source` (a tag), or the reason it is not believed. */
-export function checkedMpp(mpp: number, source: string, path: string): { mpp: number; error: null } | { mpp: null; error: string } {
+export function checkedMpp(
+  mpp: number,
+  source: string,
+  path: string,
+): { mpp: number; error: null } | { mpp: null; error: string } {
   if (mppInRange(mpp)) return { mpp, error: null };
-  return { mpp: null, error: `${path}: ${source} gives ${Number(mpp.toPrecision(4))} µm/px, outside what slide scanners produce (${MPP_RANGE[0]} to ${MPP_RANGE[1]}); give the slide's MPP with --mpp` };
+  return {
+    mpp: null,
+    error: `${path}: ${source} gives ${Number(mpp.toPrecision(4))} µm/px, outside what slide scanners produce (${MPP_RANGE[0]} to ${MPP_RANGE[1]}); give the slide's MPP with --mpp`,
+  };
 }
 
 /** The largest slide believed, in micrometres a side: a 75 x 50 mm glass slide with room to spare.

@@ -59,7 +59,16 @@ function cutDirectories(path: string, size: number): string | null {
     if (order !== 'II' && order !== 'MM') return null;
     const le = order === 'II';
     const big = (le ? head.readUInt16LE(2) : head.readUInt16BE(2)) === 43;
-    const u = (b: Buffer, at: number, bytes: number) => (bytes === 8 ? Number(le ? b.readBigUInt64LE(at) : b.readBigUInt64BE(at)) : bytes === 4 ? (le ? b.readUInt32LE(at) : b.readUInt32BE(at)) : le ? b.readUInt16LE(at) : b.readUInt16BE(at));
+    const u = (b: Buffer, at: number, bytes: number) =>
+      bytes === 8
+        ? Number(le ? b.readBigUInt64LE(at) : b.readBigUInt64BE(at))
+        : bytes === 4
+          ? le
+            ? b.readUInt32LE(at)
+            : b.readUInt32BE(at)
+          : le
+            ? b.readUInt16LE(at)
+            : b.readUInt16BE(at);
     const [countBytes, entryBytes, pointer] = big ? [8, 20, 8] : [2, 12, 4];
     let at = u(head, big ? 8 : 4, pointer);
     const buf = Buffer.alloc(8);
@@ -77,7 +86,11 @@ function cutDirectories(path: string, size: number): string | null {
   }
 }
 
-const truncated = (path: string, size: number, where: string) => new SlideError('TILE_ERR_SLIDE_TRUNCATED', `${path}: the file is cut short: it is ${size} bytes, and ${where}; copy it again`);
+const truncated = (path: string, size: number, where: string) =>
+  new SlideError(
+    'TILE_ERR_SLIDE_TRUNCATED',
+    `${path}: the file is cut short: it is ${size} bytes, and ${where}; copy it again`,
+  );
 
 interface Level extends SlideLevel {
   /** The level's directory in the file (libvips' `page`), and its SubIFD there (OME-TIFF's
@@ -145,7 +158,11 @@ export class TiffSlide implements Slide {
     // Pyramid levels are the tiled RGB images with level 0's aspect ratio; SVS thumbnails, labels
     // and macro images are stripped and are left out.
     const tiled = images.filter(({ image: im }) => im.isTiled && im.getSamplesPerPixel() >= 3);
-    if (!tiled.length) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: no tiled RGB image in this TIFF (a flat image is not a slide pyramid)`);
+    if (!tiled.length)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_FORMAT',
+        `${path}: no tiled RGB image in this TIFF (a flat image is not a slide pyramid)`,
+      );
     const base = tiled[0].image;
     const aspect = base.getWidth() / base.getHeight();
     const pyramid: Level[] = [];
@@ -154,15 +171,34 @@ export class TiffSlide implements Slide {
       const dir = image.fileDirectory;
       const photometric = Number(await dir.loadValue('PhotometricInterpretation'));
       const compression = Number(dir.hasTag('Compression') ? await dir.loadValue('Compression') : 1);
-      if (!DECODED.has(compression)) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: TIFF compression ${compression} (JPEG 2000 is 33003/33005) needs libopenslide0`);
-      if (source && compression !== JPEG) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: TIFF compression ${compression}: remote slides are read with JPEG tiles only (what scanners and vips write); copy this one here to read it`);
+      if (!DECODED.has(compression))
+        throw new SlideError(
+          'TILE_ERR_SLIDE_FORMAT',
+          `${path}: TIFF compression ${compression} (JPEG 2000 is 33003/33005) needs libopenslide0`,
+        );
+      if (source && compression !== JPEG)
+        throw new SlideError(
+          'TILE_ERR_SLIDE_FORMAT',
+          `${path}: TIFF compression ${compression}: remote slides are read with JPEG tiles only (what scanners and vips write); copy this one here to read it`,
+        );
       if (photometric !== RGB && !(photometric === YCBCR && compression === JPEG)) {
-        throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: photometric interpretation ${photometric} is not RGB; install libopenslide0 to read it through OpenSlide`);
+        throw new SlideError(
+          'TILE_ERR_SLIDE_FORMAT',
+          `${path}: photometric interpretation ${photometric} is not RGB; install libopenslide0 to read it through OpenSlide`,
+        );
       }
-      if (image.getBitsPerSample() !== 8) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: ${image.getBitsPerSample()} bits per sample, expected 8`);
+      if (image.getBitsPerSample() !== 8)
+        throw new SlideError(
+          'TILE_ERR_SLIDE_FORMAT',
+          `${path}: ${image.getBitsPerSample()} bits per sample, expected 8`,
+        );
       const tileWidth = image.getTileWidth();
       const tileHeight = image.getTileHeight();
-      if (!(tileWidth >= 16 && tileHeight >= 16 && tileWidth <= MAX_TILE_SIDE && tileHeight <= MAX_TILE_SIDE)) throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: TIFF tiles of ${tileWidth}x${tileHeight} (expected 16 to ${MAX_TILE_SIDE} on a side)`);
+      if (!(tileWidth >= 16 && tileHeight >= 16 && tileWidth <= MAX_TILE_SIDE && tileHeight <= MAX_TILE_SIDE))
+        throw new SlideError(
+          'TILE_ERR_SLIDE_FORMAT',
+          `${path}: TIFF tiles of ${tileWidth}x${tileHeight} (expected 16 to ${MAX_TILE_SIDE} on a side)`,
+        );
       pyramid.push({
         page,
         subifd,
@@ -176,14 +212,21 @@ export class TiffSlide implements Slide {
         tilesDown: Math.ceil(image.getHeight() / tileHeight),
         compression,
         photometric,
-        jpegTables: compression === JPEG && dir.hasTag('JPEGTables') ? Uint8Array.from((await dir.loadValue('JPEGTables')) as ArrayLike<number>) : null,
+        jpegTables:
+          compression === JPEG && dir.hasTag('JPEGTables')
+            ? Uint8Array.from((await dir.loadValue('JPEGTables')) as ArrayLike<number>)
+            : null,
       });
     }
     pyramid.sort((a, b) => a.downsample - b.downsample);
-    if (base !== images[0].image) description = base.fileDirectory.hasTag('ImageDescription') ? String(await base.fileDirectory.loadValue('ImageDescription')) : undefined;
+    if (base !== images[0].image)
+      description = base.fileDirectory.hasTag('ImageDescription')
+        ? String(await base.fileDirectory.loadValue('ImageDescription'))
+        : undefined;
     const ome = isOmeXml(description) ? omeMpp(description!, path) : null;
     const aperio = aperioMpp(description);
-    const found = aperio !== null ? { mpp: aperio, source: `the ImageDescription's MPP = ${aperio}` } : await resolutionMpp(base);
+    const found =
+      aperio !== null ? { mpp: aperio, source: `the ImageDescription's MPP = ${aperio}` } : await resolutionMpp(base);
     const mpp = ome ?? (found ? checkedMpp(found.mpp, found.source, path) : { mpp: null, error: null });
     const slide = new TiffSlide(path, tiff, pyramid, mpp.mpp, mpp.error, source);
     // Every level's tiles in the file: a copy cut short is said so, not found tile by tile.
@@ -191,22 +234,43 @@ export class TiffSlide implements Slide {
       const { offsets, counts } = await slide.ranges(l);
       let end = 0;
       for (let i = 0; i < offsets.length; i++) end = Math.max(end, Number(offsets[i]) + Number(counts[i]));
-      if (end > size) throw truncated(path, size, `level ${pyramid.indexOf(l)}'s tiles (directory ${l.page}) run to byte ${end}`);
+      if (end > size)
+        throw truncated(path, size, `level ${pyramid.indexOf(l)}'s tiles (directory ${l.page}) run to byte ${end}`);
     }
     return slide;
   }
 
   bandSource(level: number): BandSource {
     const l = this.pyramid[level];
-    return { width: l.width, height: l.height, tileWidth: l.tileWidth, tileHeight: l.tileHeight, tilesAcross: l.tilesAcross, tilesDown: l.tilesDown };
+    return {
+      width: l.width,
+      height: l.height,
+      tileWidth: l.tileWidth,
+      tileHeight: l.tileHeight,
+      tilesAcross: l.tilesAcross,
+      tilesDown: l.tilesDown,
+    };
   }
 
   /** How to decode tiles [tx0, tx1) of tile row `ty`: the region for libvips, and for JPEG
    *  tiles the streams' byte ranges for libturbojpeg. */
   async bandJob(level: number, ty: number, tx0: number, tx1: number): Promise<BandJob> {
     const l = this.pyramid[level];
-    const region = { left: tx0 * l.tileWidth, top: ty * l.tileHeight, width: Math.min(tx1 * l.tileWidth, l.width) - tx0 * l.tileWidth, height: Math.min(l.tileHeight, l.height - ty * l.tileHeight) };
-    const job: BandJob = { path: this.path, page: l.page, subifd: l.subifd, tileWidth: l.tileWidth, tileHeight: l.tileHeight, tiles: tx1 - tx0, ...region };
+    const region = {
+      left: tx0 * l.tileWidth,
+      top: ty * l.tileHeight,
+      width: Math.min(tx1 * l.tileWidth, l.width) - tx0 * l.tileWidth,
+      height: Math.min(l.tileHeight, l.height - ty * l.tileHeight),
+    };
+    const job: BandJob = {
+      path: this.path,
+      page: l.page,
+      subifd: l.subifd,
+      tileWidth: l.tileWidth,
+      tileHeight: l.tileHeight,
+      tiles: tx1 - tx0,
+      ...region,
+    };
     if (l.compression !== JPEG) return job;
     const dir = await this.ranges(l);
     const ranges: number[] = [];
@@ -214,7 +278,11 @@ export class TiffSlide implements Slide {
       const i = ty * l.tilesAcross + tx;
       ranges.push(Number(dir.offsets[i]), Number(dir.counts[i]));
     }
-    const jpeg: BandJob['jpeg'] = { tables: l.jpegTables, ranges, colorspace: l.photometric === YCBCR ? 'ycbcr' : 'rgb' };
+    const jpeg: BandJob['jpeg'] = {
+      tables: l.jpegTables,
+      ranges,
+      colorspace: l.photometric === YCBCR ? 'ycbcr' : 'rgb',
+    };
     if (this.source) {
       const wanted = Array.from({ length: tx1 - tx0 }, (_, k) => [ranges[2 * k], ranges[2 * k + 1]] as const);
       const fetched = await this.source.readRanges(wanted);
@@ -237,7 +305,11 @@ export class TiffSlide implements Slide {
       const dir = l.image.fileDirectory;
       const offsets = (await dir.loadValue('TileOffsets')) as ArrayLike<number | bigint>;
       const counts = (await dir.loadValue('TileByteCounts')) as ArrayLike<number | bigint>;
-      if (offsets.length < l.tilesAcross * l.tilesDown || counts.length !== offsets.length) throw new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: directory ${l.page} lists ${offsets.length} tiles, expected ${l.tilesAcross * l.tilesDown}`);
+      if (offsets.length < l.tilesAcross * l.tilesDown || counts.length !== offsets.length)
+        throw new SlideError(
+          'TILE_ERR_SLIDE_UNREADABLE',
+          `${this.path}: directory ${l.page} lists ${offsets.length} tiles, expected ${l.tilesAcross * l.tilesDown}`,
+        );
       return { offsets, counts };
     })();
     return l.ranges;
@@ -245,19 +317,30 @@ export class TiffSlide implements Slide {
 
   /** libvips' reader of a level of a local file. */
   private vips(l: Level) {
-    return sharp(this.path, { page: l.page, limitInputPixels: false, ...(l.subifd >= 0 && { tiff: { subifd: l.subifd } }) });
+    return sharp(this.path, {
+      page: l.page,
+      limitInputPixels: false,
+      ...(l.subifd >= 0 && { tiff: { subifd: l.subifd } }),
+    });
   }
 
   async overview(level: number, width: number, height: number): Promise<Buffer> {
     const l = this.pyramid[level];
     if (this.source) {
-      if (l.width * l.height > MAX_REMOTE_OVERVIEW) throw new SlideError('TILE_ERR_SLIDE_TOO_LARGE', `${this.path}: the level nearest 8 µm/px is ${l.width}x${l.height} pixels, too large to fetch whole (the slide has no smaller pyramid level)`);
+      if (l.width * l.height > MAX_REMOTE_OVERVIEW)
+        throw new SlideError(
+          'TILE_ERR_SLIDE_TOO_LARGE',
+          `${this.path}: the level nearest 8 µm/px is ${l.width}x${l.height} pixels, too large to fetch whole (the slide has no smaller pyramid level)`,
+        );
       const rgb = await readTiled(this, level, { x: 0, y: 0, w: l.width, h: l.height });
       const image = sharp(rgb, { raw: { width: l.width, height: l.height, channels: 3 } });
-      return l.width === width && l.height === height ? Buffer.from(rgb) : image.resize(width, height, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
+      return l.width === width && l.height === height
+        ? Buffer.from(rgb)
+        : image.resize(width, height, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
     }
     let image = this.vips(l);
-    if (l.width !== width || l.height !== height) image = image.resize(width, height, { kernel: 'linear', fit: 'fill' });
+    if (l.width !== width || l.height !== height)
+      image = image.resize(width, height, { kernel: 'linear', fit: 'fill' });
     try {
       return await image.removeAlpha().raw().toBuffer();
     } catch (err) {
@@ -276,12 +359,20 @@ export class TiffSlide implements Slide {
     if (this.source) return readTiled(this, level, { x, y, w, h });
     let data: Buffer;
     try {
-      data = await this.vips(l).extract({ left, top, width: right - left, height: bottom - top }).removeAlpha().raw().toBuffer();
+      data = await this.vips(l)
+        .extract({ left, top, width: right - left, height: bottom - top })
+        .removeAlpha()
+        .raw()
+        .toBuffer();
     } catch (err) {
-      throw new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: directory ${l.page}, ${right - left}x${bottom - top} at ${left},${top}: ${(err as Error).message}`);
+      throw new SlideError(
+        'TILE_ERR_SLIDE_UNREADABLE',
+        `${this.path}: directory ${l.page}, ${right - left}x${bottom - top} at ${left},${top}: ${(err as Error).message}`,
+      );
     }
     const row = (right - left) * 3;
-    for (let r = top; r < bottom; r++) data.copy(out, ((r - y) * w + (left - x)) * 3, (r - top) * row, (r - top + 1) * row);
+    for (let r = top; r < bottom; r++)
+      data.copy(out, ((r - y) * w + (left - x)) * 3, (r - top) * row, (r - top + 1) * row);
     return out;
   }
 
@@ -298,7 +389,8 @@ const MAX_REMOTE_OVERVIEW = 2 ** 28;
  *  the source's block cache. */
 function geotiffSource(source: ByteSource): Parameters<typeof GeoTIFF.fromSource>[0] {
   return {
-    fetch: (slices: { offset: number; length: number }[]) => Promise.all(slices.map(async ({ offset, length }) => (await source.read(offset, length)).slice().buffer)),
+    fetch: (slices: { offset: number; length: number }[]) =>
+      Promise.all(slices.map(async ({ offset, length }) => (await source.read(offset, length)).slice().buffer)),
     fileSize: source.size,
     close: async () => {},
   } as unknown as Parameters<typeof GeoTIFF.fromSource>[0];

@@ -3,14 +3,25 @@
 import { bandBytes, cutRows, decodeBand, planBands, type BandView } from './bands.js';
 import type { Region, Slide } from './slide.js';
 
-export async function readTiled(slide: Required<Pick<Slide, 'bandSource' | 'bandJob'>>, level: number, r: Region): Promise<Uint8Array> {
+export async function readTiled(
+  slide: Required<Pick<Slide, 'bandSource' | 'bandJob'>>,
+  level: number,
+  r: Region,
+): Promise<Uint8Array> {
   const { bands } = planBands(slide.bandSource(level), [[r]]);
   const views = await Promise.all(
     bands.map(async ({ ty, tx0, tx1 }): Promise<BandView> => {
       const job = await slide.bandJob(level, ty, tx0, tx1);
       const data = new SharedArrayBuffer(bandBytes(job));
       await decodeBand(job, new Uint8Array(data));
-      return { data, left: job.left, top: job.top, width: job.width, height: job.height, stride: job.tiles * job.tileWidth * 3 };
+      return {
+        data,
+        left: job.left,
+        top: job.top,
+        width: job.width,
+        height: job.height,
+        stride: job.tiles * job.tileWidth * 3,
+      };
     }),
   );
   const out = new Uint8Array(r.w * r.h * 3);

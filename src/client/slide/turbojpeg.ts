@@ -8,12 +8,37 @@ import { loadLibrary } from './native-library.js';
 
 interface TurboLib {
   init: () => unknown;
-  header: (h: unknown, jpeg: Uint8Array, size: number, w: [number], hh: [number], subsamp: [number], colorspace: [number]) => number;
-  decompress: (h: unknown, jpeg: Uint8Array, size: number, dst: Uint8Array, w: number, pitch: number, hh: number, format: number, flags: number) => number;
+  header: (
+    h: unknown,
+    jpeg: Uint8Array,
+    size: number,
+    w: [number],
+    hh: [number],
+    subsamp: [number],
+    colorspace: [number],
+  ) => number;
+  decompress: (
+    h: unknown,
+    jpeg: Uint8Array,
+    size: number,
+    dst: Uint8Array,
+    w: number,
+    pitch: number,
+    hh: number,
+    format: number,
+    flags: number,
+  ) => number;
   error: (h: unknown) => string;
 }
 
-const NAMES = ['libturbojpeg.so.0', 'libturbojpeg.so', 'libturbojpeg.dylib', '/opt/homebrew/lib/libturbojpeg.dylib', '/usr/local/lib/libturbojpeg.dylib', 'turbojpeg.dll'];
+const NAMES = [
+  'libturbojpeg.so.0',
+  'libturbojpeg.so',
+  'libturbojpeg.dylib',
+  '/opt/homebrew/lib/libturbojpeg.dylib',
+  '/usr/local/lib/libturbojpeg.dylib',
+  'turbojpeg.dll',
+];
 const TJPF_RGB = 0;
 /** TJCS_RGB and TJCS_YCbCr: the colour space libjpeg infers from the stream's markers. */
 export const JPEG_RGB = 0;
@@ -27,8 +52,12 @@ function load(): TurboLib | null {
   const so = process.env.TILE_INFER_TURBOJPEG === '0' ? null : loadLibrary(NAMES);
   lib = so && {
     init: so.func('void *tjInitDecompress()'),
-    header: so.func('int tjDecompressHeader3(void *h, const uint8_t *buf, unsigned long size, _Out_ int *w, _Out_ int *hh, _Out_ int *subsamp, _Out_ int *colorspace)'),
-    decompress: so.func('int tjDecompress2(void *h, const uint8_t *buf, unsigned long size, uint8_t *dst, int w, int pitch, int hh, int format, int flags)'),
+    header: so.func(
+      'int tjDecompressHeader3(void *h, const uint8_t *buf, unsigned long size, _Out_ int *w, _Out_ int *hh, _Out_ int *subsamp, _Out_ int *colorspace)',
+    ),
+    decompress: so.func(
+      'int tjDecompress2(void *h, const uint8_t *buf, unsigned long size, uint8_t *dst, int w, int pitch, int hh, int format, int flags)',
+    ),
     error: so.func('const char *tjGetErrorStr2(void *h)'),
   };
   return lib;
@@ -65,8 +94,10 @@ export function jpegHeader(jpeg: Uint8Array): JpegHeader {
  *  they are for libvips' TIFF reader in sharp. */
 export function decodeJpegInto(jpeg: Uint8Array, into: Uint8Array, width: number, height: number, pitch: number): void {
   const { lib: l, h } = decompressor();
-  if (into.byteLength < (height - 1) * pitch + width * 3) throw new RangeError(`a ${width}x${height} JPEG does not fit its ${into.byteLength}-byte destination`);
+  if (into.byteLength < (height - 1) * pitch + width * 3)
+    throw new RangeError(`a ${width}x${height} JPEG does not fit its ${into.byteLength}-byte destination`);
   const head = jpegHeader(jpeg);
-  if (head.width !== width || head.height !== height) throw new Error(`JPEG of ${head.width}x${head.height}, expected ${width}x${height}`);
+  if (head.width !== width || head.height !== height)
+    throw new Error(`JPEG of ${head.width}x${head.height}, expected ${width}x${height}`);
   if (l.decompress(h, jpeg, jpeg.length, into, width, pitch, height, TJPF_RGB, 0) !== 0) throw new Error(l.error(h));
 }

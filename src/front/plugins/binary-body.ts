@@ -16,7 +16,10 @@ const IMAGES: Record<string, (bytes: Buffer) => TileImage> = {
 async function binaryBody(app: FastifyInstance): Promise<void> {
   for (const [type, image] of Object.entries(IMAGES)) {
     app.addContentTypeParser(type, { parseAs: 'buffer' }, (request, body, done) => {
-      done(null, { ...tileFieldsFromQuery(request.query as Record<string, string | string[]>), image_data: image(body as Buffer) });
+      done(null, {
+        ...tileFieldsFromQuery(request.query as Record<string, string | string[]>),
+        image_data: image(body as Buffer),
+      });
     });
   }
 }

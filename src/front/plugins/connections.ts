@@ -14,7 +14,9 @@ const RESERVED_FDS = 128;
  *  /proc is not there. */
 export function openFileLimit(): number {
   try {
-    const line = readFileSync('/proc/self/limits', 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+    const line = readFileSync('/proc/self/limits', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
     const soft = line?.split(/\s{2,}/)[1];
     return soft && /^\d+$/.test(soft) ? Number(soft) : Infinity;
   } catch {

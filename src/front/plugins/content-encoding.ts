@@ -11,7 +11,8 @@ import { errors } from '../../lib/errors.js';
 async function contentEncoding(app: FastifyInstance): Promise<void> {
   app.addHook('onRequest', async (request, reply) => {
     const encoding = request.headers['content-encoding']?.trim().toLowerCase();
-    const hasBody = request.headers['transfer-encoding'] !== undefined || Number(request.headers['content-length'] ?? 0) > 0;
+    const hasBody =
+      request.headers['transfer-encoding'] !== undefined || Number(request.headers['content-length'] ?? 0) > 0;
     if (!encoding || encoding === 'identity' || !hasBody) return;
     reply.header('accept-encoding', 'identity');
     throw errors.unsupportedContentEncoding(encoding);

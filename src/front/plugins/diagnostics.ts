@@ -8,18 +8,42 @@ import { requireAdminToken } from '../admin-token.js';
 
 const CATEGORIES = ['usage', 'diagnostics'] as const;
 const Query = Type.Object({
-  categories: Type.Optional(Type.String({ description: "Comma-separated: 'usage' (recent model-request usage entries) and/or 'diagnostics' (the full payload under a 'diagnostics' key). Omitted: the full payload at the top level." })),
+  categories: Type.Optional(
+    Type.String({
+      description:
+        "Comma-separated: 'usage' (recent model-request usage entries) and/or 'diagnostics' (the full payload under a 'diagnostics' key). Omitted: the full payload at the top level.",
+    }),
+  ),
 });
 
-export default async function diagnostics(app: FastifyInstance, { backend, token }: { backend: ModelBackend; token: string | null }): Promise<void> {
+export default async function diagnostics(
+  app: FastifyInstance,
+  { backend, token }: { backend: ModelBackend; token: string | null },
+): Promise<void> {
   app.get(
     '/diagnostics',
-    { schema: { tags: ['Diagnostics'], summary: 'Anonymized diagnostics and usage', querystring: Query, response: { 422: HTTPValidationError } }, preHandler: requireAdminToken(token) },
+    {
+      schema: {
+        tags: ['Diagnostics'],
+        summary: 'Anonymized diagnostics and usage',
+        querystring: Query,
+        response: { 422: HTTPValidationError },
+      },
+      preHandler: requireAdminToken(token),
+    },
     async (request) => {
       const raw = (request.query as { categories?: string }).categories;
       const wanted = raw === undefined ? [] : raw.split(',').map((s) => s.trim());
       if (wanted.some((c) => !(CATEGORIES as readonly string[]).includes(c))) {
-        throw errors.tileInvalid([{ loc: ['query', 'categories'], msg: "Input should be 'usage' or 'diagnostics' (comma-separated)", type: 'literal_error', ctx: { expected: "'usage' or 'diagnostics'" }, input: raw }]);
+        throw errors.tileInvalid([
+          {
+            loc: ['query', 'categories'],
+            msg: "Input should be 'usage' or 'diagnostics' (comma-separated)",
+            type: 'literal_error',
+            ctx: { expected: "'usage' or 'diagnostics'" },
+            input: raw,
+          },
+        ]);
       }
       return backend.diagnostics(wanted);
     },

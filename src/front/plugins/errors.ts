@@ -42,7 +42,12 @@ function allValidationErrors(request: FastifyRequest, error: FastifyError): Vali
 function toServiceError(request: FastifyRequest, error: FastifyError): ServiceError | null {
   if (error instanceof ServiceError) return error;
   if (error.validation) return make.tileInvalid(allValidationErrors(request, error));
-  if (error instanceof SyntaxError || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || error.code === 'FST_ERR_CTP_INVALID_JSON_BODY') return make.tileInvalid([jsonInvalid(error.message)]);
+  if (
+    error instanceof SyntaxError ||
+    error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ||
+    error.code === 'FST_ERR_CTP_INVALID_JSON_BODY'
+  )
+    return make.tileInvalid([jsonInvalid(error.message)]);
   // A Content-Type fastify cannot even read is, to FastAPI, a body that is not an object.
   if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return make.tileInvalid([bodyNotObject()]);
   return null;
@@ -57,13 +62,19 @@ const LINGER_MS = 1000;
 export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const error =
-    err.code === 'HPE_HEADER_OVERFLOW' ? make.headersTooLarge(maxHeaderSize) : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? make.requestTimeout() : make.badRequest(err.message);
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? make.headersTooLarge(maxHeaderSize)
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? make.requestTimeout()
+        : make.badRequest(err.message);
   const body = JSON.stringify(error.body());
   if (!socket.writable) return void socket.destroy(err);
   // The answer, then a FIN; what the client is still sending (the rest of a 70 kB URL) is read and
   // dropped until it closes, or for a second: closing with it unread makes the kernel send a
   // reset, which can reach the client before it has read the answer (seen on Node 24).
-  socket.end(`HTTP/1.1 ${error.statusCode} ${STATUS_CODES[error.statusCode]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nX-Error-Code: ${error.code}\r\nConnection: close\r\n\r\n${body}`);
+  socket.end(
+    `HTTP/1.1 ${error.statusCode} ${STATUS_CODES[error.statusCode]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nX-Error-Code: ${error.code}\r\nConnection: close\r\n\r\n${body}`,
+  );
   socket.resume();
   setTimeout(() => socket.destroy(), LINGER_MS).unref();
 }

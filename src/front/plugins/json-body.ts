@@ -47,14 +47,18 @@ export function checkDepth(body: Buffer, skip: [number, number] = [body.length, 
       else if (c === QUOTE) inString = false;
     } else if (c === QUOTE) inString = true;
     else if (c === OPEN_OBJECT || c === OPEN_ARRAY) {
-      if (++depth > MAX_JSON_DEPTH) throw new SyntaxError(`JSON nested deeper than ${MAX_JSON_DEPTH} levels at position ${at}; a tile request nests 2`);
+      if (++depth > MAX_JSON_DEPTH)
+        throw new SyntaxError(
+          `JSON nested deeper than ${MAX_JSON_DEPTH} levels at position ${at}; a tile request nests 2`,
+        );
     } else if (c === CLOSE_OBJECT || c === CLOSE_ARRAY) depth--;
   }
 }
 
 export function parseJsonBody(body: Buffer): unknown {
   const value = parseTileBody(body) ?? (checkDepth(body), withImage(JSON.parse(body.toString('utf8'))));
-  if (value !== null && typeof value === 'object') for (const key of FORBIDDEN) if (Object.hasOwn(value, key)) delete (value as Record<string, unknown>)[key];
+  if (value !== null && typeof value === 'object')
+    for (const key of FORBIDDEN) if (Object.hasOwn(value, key)) delete (value as Record<string, unknown>)[key];
   return value;
 }
 
@@ -62,11 +66,13 @@ export function parseJsonBody(body: Buffer): unknown {
 function withImage(value: unknown): unknown {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return value;
   const body = value as Record<string, unknown>;
-  if (Object.hasOwn(body, 'image_data') && typeof body.image_data === 'string') body.image_data = imageOf(decodeBase64Strict(body.image_data));
+  if (Object.hasOwn(body, 'image_data') && typeof body.image_data === 'string')
+    body.image_data = imageOf(decodeBase64Strict(body.image_data));
   return body;
 }
 
-const imageOf = (decoded: ReturnType<typeof decodeBase64Strict>): TileImage => ('reason' in decoded ? notBase64(decoded.reason) : pngImage(decoded.bytes, 'image_data'));
+const imageOf = (decoded: ReturnType<typeof decodeBase64Strict>): TileImage =>
+  'reason' in decoded ? notBase64(decoded.reason) : pngImage(decoded.bytes, 'image_data');
 
 /** The body with image_data's bytes decoded from the body's bytes, or null where that shortcut
  *  cannot be sure to give what JSON.parse would (then the caller parses the whole text). It
@@ -93,7 +99,8 @@ export function parseTileBody(body: Buffer): Record<string, unknown> | null {
   } catch {
     return null; // Malformed: the long way reports the error at its place in the body as sent.
   }
-  if (value === null || typeof value !== 'object' || (value as Record<string, unknown>).image_data !== MARKER) return null;
+  if (value === null || typeof value !== 'object' || (value as Record<string, unknown>).image_data !== MARKER)
+    return null;
   (value as Record<string, unknown>).image_data = imageOf(decoded);
   return value as Record<string, unknown>;
 }

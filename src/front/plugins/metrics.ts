@@ -18,14 +18,22 @@ declare module 'fastify' {
   }
 }
 
-async function metrics(app: FastifyInstance, { backend, token }: { backend: ModelBackend; token: string | null }): Promise<void> {
+async function metrics(
+  app: FastifyInstance,
+  { backend, token }: { backend: ModelBackend; token: string | null },
+): Promise<void> {
   const registry = new Registry();
   // Constructing one installs the responder a cluster worker needs to answer the supervisor's
   // aggregation; the registry it reads is this front's.
   new AggregatorRegistry();
   AggregatorRegistry.setRegistries([registry]);
   collectDefaultMetrics({ register: registry });
-  const requests = new Counter({ name: 'tile_requests_total', help: 'Model requests by model, endpoint and status', labelNames: ['model', 'endpoint', 'status'], registers: [registry] });
+  const requests = new Counter({
+    name: 'tile_requests_total',
+    help: 'Model requests by model, endpoint and status',
+    labelNames: ['model', 'endpoint', 'status'],
+    registers: [registry],
+  });
   const latency = new Histogram({
     name: 'tile_request_duration_seconds',
     help: 'Model request latency',
@@ -33,7 +41,13 @@ async function metrics(app: FastifyInstance, { backend, token }: { backend: Mode
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
     registers: [registry],
   });
-  const batches = new Histogram({ name: 'model_batch_size', help: 'Size of the batch each tile ran in', labelNames: ['model'], buckets: [1, 2, 4, 8, 16, 32], registers: [registry] });
+  const batches = new Histogram({
+    name: 'model_batch_size',
+    help: 'Size of the batch each tile ran in',
+    labelNames: ['model'],
+    buckets: [1, 2, 4, 8, 16, 32],
+    registers: [registry],
+  });
   new Gauge({
     name: 'model_queue_depth',
     help: 'Tiles sent to workers and not yet finished or dropped there (the bounded backlog), summed over fronts',
@@ -51,7 +65,8 @@ async function metrics(app: FastifyInstance, { backend, token }: { backend: Mode
     registers: [registry],
     collect() {
       this.reset();
-      for (const m of backend.models()) m.instances.forEach((w, i) => this.set({ model: m.name, instance: String(i) }, w.state === 'ready' ? 1 : 0));
+      for (const m of backend.models())
+        m.instances.forEach((w, i) => this.set({ model: m.name, instance: String(i) }, w.state === 'ready' ? 1 : 0));
     },
   });
   new Gauge({
@@ -62,7 +77,8 @@ async function metrics(app: FastifyInstance, { backend, token }: { backend: Mode
     registers: [registry],
     collect() {
       this.reset();
-      for (const m of backend.models()) m.instances.forEach((w, i) => this.set({ model: m.name, instance: String(i) }, w.restarts));
+      for (const m of backend.models())
+        m.instances.forEach((w, i) => this.set({ model: m.name, instance: String(i) }, w.restarts));
     },
   });
 
@@ -75,8 +91,20 @@ async function metrics(app: FastifyInstance, { backend, token }: { backend: Mode
   });
   // Triton's pair: how long a tile waited in the worker against how long its batch ran.
   const waitBuckets = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
-  const queueDuration = new Histogram({ name: 'tile_queue_duration_seconds', help: "A served tile's wait in the worker's queue, from decoded to its batch's start", labelNames: ['model'], buckets: waitBuckets, registers: [registry] });
-  const computeDuration = new Histogram({ name: 'tile_compute_duration_seconds', help: "The run (session.run) of a served tile's batch", labelNames: ['model'], buckets: waitBuckets, registers: [registry] });
+  const queueDuration = new Histogram({
+    name: 'tile_queue_duration_seconds',
+    help: "A served tile's wait in the worker's queue, from decoded to its batch's start",
+    labelNames: ['model'],
+    buckets: waitBuckets,
+    registers: [registry],
+  });
+  const computeDuration = new Histogram({
+    name: 'tile_compute_duration_seconds',
+    help: "The run (session.run) of a served tile's batch",
+    labelNames: ['model'],
+    buckets: waitBuckets,
+    registers: [registry],
+  });
   const shed = new Counter({
     name: 'tile_requests_shed_total',
     help: 'Model requests not served: expired (deadline passed, 504), cancelled (client left first) or refused (503 at admission: queue full, front busy)',
@@ -96,9 +124,13 @@ async function metrics(app: FastifyInstance, { backend, token }: { backend: Mode
     if (outcome) shed.inc({ model: route.name, endpoint: route.endpoint, outcome });
   });
 
-  app.get('/metrics', { schema: { tags: ['Diagnostics'], summary: 'Prometheus metrics' }, preHandler: requireAdminToken(token) }, async (_request, reply) => {
-    return reply.type(registry.contentType).send(await backend.metrics(registry));
-  });
+  app.get(
+    '/metrics',
+    { schema: { tags: ['Diagnostics'], summary: 'Prometheus metrics' }, preHandler: requireAdminToken(token) },
+    async (_request, reply) => {
+      return reply.type(registry.contentType).send(await backend.metrics(registry));
+    },
+  );
 }
 
 export default fp(metrics, { name: 'metrics' });

@@ -11,7 +11,14 @@ import type { StageTimes, WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
 import { Transform, type Readable } from 'node:stream';
 import { unavailable, type ModelBackend, type Ticket } from '../backend.js';
-import { ErrorDetail, HTTPValidationError, Loading, ModelMetadata, predictQuery, TileResponse } from '../../contract/schemas.js';
+import {
+  ErrorDetail,
+  HTTPValidationError,
+  Loading,
+  ModelMetadata,
+  predictQuery,
+  TileResponse,
+} from '../../contract/schemas.js';
 import { TileBody } from '../tile-image.js';
 import { checkTile } from '../tile-checks.js';
 import { negotiate, outputTensor, tileResponseJson } from '../response-writer.js';
@@ -23,14 +30,31 @@ export interface ModelRoutesOptions {
   config: ServiceConfig;
 }
 
-const Unavailable = { description: 'Model loading ({"status": "loading"}), failed to load, queue full or service busy ({"detail": ...}); see Retry-After', anyOf: [Loading, ErrorDetail] };
-const errorResponses = { 404: ErrorDetail, 406: ErrorDetail, 413: ErrorDetail, 415: ErrorDetail, 422: HTTPValidationError, 500: ErrorDetail, 503: Unavailable, 504: ErrorDetail };
+const Unavailable = {
+  description:
+    'Model loading ({"status": "loading"}), failed to load, queue full or service busy ({"detail": ...}); see Retry-After',
+  anyOf: [Loading, ErrorDetail],
+};
+const errorResponses = {
+  404: ErrorDetail,
+  406: ErrorDetail,
+  413: ErrorDetail,
+  415: ErrorDetail,
+  422: HTTPValidationError,
+  500: ErrorDetail,
+  503: Unavailable,
+  504: ErrorDetail,
+};
 /** The answer as JSON (the contract's ModelResponse, written as bytes: response-writer.ts), or
  *  the output tensor's bytes for a client that asks for them. */
 const answers = {
   200: {
-    description: 'The ModelResponse; with Accept: application/octet-stream, the output tensor (a mask uint8 [height, width], else float32 [n], little-endian), its dtype in X-Tensor-Dtype, its shape in X-Tensor-Shape, tissue_ratio in X-Tissue-Ratio',
-    content: { 'application/json': { schema: TileResponse }, 'application/octet-stream': { schema: { type: 'string', format: 'binary' } } },
+    description:
+      'The ModelResponse; with Accept: application/octet-stream, the output tensor (a mask uint8 [height, width], else float32 [n], little-endian), its dtype in X-Tensor-Dtype, its shape in X-Tensor-Shape, tissue_ratio in X-Tissue-Ratio',
+    content: {
+      'application/json': { schema: TileResponse },
+      'application/octet-stream': { schema: { type: 'string', format: 'binary' } },
+    },
   },
   ...errorResponses,
 };
@@ -122,34 +146,52 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       const { ticket, signal } = reply.request.tile!;
       const parse = reply.elapsedTime;
       const answerAs = negotiate(reply.request.headers.accept, !withEmbedding);
-      if (!answerAs) throw errors.notAcceptable('prediction_with_embedding answers two tensors (output and embedding): Accept application/json, or ask for each');
+      if (!answerAs)
+        throw errors.notAcceptable(
+          'prediction_with_embedding answers two tensors (output and embedding): Accept application/json, or ask for each',
+        );
       const tensor = answerAs === 'tensor';
       const checkedAt = performance.now();
       const { errors: invalid, image } = checkTile(body, manifest, task === 'prediction', config.max_tile_pixels);
       if (invalid.length || !image) throw errors.tileInvalid(invalid);
       const bulk = task === 'prediction' ? (body.bulk_rna ?? null) : null;
       const sent = performance.now();
-      const result = await backend.infer(name, { task, withEmbedding, image, width: body.width, height: body.height, bulk }, { ticket, signal });
+      const result = await backend.infer(
+        name,
+        { task, withEmbedding, image, width: body.width, height: body.height, bulk },
+        { ticket, signal },
+      );
       const received = performance.now();
       reply.request.tile!.times = result.times;
       const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
-      const answer = tensor ? outputTensor(result.output, body.height, body.width) : tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
+      const answer = tensor
+        ? outputTensor(result.output, body.height, body.width)
+        : tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
       const t = result.times;
-      fastify.observeTile(name, result.batchSize, {
-        parse,
-        base64: sent - checkedAt,
-        decode: t.decode,
-        preprocess: t.preprocess,
-        queue: t.queue,
-        inference: t.inference / result.batchSize,
-        ipc: received - sent - t.worker,
-        serialize: performance.now() - received,
-      }, t);
+      fastify.observeTile(
+        name,
+        result.batchSize,
+        {
+          parse,
+          base64: sent - checkedAt,
+          decode: t.decode,
+          preprocess: t.preprocess,
+          queue: t.queue,
+          inference: t.inference / result.batchSize,
+          ipc: received - sent - t.worker,
+          serialize: performance.now() - received,
+        },
+        t,
+      );
       reply.header('vary', 'accept');
       // Bytes already (response-writer.ts): fastify's serializer is bypassed.
       if (Buffer.isBuffer(answer)) return reply.type('application/json').send(answer);
       if (tissueRatio !== null) reply.header('x-tissue-ratio', String(tissueRatio));
-      return reply.header('x-tensor-dtype', answer.dtype).header('x-tensor-shape', answer.shape.join(',')).type('application/octet-stream').send(answer.bytes);
+      return reply
+        .header('x-tensor-dtype', answer.dtype)
+        .header('x-tensor-shape', answer.shape.join(','))
+        .type('application/octet-stream')
+        .send(answer.bytes);
     };
 
     if (endpoints.includes(`POST /api/predict/${name}`)) {
@@ -174,9 +216,23 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
           const segmentation = manifest.tasks.includes('segmentation');
           // The package may have changed since the routes were made: its own modes decide.
           if (!predictModes(manifest.tasks).includes(mode)) {
-            throw errors.tileInvalid([{ loc: ['query', 'mode'], msg: "Input should be 'prediction'", type: 'literal_error', ctx: { expected: "'prediction'" }, input: mode }]);
+            throw errors.tileInvalid([
+              {
+                loc: ['query', 'mode'],
+                msg: "Input should be 'prediction'",
+                type: 'literal_error',
+                ctx: { expected: "'prediction'" },
+                input: mode,
+              },
+            ]);
           }
-          return run(reply, request.body, manifest, segmentation ? 'segmentation' : 'prediction', mode === 'prediction_with_embedding');
+          return run(
+            reply,
+            request.body,
+            manifest,
+            segmentation ? 'segmentation' : 'prediction',
+            mode === 'prediction_with_embedding',
+          );
         },
       );
     }
@@ -185,7 +241,13 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       app.post(
         `/api/embed/${name}`,
         {
-          schema: { summary: `${name} embedding`, description: `${describeRoute(name, planned, 'embedding')}\n\n${describeBodies(`/api/embed/${name}`, planned)}`, tags, body: TileBody, response: answers },
+          schema: {
+            summary: `${name} embedding`,
+            description: `${describeRoute(name, planned, 'embedding')}\n\n${describeBodies(`/api/embed/${name}`, planned)}`,
+            tags,
+            body: TileBody,
+            response: answers,
+          },
           config: { model: { name, endpoint: 'embed' }, swaggerTransform: requestDocs(planned, null) },
           onRequest: admit,
           preParsing: countBytes,
@@ -194,28 +256,36 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       );
     }
 
-    app.get(`/api/metadata/${name}`, { schema: { summary: `${name} metadata`, tags, response: { 200: ModelMetadata, 503: Unavailable } } }, async () => {
-      const { manifest, sha256 } = ready(name);
-      return {
-        model: manifest.name,
-        version: manifest.version,
-        tasks: manifest.tasks,
-        tile: manifest.tile,
-        ...(manifest.genes && {
-          input_genes: manifest.genes.input,
-          output_genes: manifest.genes.output,
-          gene_panel: manifest.genes.panel,
-          bulk_transform: manifest.genes.bulk_transform,
-        }),
-        ...(manifest.embedding_dim !== undefined && { embedding_dim: manifest.embedding_dim }),
-        trained: manifest.provenance.trained,
-        provenance: manifest.provenance.method,
-        description: manifest.description,
-        licence: manifest.license,
-        sha256,
-      };
-    });
+    app.get(
+      `/api/metadata/${name}`,
+      { schema: { summary: `${name} metadata`, tags, response: { 200: ModelMetadata, 503: Unavailable } } },
+      async () => {
+        const { manifest, sha256 } = ready(name);
+        return {
+          model: manifest.name,
+          version: manifest.version,
+          tasks: manifest.tasks,
+          tile: manifest.tile,
+          ...(manifest.genes && {
+            input_genes: manifest.genes.input,
+            output_genes: manifest.genes.output,
+            gene_panel: manifest.genes.panel,
+            bulk_transform: manifest.genes.bulk_transform,
+          }),
+          ...(manifest.embedding_dim !== undefined && { embedding_dim: manifest.embedding_dim }),
+          trained: manifest.provenance.trained,
+          provenance: manifest.provenance.method,
+          description: manifest.description,
+          licence: manifest.license,
+          sha256,
+        };
+      },
+    );
   }
 }
 
-export default fp(modelRoutes, { name: 'model-routes', dependencies: ['errors', 'metrics'], decorators: { fastify: ['observeTile'] } });
+export default fp(modelRoutes, {
+  name: 'model-routes',
+  dependencies: ['errors', 'metrics'],
+  decorators: { fastify: ['observeTile'] },
+});

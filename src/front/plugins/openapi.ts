@@ -12,7 +12,8 @@ async function openapi(app: FastifyInstance, { version }: { version: string }): 
       info: {
         title: 'Tile Inference Service',
         version,
-        description: 'Tissue segmentation, gene-expression prediction and tile embeddings for whole-slide image tiles. No authentication: protect at network level.',
+        description:
+          'Tissue segmentation, gene-expression prediction and tile embeddings for whole-slide image tiles. No authentication: protect at network level.',
       },
       tags: [{ name: 'Models' }, { name: 'Health' }, { name: 'Diagnostics' }],
     },

@@ -22,16 +22,20 @@ function guardMemoryUsage(): () => boolean {
   const sample = process.memoryUsage.bind(process);
   let last = sample();
   let starved = false;
-  process.memoryUsage = Object.assign(() => {
-    try {
-      last = sample();
-      starved = false;
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EMFILE' && (err as NodeJS.ErrnoException).code !== 'ENFILE') throw err;
-      starved = true;
-    }
-    return last;
-  }, { rss: () => process.memoryUsage().rss });
+  process.memoryUsage = Object.assign(
+    () => {
+      try {
+        last = sample();
+        starved = false;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EMFILE' && (err as NodeJS.ErrnoException).code !== 'ENFILE')
+          throw err;
+        starved = true;
+      }
+      return last;
+    },
+    { rss: () => process.memoryUsage().rss },
+  );
   return () => starved;
 }
 
@@ -55,7 +59,8 @@ async function pressure(app: FastifyInstance, { config }: { config: ServiceConfi
     },
   });
   app.addHook('onRequest', async (request) => {
-    if (starved() && request.routeOptions.config.pressure !== false) throw errors.underPressure('open files', app.server.maxConnections);
+    if (starved() && request.routeOptions.config.pressure !== false)
+      throw errors.underPressure('open files', app.server.maxConnections);
   });
 }
 

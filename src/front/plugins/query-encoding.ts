@@ -21,7 +21,15 @@ async function queryEncoding(app: FastifyInstance): Promise<void> {
     const at = request.url.indexOf('?');
     if (at < 0 || !request.url.includes('%', at)) return;
     const part = badlyEncoded(request.url.slice(at + 1));
-    if (part !== null) throw errors.tileInvalid([{ loc: ['query'], msg: 'Value error, the query string has invalid percent-encoding (% and two hex digits of UTF-8)', type: 'value_error', input: part }]);
+    if (part !== null)
+      throw errors.tileInvalid([
+        {
+          loc: ['query'],
+          msg: 'Value error, the query string has invalid percent-encoding (% and two hex digits of UTF-8)',
+          type: 'value_error',
+          input: part,
+        },
+      ]);
   });
 }
 

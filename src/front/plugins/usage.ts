@@ -11,7 +11,9 @@ const round = (ms: number) => Math.round(ms * 100) / 100;
 
 /** A v2 request's tiles as its image input's shape (NxHxW, or N PNGs). */
 function v2Tiles(body: unknown): string {
-  const shape = (body as { inputs?: { name?: string; shape?: unknown }[] } | undefined)?.inputs?.find((i) => i.name === 'image')?.shape;
+  const shape = (body as { inputs?: { name?: string; shape?: unknown }[] } | undefined)?.inputs?.find(
+    (i) => i.name === 'image',
+  )?.shape;
   return Array.isArray(shape) && shape.length ? shape.slice(0, 3).join('x') : 'invalid';
 }
 
@@ -22,13 +24,24 @@ async function usage(app: FastifyInstance, { backend }: { backend: ModelBackend 
       timestamp: new Date().toISOString(),
       model: route.name,
       endpoint: route.endpoint,
-      mode: route.endpoint === 'v2' ? 'v2' : ((request.query as { mode?: string }).mode ?? (route.endpoint === 'embed' ? 'embedding' : 'prediction')),
+      mode:
+        route.endpoint === 'v2'
+          ? 'v2'
+          : ((request.query as { mode?: string }).mode ?? (route.endpoint === 'embed' ? 'embedding' : 'prediction')),
       status,
       duration_ms: round(reply.elapsedTime),
-      tile: route.endpoint === 'v2' ? v2Tiles(request.body) : typeof body?.width === 'number' && typeof body?.height === 'number' ? `${body.width}x${body.height}` : 'invalid',
+      tile:
+        route.endpoint === 'v2'
+          ? v2Tiles(request.body)
+          : typeof body?.width === 'number' && typeof body?.height === 'number'
+            ? `${body.width}x${body.height}`
+            : 'invalid',
       slide: typeof body?.slide_name === 'string' ? body.slide_name : null,
       ...(shed && { shed }),
-      ...(request.tile?.times && { queue_ms: round(request.tile.times.queue), compute_ms: round(request.tile.times.inference) }),
+      ...(request.tile?.times && {
+        queue_ms: round(request.tile.times.queue),
+        compute_ms: round(request.tile.times.inference),
+      }),
     });
   });
 }

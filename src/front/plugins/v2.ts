@@ -7,9 +7,16 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { ServiceError } from '../../lib/errors.js';
-import { V2Service } from '../v2/v2-service.js';
+import type { V2Service } from '../v2/v2-service.js';
 import { countBytes, holdTicket } from './model-routes.js';
-import { binaryOutputs, HEADER_LENGTH, InferRequestBody, parseBody, toInferRequest, writeResponse } from '../v2/rest-body.js';
+import {
+  binaryOutputs,
+  HEADER_LENGTH,
+  InferRequestBody,
+  parseBody,
+  toInferRequest,
+  writeResponse,
+} from '../v2/rest-body.js';
 
 export interface V2Options {
   service: V2Service;
@@ -22,17 +29,33 @@ type ModelParams = { model: string; version?: string };
 
 /** Any error as the protocol's: status and {"error": message}. */
 export function protocolError(error: FastifyError, bodyLimit: number): { status: number; error: ServiceError } {
-  if (error instanceof ServiceError) return { status: error.code === 'TILE_ERR_VALIDATION' ? 400 : error.statusCode, error };
+  if (error instanceof ServiceError)
+    return { status: error.code === 'TILE_ERR_VALIDATION' ? 400 : error.statusCode, error };
   if (error.validation) {
     const what = error.validation.map((e) => `${e.instancePath || '(the body)'} ${e.message}`).join('; ');
-    return { status: 400, error: new ServiceError('TILE_ERR_V2_INVALID', `the request's JSON does not fit the protocol: ${what}`) };
+    return {
+      status: 400,
+      error: new ServiceError('TILE_ERR_V2_INVALID', `the request's JSON does not fit the protocol: ${what}`),
+    };
   }
-  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return { status: 400, error: new ServiceError('TILE_ERR_V2_INVALID', `the body is over the limit of ${bodyLimit} bytes (body_limit_bytes): send fewer tiles per request`) };
+  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
+    return {
+      status: 400,
+      error: new ServiceError(
+        'TILE_ERR_V2_INVALID',
+        `the body is over the limit of ${bodyLimit} bytes (body_limit_bytes): send fewer tiles per request`,
+      ),
+    };
   const status = error.statusCode ?? 500;
-  return status >= 400 && status < 500 ? { status, error: new ServiceError('TILE_ERR_V2_INVALID', error.message) } : { status: 500, error: ServiceError.from(error) };
+  return status >= 400 && status < 500
+    ? { status, error: new ServiceError('TILE_ERR_V2_INVALID', error.message) }
+    : { status: 500, error: ServiceError.from(error) };
 }
 
-export default async function v2(fastify: FastifyInstance, { service, retryAfterS, bodyLimit }: V2Options): Promise<void> {
+export default async function v2(
+  fastify: FastifyInstance,
+  { service, retryAfterS, bodyLimit }: V2Options,
+): Promise<void> {
   const app = fastify.withTypeProvider<TypeBoxTypeProvider>();
   const health = { pressure: false };
 
@@ -48,11 +71,19 @@ export default async function v2(fastify: FastifyInstance, { service, retryAfter
   app.setErrorHandler((err: FastifyError, request, reply) => {
     const { status, error } = protocolError(err, bodyLimit);
     if (status === 503) reply.header('retry-after', String(error.retryAfterS ?? retryAfterS));
-    if (status >= 500 && error.code === 'TILE_ERR_INTERNAL') request.log.error({ err, errorCode: error.code }, 'request failed');
+    if (status >= 500 && error.code === 'TILE_ERR_INTERNAL')
+      request.log.error({ err, errorCode: error.code }, 'request failed');
     const message = error.code === 'TILE_ERR_INTERNAL' ? 'Internal server error' : error.message;
     return reply.code(status).header('x-error-code', error.code).send({ error: message });
   });
-  app.setNotFoundHandler((request, reply) => reply.code(404).header('x-error-code', 'TILE_ERR_NOT_FOUND').send({ error: `${request.method} ${request.url.split('?')[0]} is not a path of the Open Inference Protocol this service serves` }));
+  app.setNotFoundHandler((request, reply) =>
+    reply
+      .code(404)
+      .header('x-error-code', 'TILE_ERR_NOT_FOUND')
+      .send({
+        error: `${request.method} ${request.url.split('?')[0]} is not a path of the Open Inference Protocol this service serves`,
+      }),
+  );
 
   // The contract's /openapi.json documents the contract; this protocol has its own specification.
   app.addHook('onRoute', (route) => {
@@ -69,7 +100,9 @@ export default async function v2(fastify: FastifyInstance, { service, retryAfter
   });
 
   for (const prefix of ['/models/:model', '/models/:model/versions/:version']) {
-    app.get(prefix, { schema: { params: Model } }, async (request) => service.modelMetadata(request.params.model, request.params.version));
+    app.get(prefix, { schema: { params: Model } }, async (request) =>
+      service.modelMetadata(request.params.model, request.params.version),
+    );
     app.get(`${prefix}/ready`, { schema: { params: Model }, config: health }, async (request, reply) => {
       const ready = service.modelReady(request.params.model, request.params.version);
       return answer(reply, ready, { name: request.params.model, ready });
@@ -82,12 +115,18 @@ export default async function v2(fastify: FastifyInstance, { service, retryAfter
         config: { model: { endpoint: 'v2' } },
         // Admitted before the body is read, its bytes counted as they arrive, its tiles cancelled
         // when the client leaves, as the contract's routes (model-routes.ts).
-        onRequest: async (request: FastifyRequest, reply: FastifyReply) => holdTicket(request, reply, service.admit((request.params as ModelParams).model)),
+        onRequest: async (request: FastifyRequest, reply: FastifyReply) =>
+          holdTicket(request, reply, service.admit((request.params as ModelParams).model)),
         preParsing: countBytes,
       },
       async (request, reply) => {
         const { ticket, signal } = request.tile!;
-        const response = await service.infer(request.params.model, request.params.version, toInferRequest(request.body), { ticket, signal });
+        const response = await service.infer(
+          request.params.model,
+          request.params.version,
+          toInferRequest(request.body),
+          { ticket, signal },
+        );
         const { body, headerLength } = writeResponse(response, binaryOutputs(request.body));
         if (headerLength === null) return reply.type('application/json').send(body);
         return reply.header(HEADER_LENGTH, String(headerLength)).type('application/octet-stream').send(body);

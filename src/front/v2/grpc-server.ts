@@ -16,7 +16,13 @@ import type { V2Service } from './v2-service.js';
 export const PROTO_FILE = fileURLToPath(new URL('../../../../proto/grpc_predict_v2.proto', import.meta.url));
 
 /** snake_case fields as the .proto names them; int64 as numbers (shapes, int64_param). */
-export const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true };
+export const LOADER_OPTIONS: protoLoader.Options = {
+  keepCase: true,
+  longs: Number,
+  enums: String,
+  defaults: true,
+  oneofs: true,
+};
 
 type Param = { parameter_choice?: 'bool_param' | 'int64_param' | 'string_param' } & Record<string, unknown>;
 type Contents = Record<string, unknown[]>;
@@ -38,28 +44,59 @@ interface GrpcInferRequest {
 }
 
 /** Which InferTensorContents field holds a datatype's elements. */
-const CONTENTS: Record<string, string> = { BOOL: 'bool_contents', INT8: 'int_contents', INT16: 'int_contents', INT32: 'int_contents', INT64: 'int64_contents', UINT8: 'uint_contents', UINT16: 'uint_contents', UINT32: 'uint_contents', UINT64: 'uint64_contents', FP32: 'fp32_contents', FP64: 'fp64_contents', BYTES: 'bytes_contents' };
+const CONTENTS: Record<string, string> = {
+  BOOL: 'bool_contents',
+  INT8: 'int_contents',
+  INT16: 'int_contents',
+  INT32: 'int_contents',
+  INT64: 'int64_contents',
+  UINT8: 'uint_contents',
+  UINT16: 'uint_contents',
+  UINT32: 'uint_contents',
+  UINT64: 'uint64_contents',
+  FP32: 'fp32_contents',
+  FP64: 'fp64_contents',
+  BYTES: 'bytes_contents',
+};
 
-const STATUS: Record<number, grpc.status> = { 400: grpc.status.INVALID_ARGUMENT, 404: grpc.status.NOT_FOUND, 503: grpc.status.UNAVAILABLE, 504: grpc.status.DEADLINE_EXCEEDED };
+const STATUS: Record<number, grpc.status> = {
+  400: grpc.status.INVALID_ARGUMENT,
+  404: grpc.status.NOT_FOUND,
+  503: grpc.status.UNAVAILABLE,
+  504: grpc.status.DEADLINE_EXCEEDED,
+};
 
-const parameters = (map: Record<string, Param>): Parameters => Object.fromEntries(Object.entries(map).map(([k, p]) => [k, p.parameter_choice ? p[p.parameter_choice] : undefined]));
+const parameters = (map: Record<string, Param>): Parameters =>
+  Object.fromEntries(Object.entries(map).map(([k, p]) => [k, p.parameter_choice ? p[p.parameter_choice] : undefined]));
 
 /** A ModelInfer request as the transport-free InferRequest. */
 export function toInferRequest(request: GrpcInferRequest): InferRequest {
   const raw = request.raw_input_contents;
-  if (raw.length && raw.length !== request.inputs.length) throw errors.v2Invalid(`raw_input_contents has ${raw.length} entries, expected one per input (${request.inputs.length})`);
+  if (raw.length && raw.length !== request.inputs.length)
+    throw errors.v2Invalid(
+      `raw_input_contents has ${raw.length} entries, expected one per input (${request.inputs.length})`,
+    );
   const inputs = request.inputs.map((input, i): InputTensor => {
     const { name, datatype, shape } = input;
     const common = { name, datatype, shape, parameters: parameters(input.parameters) };
     if (raw.length) {
-      if (input.contents && Object.values(input.contents).some((v) => v.length)) throw errors.v2Invalid(`input '${name}' has both contents and raw_input_contents: give one`);
+      if (input.contents && Object.values(input.contents).some((v) => v.length))
+        throw errors.v2Invalid(`input '${name}' has both contents and raw_input_contents: give one`);
       return { ...common, data: { raw: raw[i] } };
     }
     const field = CONTENTS[datatype];
-    if (!field) throw errors.v2Invalid(`input '${name}' has datatype ${JSON.stringify(datatype)}, expected one of the protocol's (UINT8, FP32, BYTES, ...)`);
+    if (!field)
+      throw errors.v2Invalid(
+        `input '${name}' has datatype ${JSON.stringify(datatype)}, expected one of the protocol's (UINT8, FP32, BYTES, ...)`,
+      );
     return { ...common, data: { values: input.contents?.[field] ?? [] } };
   });
-  return { id: request.id || undefined, parameters: parameters(request.parameters), inputs, outputs: request.outputs.length ? request.outputs : undefined };
+  return {
+    id: request.id || undefined,
+    parameters: parameters(request.parameters),
+    inputs,
+    outputs: request.outputs.length ? request.outputs : undefined,
+  };
 }
 
 /** Any error as a gRPC status with the protocol's message. */
@@ -70,11 +107,18 @@ function toStatus(err: unknown, logger: Logger): grpc.ServiceError {
   const details = error.code === 'TILE_ERR_INTERNAL' ? 'Internal server error' : error.message;
   const metadata = new grpc.Metadata();
   metadata.set('x-error-code', error.code);
-  return Object.assign(new Error(details), { code: STATUS[status] ?? (status < 500 ? grpc.status.INVALID_ARGUMENT : grpc.status.INTERNAL), details, metadata });
+  return Object.assign(new Error(details), {
+    code: STATUS[status] ?? (status < 500 ? grpc.status.INVALID_ARGUMENT : grpc.status.INTERNAL),
+    details,
+    metadata,
+  });
 }
 
 /** A unary handler from an async function; its errors become statuses. */
-function unary<Req, Res>(logger: Logger, handle: (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res): grpc.handleUnaryCall<Req, Res> {
+function unary<Req, Res>(
+  logger: Logger,
+  handle: (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res,
+): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
     Promise.resolve()
       .then(() => handle(call.request, call))
@@ -86,16 +130,28 @@ function unary<Req, Res>(logger: Logger, handle: (request: Req, call: grpc.Serve
 }
 
 /** Serves inference.GRPCInferenceService on host:port until the returned server is shut down. */
-export async function startGrpc(service: V2Service, options: { host: string; port: number; maxMessageBytes: number; logger: Logger }): Promise<{ server: grpc.Server; port: number }> {
-  const definition = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as unknown as { inference: { GRPCInferenceService: { service: grpc.ServiceDefinition } } };
+export async function startGrpc(
+  service: V2Service,
+  options: { host: string; port: number; maxMessageBytes: number; logger: Logger },
+): Promise<{ server: grpc.Server; port: number }> {
+  const definition = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as unknown as {
+    inference: { GRPCInferenceService: { service: grpc.ServiceDefinition } };
+  };
   const { logger } = options;
-  const server = new grpc.Server({ 'grpc.max_receive_message_length': options.maxMessageBytes, 'grpc.max_send_message_length': -1 });
+  const server = new grpc.Server({
+    'grpc.max_receive_message_length': options.maxMessageBytes,
+    'grpc.max_send_message_length': -1,
+  });
   server.addService(definition.inference.GRPCInferenceService.service, {
     ServerLive: unary(logger, () => ({ live: true })),
     ServerReady: unary(logger, () => ({ ready: service.ready() })),
-    ModelReady: unary(logger, (r: { name: string; version: string }) => ({ ready: service.modelReady(r.name, r.version || undefined) })),
+    ModelReady: unary(logger, (r: { name: string; version: string }) => ({
+      ready: service.modelReady(r.name, r.version || undefined),
+    })),
     ServerMetadata: unary(logger, () => service.serverMetadata()),
-    ModelMetadata: unary(logger, (r: { name: string; version: string }) => service.modelMetadata(r.name, r.version || undefined)),
+    ModelMetadata: unary(logger, (r: { name: string; version: string }) =>
+      service.modelMetadata(r.name, r.version || undefined),
+    ),
     ModelInfer: unary(logger, async (r: GrpcInferRequest, call) => {
       // Admitted as an HTTP request is; its bytes counted (the message is read already); its
       // tiles cancelled when the call is.
@@ -104,7 +160,10 @@ export async function startGrpc(service: V2Service, options: { host: string; por
       call.once('cancelled', () => cancelled.abort());
       try {
         ticket.received(r.raw_input_contents.reduce((sum, b) => sum + b.length, 0));
-        const response = await service.infer(r.model_name, r.model_version || undefined, toInferRequest(r), { ticket, signal: cancelled.signal });
+        const response = await service.infer(r.model_name, r.model_version || undefined, toInferRequest(r), {
+          ticket,
+          signal: cancelled.signal,
+        });
         return {
           model_name: response.model_name,
           model_version: response.model_version,
@@ -117,6 +176,12 @@ export async function startGrpc(service: V2Service, options: { host: string; por
       }
     }),
   });
-  const port = await new Promise<number>((resolve, reject) => server.bindAsync(`${options.host.includes(':') ? `[${options.host}]` : options.host}:${options.port}`, grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound))));
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync(
+      `${options.host.includes(':') ? `[${options.host}]` : options.host}:${options.port}`,
+      grpc.ServerCredentials.createInsecure(),
+      (err, bound) => (err ? reject(err) : resolve(bound)),
+    ),
+  );
   return { server, port };
 }

@@ -32,7 +32,8 @@ export function outputDatatype(manifest: Manifest, role: 'prediction' | 'embeddi
 }
 
 /** Whether the model takes bulk RNA: it predicts from input genes. */
-export const takesBulk = (manifest: Manifest): boolean => !!manifest.genes && !!manifest.tensors.bulk && manifest.tasks.includes('prediction');
+export const takesBulk = (manifest: Manifest): boolean =>
+  !!manifest.genes && !!manifest.tensors.bulk && manifest.tasks.includes('prediction');
 
 export function inputsOf(manifest: Manifest): TensorMetadata[] {
   const { width, height } = manifest.tile;
@@ -54,12 +55,22 @@ export function outputsOf(manifest: Manifest): (TensorMetadata & { name: OutputN
   const genes = manifest.genes?.output.length ?? lastDim(manifest, manifest.tensors.prediction);
   const dim = manifest.embedding_dim ?? lastDim(manifest, manifest.tensors.embedding);
   return [
-    ...(manifest.tasks.includes('prediction') ? [{ name: 'prediction' as const, datatype: outputDatatype(manifest, 'prediction'), shape: [-1, genes] }] : []),
-    ...(manifest.tasks.includes('embedding') ? [{ name: 'embedding' as const, datatype: outputDatatype(manifest, 'embedding'), shape: [-1, dim] }] : []),
+    ...(manifest.tasks.includes('prediction')
+      ? [{ name: 'prediction' as const, datatype: outputDatatype(manifest, 'prediction'), shape: [-1, genes] }]
+      : []),
+    ...(manifest.tasks.includes('embedding')
+      ? [{ name: 'embedding' as const, datatype: outputDatatype(manifest, 'embedding'), shape: [-1, dim] }]
+      : []),
   ];
 }
 
 /** The model metadata response (GET /v2/models/{model}, gRPC ModelMetadata). */
 export function modelMetadata(name: string, manifest: Manifest) {
-  return { name, versions: [manifest.version], platform: PLATFORM, inputs: inputsOf(manifest), outputs: outputsOf(manifest) };
+  return {
+    name,
+    versions: [manifest.version],
+    platform: PLATFORM,
+    inputs: inputsOf(manifest),
+    outputs: outputsOf(manifest),
+  };
 }

@@ -44,8 +44,14 @@ export function parseBody(body: Buffer, headerLength: string | undefined): unkno
   let length = body.length;
   if (headerLength !== undefined) {
     length = /^\d+$/.test(headerLength.trim()) ? Number(headerLength) : NaN;
-    if (!Number.isSafeInteger(length)) throw errors.v2Invalid(`Inference-Header-Content-Length is ${JSON.stringify(headerLength)}, expected the JSON header's length in bytes`);
-    if (length > body.length) throw errors.v2Invalid(`Inference-Header-Content-Length is ${length}, past the end of the ${body.length}-byte body`);
+    if (!Number.isSafeInteger(length))
+      throw errors.v2Invalid(
+        `Inference-Header-Content-Length is ${JSON.stringify(headerLength)}, expected the JSON header's length in bytes`,
+      );
+    if (length > body.length)
+      throw errors.v2Invalid(
+        `Inference-Header-Content-Length is ${length}, past the end of the ${body.length}-byte body`,
+      );
   }
   const header = body.subarray(0, length);
   let value: unknown;
@@ -53,9 +59,12 @@ export function parseBody(body: Buffer, headerLength: string | undefined): unkno
     checkDepth(header);
     value = JSON.parse(header.toString('utf8'));
   } catch (err) {
-    throw errors.v2Invalid(`the request's JSON${headerLength !== undefined ? ` header (the first ${length} bytes)` : ''} is malformed: ${(err as Error).message}`);
+    throw errors.v2Invalid(
+      `the request's JSON${headerLength !== undefined ? ` header (the first ${length} bytes)` : ''} is malformed: ${(err as Error).message}`,
+    );
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw errors.v2Invalid('the request should be a JSON object with "inputs"');
+  if (value === null || typeof value !== 'object' || Array.isArray(value))
+    throw errors.v2Invalid('the request should be a JSON object with "inputs"');
   if (headerLength !== undefined) (value as Parsed)[BINARY] = body.subarray(length);
   return value;
 }
@@ -63,7 +72,8 @@ export function parseBody(body: Buffer, headerLength: string | undefined): unkno
 const binarySize = (input: { name: string; parameters?: Record<string, unknown> }): number | undefined => {
   const size = input.parameters?.binary_data_size;
   if (size === undefined) return undefined;
-  if (!Number.isSafeInteger(size) || (size as number) < 0) throw errors.v2Invalid(`input '${input.name}': binary_data_size is ${JSON.stringify(size)}, expected a byte count`);
+  if (!Number.isSafeInteger(size) || (size as number) < 0)
+    throw errors.v2Invalid(`input '${input.name}': binary_data_size is ${JSON.stringify(size)}, expected a byte count`);
   return size as number;
 };
 
@@ -76,16 +86,25 @@ export function toInferRequest(body: InferRequestBody): InferRequest {
     const size = binarySize(input);
     const { name, datatype, shape, parameters } = input;
     if (size === undefined) {
-      if (!input.data) throw errors.v2Invalid(`input '${name}' has no data: give "data", or binary_data_size and the bytes after the JSON header`);
+      if (!input.data)
+        throw errors.v2Invalid(
+          `input '${name}' has no data: give "data", or binary_data_size and the bytes after the JSON header`,
+        );
       return { name, datatype, shape, parameters, data: { values: input.data.flat(Infinity) } };
     }
     if (input.data) throw errors.v2Invalid(`input '${name}' has both "data" and binary_data_size: give one`);
-    if (at + size > binary.length) throw errors.v2Invalid(`input '${name}': binary_data_size ${size} at byte ${at} of the binary data runs past its end (${binary.length} bytes after the JSON header)`);
+    if (at + size > binary.length)
+      throw errors.v2Invalid(
+        `input '${name}': binary_data_size ${size} at byte ${at} of the binary data runs past its end (${binary.length} bytes after the JSON header)`,
+      );
     const raw = binary.subarray(at, at + size);
     at += size;
     return { name, datatype, shape, parameters, data: { raw } };
   });
-  if (at !== binary.length) throw errors.v2Invalid(`the inputs' binary_data_size add up to ${at} bytes, but ${binary.length} bytes follow the JSON header`);
+  if (at !== binary.length)
+    throw errors.v2Invalid(
+      `the inputs' binary_data_size add up to ${at} bytes, but ${binary.length} bytes follow the JSON header`,
+    );
   return { id: body.id, parameters: body.parameters, inputs, outputs: body.outputs };
 }
 
@@ -98,7 +117,10 @@ export function binaryOutputs(body: InferRequestBody): (name: string) => boolean
 }
 
 /** The response body, and the JSON header's length when raw tensors follow it. */
-export function writeResponse(response: InferResponse, binary: (name: string) => boolean): { body: Buffer; headerLength: number | null } {
+export function writeResponse(
+  response: InferResponse,
+  binary: (name: string) => boolean,
+): { body: Buffer; headerLength: number | null } {
   const raw: Buffer[] = [];
   const outputs = response.outputs.map((o) => {
     const head = `{"name":${JSON.stringify(o.name)},"datatype":"${o.datatype}","shape":[${o.shape.join(',')}]`;
@@ -107,7 +129,10 @@ export function writeResponse(response: InferResponse, binary: (name: string) =>
       raw.push(bytes);
       return Buffer.from(`${head},"parameters":{"binary_data_size":${bytes.length}}}`);
     }
-    const data = o.datatype === 'UINT8' ? maskJson(o.data as Uint8Array) : Buffer.from(numbersJson(o.data as Float32Array | Float64Array));
+    const data =
+      o.datatype === 'UINT8'
+        ? maskJson(o.data as Uint8Array)
+        : Buffer.from(numbersJson(o.data as Float32Array | Float64Array));
     return Buffer.concat([Buffer.from(`${head},"data":`), data, Buffer.from('}')]);
   });
   const { model_name, model_version, id } = response;
@@ -116,5 +141,7 @@ export function writeResponse(response: InferResponse, binary: (name: string) =>
   outputs.forEach((o, i) => parts.push(...(i ? [Buffer.from(','), o] : [o])));
   parts.push(Buffer.from(']}'));
   const header = Buffer.concat(parts);
-  return raw.length ? { body: Buffer.concat([header, ...raw]), headerLength: header.length } : { body: header, headerLength: null };
+  return raw.length
+    ? { body: Buffer.concat([header, ...raw]), headerLength: header.length }
+    : { body: header, headerLength: null };
 }

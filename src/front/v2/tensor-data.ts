@@ -27,7 +27,21 @@ export interface OutputTensor {
 }
 
 /** Bytes per element of the protocol's fixed-size datatypes. */
-export const ELEMENT_BYTES: Record<string, number> = { BOOL: 1, UINT8: 1, UINT16: 2, UINT32: 4, UINT64: 8, INT8: 1, INT16: 2, INT32: 4, INT64: 8, FP16: 2, FP32: 4, FP64: 8, BF16: 2 };
+export const ELEMENT_BYTES: Record<string, number> = {
+  BOOL: 1,
+  UINT8: 1,
+  UINT16: 2,
+  UINT32: 4,
+  UINT64: 8,
+  INT8: 1,
+  INT16: 2,
+  INT32: 4,
+  INT64: 8,
+  FP16: 2,
+  FP32: 4,
+  FP64: 8,
+  BF16: 2,
+};
 export const DATATYPES = [...Object.keys(ELEMENT_BYTES), 'BYTES'];
 
 export const elements = (shape: readonly number[]): number => shape.reduce((a, b) => a * b, 1);
@@ -41,15 +55,21 @@ export const validShape = (shape: readonly number[]): boolean => shape.every((d)
 export function uint8Data(t: InputTensor): Buffer {
   const count = elements(t.shape);
   if ('raw' in t.data) {
-    if (t.data.raw.length !== count) throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} UINT8 elements (${count} bytes), the data has ${t.data.raw.length} bytes`);
+    if (t.data.raw.length !== count)
+      throw invalid(
+        t.name,
+        `shape [${t.shape.join(', ')}] holds ${count} UINT8 elements (${count} bytes), the data has ${t.data.raw.length} bytes`,
+      );
     return t.data.raw;
   }
   const { values } = t.data;
-  if (values.length !== count) throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} elements, data has ${values.length}`);
+  if (values.length !== count)
+    throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} elements, data has ${values.length}`);
   const out = Buffer.allocUnsafe(count);
   for (let i = 0; i < count; i++) {
     const v = values[i];
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 255) throw invalid(t.name, `element ${i} is ${JSON.stringify(v)}, expected an integer from 0 to 255 (UINT8)`);
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 255)
+      throw invalid(t.name, `element ${i} is ${JSON.stringify(v)}, expected an integer from 0 to 255 (UINT8)`);
     out[i] = v;
   }
   return out;
@@ -62,14 +82,20 @@ export function floatData(t: InputTensor): number[] {
   if ('raw' in t.data) {
     const size = ELEMENT_BYTES[t.datatype];
     const { raw } = t.data;
-    if (raw.length !== count * size) throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} ${t.datatype} elements (${count * size} bytes), the data has ${raw.length} bytes`);
+    if (raw.length !== count * size)
+      throw invalid(
+        t.name,
+        `shape [${t.shape.join(', ')}] holds ${count} ${t.datatype} elements (${count * size} bytes), the data has ${raw.length} bytes`,
+      );
     out = Array.from({ length: count }, (_, i) => (size === 4 ? raw.readFloatLE(i * 4) : raw.readDoubleLE(i * 8)));
   } else {
-    if (t.data.values.length !== count) throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} elements, data has ${t.data.values.length}`);
+    if (t.data.values.length !== count)
+      throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} elements, data has ${t.data.values.length}`);
     out = t.data.values as number[];
   }
   const bad = out.findIndex((v) => typeof v !== 'number' || !Number.isFinite(v));
-  if (bad >= 0) throw invalid(t.name, `element ${bad} is ${JSON.stringify(out[bad])}, expected a finite number (${t.datatype})`);
+  if (bad >= 0)
+    throw invalid(t.name, `element ${bad} is ${JSON.stringify(out[bad])}, expected a finite number (${t.datatype})`);
   return t.datatype === 'FP32' ? out.map(Math.fround) : out;
 }
 
@@ -79,7 +105,8 @@ export function bytesData(t: InputTensor, fromText: (text: string, index: number
   const count = elements(t.shape);
   if ('values' in t.data) {
     const { values } = t.data;
-    if (values.length !== count) throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} elements, data has ${values.length}`);
+    if (values.length !== count)
+      throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} elements, data has ${values.length}`);
     return values.map((v, i) => {
       if (Buffer.isBuffer(v)) return v;
       if (typeof v === 'string') return fromText(v, i);
@@ -90,13 +117,22 @@ export function bytesData(t: InputTensor, fromText: (text: string, index: number
   const out: Buffer[] = [];
   let at = 0;
   while (at < raw.length) {
-    if (at + 4 > raw.length) throw invalid(t.name, `BYTES element ${out.length} has a ${raw.length - at}-byte length prefix at byte ${at}, expected 4 bytes (uint32 little-endian)`);
+    if (at + 4 > raw.length)
+      throw invalid(
+        t.name,
+        `BYTES element ${out.length} has a ${raw.length - at}-byte length prefix at byte ${at}, expected 4 bytes (uint32 little-endian)`,
+      );
     const length = raw.readUInt32LE(at);
-    if (at + 4 + length > raw.length) throw invalid(t.name, `BYTES element ${out.length} declares ${length} bytes at byte ${at}, past the ${raw.length} bytes of the data`);
+    if (at + 4 + length > raw.length)
+      throw invalid(
+        t.name,
+        `BYTES element ${out.length} declares ${length} bytes at byte ${at}, past the ${raw.length} bytes of the data`,
+      );
     out.push(raw.subarray(at + 4, at + 4 + length));
     at += 4 + length;
   }
-  if (out.length !== count) throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} BYTES elements, the data has ${out.length}`);
+  if (out.length !== count)
+    throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} BYTES elements, the data has ${out.length}`);
   return out;
 }
 

@@ -47,7 +47,9 @@ export class V2Service {
    *  and not draining for a stop. */
   ready(): boolean {
     if (this.backend.draining) return false;
-    return this.backend.models().every((m) => m.state === 'ready' || (m.state === 'failed' && !this.config.health.strict_readiness));
+    return this.backend
+      .models()
+      .every((m) => m.state === 'ready' || (m.state === 'failed' && !this.config.health.strict_readiness));
   }
 
   /** The model's manifest (as loaded, or as read at start while it loads); 404 for a model not
@@ -69,7 +71,10 @@ export class V2Service {
     const view = this.backend.model(name);
     if (!this.planned.has(name) || !view) throw errors.modelNotFound(`model '${name}'`, [...this.planned.keys()]);
     const manifest = view.info?.manifest ?? this.planned.get(name) ?? null;
-    if (version && manifest && version !== manifest.version) throw errors.modelNotFound(`version '${version}' of model '${name}' (it serves version '${manifest.version}')`, [...this.planned.keys()]);
+    if (version && manifest && version !== manifest.version)
+      throw errors.modelNotFound(`version '${version}' of model '${name}' (it serves version '${manifest.version}')`, [
+        ...this.planned.keys(),
+      ]);
     return manifest;
   }
 
@@ -87,7 +92,12 @@ export class V2Service {
   /** Runs a request's tiles on a ready instance of the model, as one message to one worker; each
    *  tile holds a place of `options.ticket` until the worker is done with it, and is dropped at
    *  the model's deadline or when `options.signal` aborts (the client left). */
-  async infer(name: string, version: string | undefined, request: InferRequest, options: InferOptions): Promise<InferResponse> {
+  async infer(
+    name: string,
+    version: string | undefined,
+    request: InferRequest,
+    options: InferOptions,
+  ): Promise<InferResponse> {
     this.manifest(name, version);
     const view = this.backend.model(name);
     const error = unavailable(name, view);
@@ -96,6 +106,11 @@ export class V2Service {
     if (!manifest) throw errors.modelLoading(name);
     const plan = planJobs(manifest, request, this.config.max_tile_pixels);
     const results = await this.backend.inferBatch(name, plan.jobs, options);
-    return { model_name: name, model_version: manifest.version, ...(request.id !== undefined && { id: request.id }), outputs: assemble(manifest, results, plan.outputs) };
+    return {
+      model_name: name,
+      model_version: manifest.version,
+      ...(request.id !== undefined && { id: request.id }),
+      outputs: assemble(manifest, results, plan.outputs),
+    };
   }
 }

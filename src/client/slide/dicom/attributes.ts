@@ -41,7 +41,7 @@ export function fileAttrs(data: DataSet): Attrs {
       const e = element(tag);
       if (!e) return 0;
       const binary = BINARY[e.vr ?? ''];
-      return binary ? e.length / binary[0] : data.numStringValues(key(tag)) ?? 0;
+      return binary ? e.length / binary[0] : (data.numStringValues(key(tag)) ?? 0);
     },
     items: (tag) => (element(tag)?.items ?? []).map((item) => fileAttrs(item.dataSet!)),
   };

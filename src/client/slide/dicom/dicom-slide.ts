@@ -67,7 +67,19 @@ export class DicomSlide implements Slide {
     const tiles = at.map((a) => (a ? fetched.shift()! : null));
     const left = tx0 * l.tileWidth;
     const top = ty * l.tileHeight;
-    return { path: this.path, page: level, subifd: -1, tileWidth: l.tileWidth, tileHeight: l.tileHeight, tiles: tx1 - tx0, left, top, width: Math.min(tx1 * l.tileWidth, l.width) - left, height: Math.min(l.tileHeight, l.height - top), frames: { coding: l.coding, tiles } };
+    return {
+      path: this.path,
+      page: level,
+      subifd: -1,
+      tileWidth: l.tileWidth,
+      tileHeight: l.tileHeight,
+      tiles: tx1 - tx0,
+      left,
+      top,
+      width: Math.min(tx1 * l.tileWidth, l.width) - left,
+      height: Math.min(l.tileHeight, l.height - top),
+      frames: { coding: l.coding, tiles },
+    };
   }
 
   async readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
@@ -78,7 +90,14 @@ export class DicomSlide implements Slide {
       const job = await this.bandJob(level, ty, tx0, tx1);
       const data = new SharedArrayBuffer(bandBytes(job));
       await decodeFrames(job, new Uint8Array(data));
-      bands.push({ data, left: job.left, top: job.top, width: job.width, height: job.height, stride: job.tiles * job.tileWidth * 3 });
+      bands.push({
+        data,
+        left: job.left,
+        top: job.top,
+        width: job.width,
+        height: job.height,
+        stride: job.tiles * job.tileWidth * 3,
+      });
     }
     const out = new Uint8Array(w * h * 3);
     cutRows(region, 0, h, bands, out, 0);
@@ -89,7 +108,11 @@ export class DicomSlide implements Slide {
     const l = this.pyramid.levels[level];
     const rgb = await this.readRegion(level, 0, 0, l.width, l.height);
     const image = sharp(rgb, { raw: { width: l.width, height: l.height, channels: 3 } });
-    return (l.width === width && l.height === height ? image : image.resize(width, height, { kernel: 'linear', fit: 'fill' })).raw().toBuffer();
+    return (
+      l.width === width && l.height === height ? image : image.resize(width, height, { kernel: 'linear', fit: 'fill' })
+    )
+      .raw()
+      .toBuffer();
   }
 
   close(): Promise<void> {

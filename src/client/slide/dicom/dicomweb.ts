@@ -56,18 +56,32 @@ export async function get(url: string, accept: string): Promise<Response> {
       continue;
     }
     if (response.status === 401 || response.status === 403) {
-      throw failure('TILE_ERR_SLIDE_DICOMWEB_AUTH', `${url}: ${status}: the DICOMweb server wants credentials; set ${AUTH_ENV} to the Authorization header it takes (e.g. "Bearer TOKEN")${auth ? ` (the one set was refused)` : ''}`);
+      throw failure(
+        'TILE_ERR_SLIDE_DICOMWEB_AUTH',
+        `${url}: ${status}: the DICOMweb server wants credentials; set ${AUTH_ENV} to the Authorization header it takes (e.g. "Bearer TOKEN")${auth ? ` (the one set was refused)` : ''}`,
+      );
     }
-    if (response.status === 404) throw failure('TILE_ERR_SLIDE_DICOMWEB_NOT_FOUND', `${url}: ${status}: no such study, series, instance or frame on the DICOMweb server`);
+    if (response.status === 404)
+      throw failure(
+        'TILE_ERR_SLIDE_DICOMWEB_NOT_FOUND',
+        `${url}: ${status}: no such study, series, instance or frame on the DICOMweb server`,
+      );
     throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: ${status} (asked for ${accept})`);
   }
-  throw failure('TILE_ERR_SLIDE_DICOMWEB_DOWN', `${url}: the DICOMweb server did not answer after ${TRIES} tries (${last})`);
+  throw failure(
+    'TILE_ERR_SLIDE_DICOMWEB_DOWN',
+    `${url}: the DICOMweb server did not answer after ${TRIES} tries (${last})`,
+  );
 }
 
 /** The parts of a multipart/related body, in order (RFC 2046 framing). */
 export function multipartParts(body: Buffer, contentType: string, url: string): Buffer[] {
   const boundary = /boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
-  if (!/^multipart\/related/i.test(contentType) || !boundary) throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: answered ${contentType || 'no content type'}, expected multipart/related`);
+  if (!/^multipart\/related/i.test(contentType) || !boundary)
+    throw failure(
+      'TILE_ERR_SLIDE_DICOMWEB_REFUSED',
+      `${url}: answered ${contentType || 'no content type'}, expected multipart/related`,
+    );
   const delimiter = Buffer.from(`--${boundary[1] ?? boundary[2]}`);
   const next = Buffer.from(`\r\n--${boundary[1] ?? boundary[2]}`);
   const parts: Buffer[] = [];
@@ -75,7 +89,8 @@ export function multipartParts(body: Buffer, contentType: string, url: string): 
   while (at >= 0 && body.toString('latin1', at + delimiter.length, at + delimiter.length + 2) !== '--') {
     const start = body.indexOf('\r\n\r\n', at) + 4;
     const end = body.indexOf(next, start);
-    if (start < 4 || end < 0) throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: a multipart/related body cut short`);
+    if (start < 4 || end < 0)
+      throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: a multipart/related body cut short`);
     parts.push(body.subarray(start, end));
     at = end + 2;
   }
@@ -110,11 +125,15 @@ export async function seriesInstances(url: string): Promise<WebInstance[]> {
 export async function studySeries(u: DicomWebUrl): Promise<string[]> {
   const response = await get(`${u.base}/studies/${u.study}/series?Modality=SM`, 'application/dicom+json');
   const sets = (await response.json()) as JsonDataSet[];
-  return sets.map((s) => jsonAttrs(s).text('0020000E')).filter((uid): uid is string => !!uid).map((uid) => seriesUrl(u, uid));
+  return sets
+    .map((s) => jsonAttrs(s).text('0020000E'))
+    .filter((uid): uid is string => !!uid)
+    .map((uid) => seriesUrl(u, uid));
 }
 
 /** What to ask frames for: their own transfer syntax (PS3.18 8.7.3). */
-const acceptFor = (syntax: string) => `multipart/related; type="${syntax === JPEG_BASELINE ? 'image/jpeg' : syntax === EXPLICIT_LE ? 'application/octet-stream' : 'image/jp2'}"; transfer-syntax=${syntax}`;
+const acceptFor = (syntax: string) =>
+  `multipart/related; type="${syntax === JPEG_BASELINE ? 'image/jpeg' : syntax === EXPLICIT_LE ? 'application/octet-stream' : 'image/jp2'}"; transfer-syntax=${syntax}`;
 
 /** Frames a request asks for at most, and prefetched requests in flight: a WADO-RS frames request
  *  costs the server (Orthanc) about as much for 1 frame as for 32 (it reads the instance). */
@@ -149,7 +168,12 @@ export class DicomWebFrames implements FrameSource {
       const batch = this.batches[this.next];
       const fetched = this.fetch(batch);
       fetched.catch(() => {}); // awaited by the bands that need it
-      batch.forEach((a, j) => this.ahead.set(`${a.instance}/${a.frame}`, fetched.then((bytes) => bytes[j])));
+      batch.forEach((a, j) =>
+        this.ahead.set(
+          `${a.instance}/${a.frame}`,
+          fetched.then((bytes) => bytes[j]),
+        ),
+      );
     }
   }
 
@@ -177,8 +201,16 @@ export class DicomWebFrames implements FrameSource {
         const url = `${this.instances[instance].url}/frames/${ks.map((k) => at[k].frame + 1).join(',')}`;
         const accept = acceptFor(this.instances[instance].transferSyntax!);
         const response = await get(url, accept);
-        const parts = multipartParts(Buffer.from(await response.arrayBuffer()), response.headers.get('content-type') ?? '', url);
-        if (parts.length !== ks.length) throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: ${parts.length} frames in the answer, asked for ${ks.length}`);
+        const parts = multipartParts(
+          Buffer.from(await response.arrayBuffer()),
+          response.headers.get('content-type') ?? '',
+          url,
+        );
+        if (parts.length !== ks.length)
+          throw failure(
+            'TILE_ERR_SLIDE_DICOMWEB_REFUSED',
+            `${url}: ${parts.length} frames in the answer, asked for ${ks.length}`,
+          );
         // Each its own copy: a view would take the whole body with it to the reader pool.
         ks.forEach((k, j) => (out[k] = { bytes: new Uint8Array(parts[j]) }));
       }),

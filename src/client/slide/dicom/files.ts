@@ -51,12 +51,16 @@ export function readInstance(path: string): FileInstance {
           where: path,
           attrs: fileAttrs(data),
           transferSyntax: data.string('x00020010')?.replace(/\0/g, '').trim(),
-          pixelData: pixel ? { offset: pixel.dataOffset, length: pixel.hadUndefinedLength ? null : pixel.length } : null,
+          pixelData: pixel
+            ? { offset: pixel.dataOffset, length: pixel.hadUndefinedLength ? null : pixel.length }
+            : null,
         };
       } catch (err) {
         if (head < size) continue;
         const reason = err instanceof Error ? err.message : String(err);
-        throw unreadable(`${path}: not a readable DICOM instance (${/overread|beyond|past/i.test(reason) ? `truncated: the data set goes past the file's end at byte ${size}` : reason})`);
+        throw unreadable(
+          `${path}: not a readable DICOM instance (${/overread|beyond|past/i.test(reason) ? `truncated: the data set goes past the file's end at byte ${size}` : reason})`,
+        );
       }
     }
   } finally {
@@ -79,7 +83,10 @@ export function locateFrames(i: FileInstance): Float64Array {
     if (length !== null) {
       const bytes = i.attrs.number('00280010')! * i.attrs.number('00280011')! * 3;
       const held = Math.floor(Math.min(length, size - offset) / bytes);
-      if (held < count) throw unreadable(`${i.path}: holds ${held} of its ${count} frames (NumberOfFrames): ${length > size - offset ? `truncated at byte ${size}` : `frame ${held + 1} is missing`}`);
+      if (held < count)
+        throw unreadable(
+          `${i.path}: holds ${held} of its ${count} frames (NumberOfFrames): ${length > size - offset ? `truncated at byte ${size}` : `frame ${held + 1} is missing`}`,
+        );
       for (let f = 0; f < count; f++) frames.set([offset + f * bytes, bytes], f * 2);
       return (i.frames = frames);
     }
@@ -90,14 +97,27 @@ export function locateFrames(i: FileInstance): Float64Array {
       if (readSync(fd, header, 0, 8, at) < 8) break;
       const [group, element, len] = [header.readUInt16LE(0), header.readUInt16LE(2), header.readUInt32LE(4)];
       if (group !== 0xfffe || element !== 0xe000) break; // the sequence delimiter, or damage
-      if (at + 8 + len > size) throw unreadable(`${i.path}: truncated: frame ${fragment + 1} of ${count} goes past the file's end at byte ${size}`);
+      if (at + 8 + len > size)
+        throw unreadable(
+          `${i.path}: truncated: frame ${fragment + 1} of ${count} goes past the file's end at byte ${size}`,
+        );
       if (fragment >= 0) frames.set([at + 8, len], fragment * 2);
       fragment++;
       at += 8 + len;
     }
-    if (fragment < count) throw unreadable(`${i.path}: holds ${Math.max(0, fragment)} of its ${count} frames (NumberOfFrames): frame ${Math.max(0, fragment) + 1} is missing${at >= size ? ` (the file ends at byte ${size})` : ''}`);
-    if (readSync(fd, header, 0, 8, at) === 8 && header.readUInt16LE(0) === 0xfffe && header.readUInt16LE(2) === 0xe000) {
-      throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${i.path}: more pixel data fragments than its ${count} frames: frames split across fragments are not read`);
+    if (fragment < count)
+      throw unreadable(
+        `${i.path}: holds ${Math.max(0, fragment)} of its ${count} frames (NumberOfFrames): frame ${Math.max(0, fragment) + 1} is missing${at >= size ? ` (the file ends at byte ${size})` : ''}`,
+      );
+    if (
+      readSync(fd, header, 0, 8, at) === 8 &&
+      header.readUInt16LE(0) === 0xfffe &&
+      header.readUInt16LE(2) === 0xe000
+    ) {
+      throw new SlideError(
+        'TILE_ERR_SLIDE_FORMAT',
+        `${i.path}: more pixel data fragments than its ${count} frames: frames split across fragments are not read`,
+      );
     }
     return (i.frames = frames);
   } finally {
@@ -111,7 +131,9 @@ export function seriesFiles(path: string): FileInstance[] {
   const folder = statSync(path).isDirectory();
   const dir = folder ? path : join(path, '..');
   const names = readdirSync(dir).sort();
-  const files = names.map((n) => join(dir, n)).filter((p) => (extname(p).toLowerCase() === '.dcm' || isDicomFile(p)) && statSync(p).isFile());
+  const files = names
+    .map((n) => join(dir, n))
+    .filter((p) => (extname(p).toLowerCase() === '.dcm' || isDicomFile(p)) && statSync(p).isFile());
   const instances = files.map(readInstance);
   if (folder) return instances;
   const series = seriesOf(readInstance(path));

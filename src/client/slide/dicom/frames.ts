@@ -11,7 +11,8 @@ import type { J2KDecoder } from '@cornerstonejs/codec-openjpeg/decodewasmjs';
 function bytesOf(frame: FrameBytes, k: number, job: BandJob): Uint8Array {
   if ('bytes' in frame) return frame.bytes;
   const data = Buffer.allocUnsafe(frame.length);
-  if (readSync(fileOf(frame.path), data, 0, frame.length, frame.offset) !== frame.length) throw new Error(`${frame.path}: the file ends inside frame ${k + 1} of the band at ${job.left},${job.top}`);
+  if (readSync(fileOf(frame.path), data, 0, frame.length, frame.offset) !== frame.length)
+    throw new Error(`${frame.path}: the file ends inside frame ${k + 1} of the band at ${job.left},${job.top}`);
   return data;
 }
 
@@ -30,7 +31,15 @@ async function decodeJ2k(data: Uint8Array, job: BandJob): Promise<Uint8Array> {
   decoder.getEncodedBuffer(data.length).set(data);
   decoder.decode();
   const info = decoder.getFrameInfo();
-  if (info.width !== job.tileWidth || info.height !== job.tileHeight || info.componentCount !== 3 || info.bitsPerSample !== 8) throw new Error(`a JPEG 2000 frame of ${info.width}x${info.height}, ${info.componentCount} components of ${info.bitsPerSample} bits; expected ${job.tileWidth}x${job.tileHeight} RGB, 8 bits`);
+  if (
+    info.width !== job.tileWidth ||
+    info.height !== job.tileHeight ||
+    info.componentCount !== 3 ||
+    info.bitsPerSample !== 8
+  )
+    throw new Error(
+      `a JPEG 2000 frame of ${info.width}x${info.height}, ${info.componentCount} components of ${info.bitsPerSample} bits; expected ${job.tileWidth}x${job.tileHeight} RGB, 8 bits`,
+    );
   return decoder.getDecodedBuffer();
 }
 
@@ -54,10 +63,12 @@ export async function decodeFrames(job: BandJob, into: Uint8Array): Promise<void
     if (coding === 'j2k') pixels = await decodeJ2k(data, job);
     else if (coding === 'jpeg') {
       const { data: rgb, info } = await sharp(data).removeAlpha().raw().toBuffer({ resolveWithObject: true });
-      if (info.width !== job.tileWidth || info.height !== job.tileHeight) throw new Error(`a frame of ${info.width}x${info.height}, expected ${job.tileWidth}x${job.tileHeight}`);
+      if (info.width !== job.tileWidth || info.height !== job.tileHeight)
+        throw new Error(`a frame of ${info.width}x${info.height}, expected ${job.tileWidth}x${job.tileHeight}`);
       pixels = rgb;
     } else pixels = data;
-    if (pixels.length < row * job.tileHeight) throw new Error(`a frame of ${pixels.length} bytes, expected ${row * job.tileHeight}`);
+    if (pixels.length < row * job.tileHeight)
+      throw new Error(`a frame of ${pixels.length} bytes, expected ${row * job.tileHeight}`);
     for (let y = 0; y < job.tileHeight; y++) into.set(pixels.subarray(y * row, (y + 1) * row), at + y * stride);
   }
 }

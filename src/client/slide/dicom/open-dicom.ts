@@ -27,7 +27,12 @@ export function dicomSeries(path: string): string | null {
   if (kind === 'dicomweb') return parseDicomWebUrl(path)!.series;
   if (!kind) return null;
   try {
-    const file = statSync(path).isDirectory() ? readdirSync(path).sort().map((n) => join(path, n)).find((p) => isDicomFile(p)) : path;
+    const file = statSync(path).isDirectory()
+      ? readdirSync(path)
+          .sort()
+          .map((n) => join(path, n))
+          .find((p) => isDicomFile(p))
+      : path;
     return file ? seriesOf(readInstance(file)) || null : null;
   } catch {
     return null;
@@ -59,7 +64,11 @@ export async function openDicom(path: string): Promise<DicomSlide> {
   let series = url.series ? path.replace(/\/$/, '') : null;
   if (!series) {
     const all = await studySeries(url);
-    if (all.length !== 1) throw new SlideError('TILE_ERR_SLIDE_SERIES', `${path}: a study of ${all.length} slide series (modality SM)${all.length ? `: ${all.join(', ')}` : ''}; give one series URL`);
+    if (all.length !== 1)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_SERIES',
+        `${path}: a study of ${all.length} slide series (modality SM)${all.length ? `: ${all.join(', ')}` : ''}; give one series URL`,
+      );
     series = seriesUrl(url, parseDicomWebUrl(all[0])!.series!);
   }
   const instances = wsiInstances(series, await seriesInstances(series));

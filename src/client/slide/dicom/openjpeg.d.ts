@@ -8,5 +8,8 @@ declare module '@cornerstonejs/codec-openjpeg/decodewasmjs' {
     getFrameInfo(): { width: number; height: number; bitsPerSample: number; componentCount: number };
   }
   /** Emscripten's module factory; print and printErr take what OpenJPEG would write to stdout. */
-  export default function factory(module?: { print?: (s: string) => void; printErr?: (s: string) => void }): Promise<{ J2KDecoder: new () => J2KDecoder }>;
+  export default function factory(module?: {
+    print?: (s: string) => void;
+    printErr?: (s: string) => void;
+  }): Promise<{ J2KDecoder: new () => J2KDecoder }>;
 }

@@ -110,13 +110,19 @@ export function wsiInstances<T extends Instance>(label: string, all: T[]): T[] {
   const wsi = all.filter((i) => i.attrs.text(TAG.sopClass) === WSI_SOP_CLASS);
   if (!wsi.length) {
     const classes = [...new Set(all.map((i) => i.attrs.text(TAG.sopClass) ?? 'none'))].map(sopClassName).join(', ');
-    fail('TILE_ERR_SLIDE_FORMAT', `${label}: not a DICOM whole-slide image: SOP class ${classes}, expected ${WSI_SOP_CLASS} (VL Whole Slide Microscopy Image)`);
+    fail(
+      'TILE_ERR_SLIDE_FORMAT',
+      `${label}: not a DICOM whole-slide image: SOP class ${classes}, expected ${WSI_SOP_CLASS} (VL Whole Slide Microscopy Image)`,
+    );
   }
   const series = new Map<string, number>();
   for (const i of wsi) series.set(seriesOf(i), (series.get(seriesOf(i)) ?? 0) + 1);
   if (series.size > 1) {
     const list = [...series].map(([uid, n]) => `${uid} (${n} instance${n > 1 ? 's' : ''})`).join(' and ');
-    fail('TILE_ERR_SLIDE_SERIES', `${label}: holds ${series.size} DICOM series, ${list}; a slide is one series: give one series' folder, or one of its instances`);
+    fail(
+      'TILE_ERR_SLIDE_SERIES',
+      `${label}: holds ${series.size} DICOM series, ${list}; a slide is one series: give one series' folder, or one of its instances`,
+    );
   }
   return wsi;
 }
@@ -131,13 +137,24 @@ function coding(i: Instance, label: string): FrameCoding {
   if (syntax && J2K.has(syntax)) return 'j2k';
   if (syntax === EXPLICIT_LE) {
     const photometric = a.text(TAG.photometric);
-    if (a.number(TAG.samples) !== 3 || photometric !== 'RGB' || a.number(TAG.bitsAllocated) !== 8 || (a.number(TAG.planar) ?? 0) !== 0) {
-      fail('TILE_ERR_SLIDE_FORMAT', `${i.where}: uncompressed frames of ${a.number(TAG.samples)} samples, ${photometric}, ${a.number(TAG.bitsAllocated)} bits, planar configuration ${a.number(TAG.planar)}; expected 8-bit RGB, interleaved`);
+    if (
+      a.number(TAG.samples) !== 3 ||
+      photometric !== 'RGB' ||
+      a.number(TAG.bitsAllocated) !== 8 ||
+      (a.number(TAG.planar) ?? 0) !== 0
+    ) {
+      fail(
+        'TILE_ERR_SLIDE_FORMAT',
+        `${i.where}: uncompressed frames of ${a.number(TAG.samples)} samples, ${photometric}, ${a.number(TAG.bitsAllocated)} bits, planar configuration ${a.number(TAG.planar)}; expected 8-bit RGB, interleaved`,
+      );
     }
     return 'raw';
   }
   const name = syntax ? `${syntax}${SYNTAX_NAMES[syntax] ? ` (${SYNTAX_NAMES[syntax]})` : ''}` : 'none given';
-  return fail('TILE_ERR_SLIDE_FORMAT', `${label}: ${i.where}: transfer syntax ${name} is not read; tile-infer reads ${JPEG_BASELINE} (JPEG Baseline), ${[...J2K].join(' and ')} (JPEG 2000) and ${EXPLICIT_LE} (Explicit VR Little Endian)`);
+  return fail(
+    'TILE_ERR_SLIDE_FORMAT',
+    `${label}: ${i.where}: transfer syntax ${name} is not read; tile-infer reads ${JPEG_BASELINE} (JPEG Baseline), ${[...J2K].join(' and ')} (JPEG 2000) and ${EXPLICIT_LE} (Explicit VR Little Endian)`,
+  );
 }
 
 /** Where each frame of an instance lies in its level's tile grid: from PlanePositionSlideSequence
@@ -154,8 +171,20 @@ function placeFrames(i: Instance, index: number, l: DicomLevel): void {
     if (position) {
       const column = position.number(TAG.columnPosition)! - 1;
       const row = position.number(TAG.rowPosition)! - 1;
-      if (!(column % l.tileWidth === 0 && row % l.tileHeight === 0 && column >= 0 && row >= 0 && column < l.width && row < l.height)) {
-        fail('TILE_ERR_SLIDE_FORMAT', `${i.where}: frame ${f + 1} at column ${column + 1}, row ${row + 1} of the total pixel matrix, not on its ${l.tileWidth}x${l.tileHeight} tile grid`);
+      if (
+        !(
+          column % l.tileWidth === 0 &&
+          row % l.tileHeight === 0 &&
+          column >= 0 &&
+          row >= 0 &&
+          column < l.width &&
+          row < l.height
+        )
+      ) {
+        fail(
+          'TILE_ERR_SLIDE_FORMAT',
+          `${i.where}: frame ${f + 1} at column ${column + 1}, row ${row + 1} of the total pixel matrix, not on its ${l.tileWidth}x${l.tileHeight} tile grid`,
+        );
       }
       tile = (row / l.tileHeight) * l.tilesAcross + column / l.tileWidth;
     } else {
@@ -175,14 +204,25 @@ function placeFrames(i: Instance, index: number, l: DicomLevel): void {
  *  1.1 swaps ImagedVolumeWidth and Height for slides that are not square. */
 function mppOf(base: Instance, label: string): Pick<Pyramid, 'mpp' | 'mppError' | 'mppErrorCode'> {
   const a = base.attrs;
-  const measures = a.items(TAG.shared)[0]?.items(TAG.pixelMeasures)[0] ?? a.items(TAG.perFrame)[0]?.items(TAG.pixelMeasures)[0];
+  const measures =
+    a.items(TAG.shared)[0]?.items(TAG.pixelMeasures)[0] ?? a.items(TAG.perFrame)[0]?.items(TAG.pixelMeasures)[0];
   const spacing = measures?.count(TAG.pixelSpacing) ? measures : a.count(TAG.pixelSpacing) ? a : null;
   if (!spacing) return { mpp: null, mppError: null, mppErrorCode: null };
-  const [row, column] = [spacing.number(TAG.pixelSpacing, 0)!, spacing.number(TAG.pixelSpacing, 1) ?? spacing.number(TAG.pixelSpacing, 0)!];
+  const [row, column] = [
+    spacing.number(TAG.pixelSpacing, 0)!,
+    spacing.number(TAG.pixelSpacing, 1) ?? spacing.number(TAG.pixelSpacing, 0)!,
+  ];
   const stated = `PixelSpacing ${row}\\${column} mm (row\\column)`;
-  const conflict = (why: string) => ({ mpp: null, mppError: `${label}: ${why}; give the slide's MPP with --mpp`, mppErrorCode: 'TILE_ERR_SLIDE_MPP_CONFLICT' as const });
+  const conflict = (why: string) => ({
+    mpp: null,
+    mppError: `${label}: ${why}; give the slide's MPP with --mpp`,
+    mppErrorCode: 'TILE_ERR_SLIDE_MPP_CONFLICT' as const,
+  });
   if (!(row > 0 && column > 0)) return conflict(`${stated} is not a pixel size`);
-  if (Math.abs(row / column - 1) > 0.01) return conflict(`${stated}: pixels ${Number((row * 1000).toPrecision(4))} x ${Number((column * 1000).toPrecision(4))} µm are not square`);
+  if (Math.abs(row / column - 1) > 0.01)
+    return conflict(
+      `${stated}: pixels ${Number((row * 1000).toPrecision(4))} x ${Number((column * 1000).toPrecision(4))} µm are not square`,
+    );
   // Six significant digits: converters write DS values from 32-bit floats (0.000500000024).
   const mpp = Number((((row + column) / 2) * 1000).toPrecision(6));
   const [w, h] = [a.number(TAG.imagedWidth), a.number(TAG.imagedHeight)];
@@ -190,7 +230,9 @@ function mppOf(base: Instance, label: string): Pick<Pyramid, 'mpp' | 'mppError' 
   if (w && h && w > 0 && h > 0) {
     const byVolume = Math.sqrt((w * h) / (cols * rows)) * 1000;
     if (Math.abs(mpp / byVolume - 1) > 0.02) {
-      return conflict(`${stated} gives ${Number(mpp.toPrecision(4))} µm/px, but ImagedVolumeWidth x Height ${Number(w.toPrecision(6))} x ${Number(h.toPrecision(6))} mm over ${cols} x ${rows} pixels gives ${Number(byVolume.toPrecision(4))} µm/px`);
+      return conflict(
+        `${stated} gives ${Number(mpp.toPrecision(4))} µm/px, but ImagedVolumeWidth x Height ${Number(w.toPrecision(6))} x ${Number(h.toPrecision(6))} mm over ${cols} x ${rows} pixels gives ${Number(byVolume.toPrecision(4))} µm/px`,
+      );
     }
   }
   const checked = checkedMpp(mpp, stated, label);
@@ -207,7 +249,11 @@ export function buildPyramid(label: string, instances: Instance[]): Pyramid {
     const key = `${i.attrs.number(TAG.totalColumns)}x${i.attrs.number(TAG.totalRows)}`;
     bySize.set(key, [...(bySize.get(key) ?? []), k]);
   });
-  if (!bySize.size) fail('TILE_ERR_SLIDE_FORMAT', `${label}: no VOLUME image in the series (only ${associated.map((a) => a.type).join(', ')})`);
+  if (!bySize.size)
+    fail(
+      'TILE_ERR_SLIDE_FORMAT',
+      `${label}: no VOLUME image in the series (only ${associated.map((a) => a.type).join(', ')})`,
+    );
   const levels: DicomLevel[] = [];
   for (const members of bySize.values()) {
     const first = instances[members[0]];
@@ -215,15 +261,38 @@ export function buildPyramid(label: string, instances: Instance[]): Pyramid {
     const [width, height] = [a.number(TAG.totalColumns)!, a.number(TAG.totalRows)!];
     const [tileWidth, tileHeight] = [a.number(TAG.columns)!, a.number(TAG.rows)!];
     if (!(width > 0 && height > 0 && tileWidth >= 16 && tileHeight >= 16 && tileWidth <= 4096 && tileHeight <= 4096)) {
-      fail('TILE_ERR_SLIDE_FORMAT', `${first.where}: a ${width}x${height} total pixel matrix in ${tileWidth}x${tileHeight} frames (expected frames of 16 to 4096 pixels a side)`);
+      fail(
+        'TILE_ERR_SLIDE_FORMAT',
+        `${first.where}: a ${width}x${height} total pixel matrix in ${tileWidth}x${tileHeight} frames (expected frames of 16 to 4096 pixels a side)`,
+      );
     }
     const tilesAcross = Math.ceil(width / tileWidth);
     const tilesDown = Math.ceil(height / tileHeight);
-    const level: DicomLevel = { width, height, downsample: 1, tileWidth, tileHeight, tilesAcross, tilesDown, coding: coding(first, label), members, instance: new Int32Array(tilesAcross * tilesDown).fill(-1), frame: new Int32Array(tilesAcross * tilesDown) };
+    const level: DicomLevel = {
+      width,
+      height,
+      downsample: 1,
+      tileWidth,
+      tileHeight,
+      tilesAcross,
+      tilesDown,
+      coding: coding(first, label),
+      members,
+      instance: new Int32Array(tilesAcross * tilesDown).fill(-1),
+      frame: new Int32Array(tilesAcross * tilesDown),
+    };
     for (const k of members) {
       const i = instances[k];
-      if (i.attrs.number(TAG.columns) !== tileWidth || i.attrs.number(TAG.rows) !== tileHeight) fail('TILE_ERR_SLIDE_FORMAT', `${i.where}: ${i.attrs.number(TAG.columns)}x${i.attrs.number(TAG.rows)} frames where the level's other instances have ${tileWidth}x${tileHeight}`);
-      if (coding(i, label) !== level.coding) fail('TILE_ERR_SLIDE_FORMAT', `${i.where}: transfer syntax ${i.transferSyntax}, where the level's other instances have ${first.transferSyntax}`);
+      if (i.attrs.number(TAG.columns) !== tileWidth || i.attrs.number(TAG.rows) !== tileHeight)
+        fail(
+          'TILE_ERR_SLIDE_FORMAT',
+          `${i.where}: ${i.attrs.number(TAG.columns)}x${i.attrs.number(TAG.rows)} frames where the level's other instances have ${tileWidth}x${tileHeight}`,
+        );
+      if (coding(i, label) !== level.coding)
+        fail(
+          'TILE_ERR_SLIDE_FORMAT',
+          `${i.where}: transfer syntax ${i.transferSyntax}, where the level's other instances have ${first.transferSyntax}`,
+        );
       placeFrames(i, k, level);
     }
     levels.push(level);

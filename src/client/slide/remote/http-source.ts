@@ -24,11 +24,18 @@ export class HttpTransport implements RangeTransport {
     const res = await send(url, { range: `bytes=0-${BLOCK - 1}` });
     if (res.statusCode === 200) {
       drop(res);
-      throw new SlideError('TILE_ERR_SLIDE_NO_RANGES', `${url}: the server answers a range request with the whole file (200, not 206 Partial Content): it does not serve byte ranges, and the slide is not downloaded whole; serve it from a server that does (nginx, Apache, S3) or copy it here`);
+      throw new SlideError(
+        'TILE_ERR_SLIDE_NO_RANGES',
+        `${url}: the server answers a range request with the whole file (200, not 206 Partial Content): it does not serve byte ranges, and the slide is not downloaded whole; serve it from a server that does (nginx, Apache, S3) or copy it here`,
+      );
     }
     const data = await body(url, res, 206);
     const total = /\/(\d+)$/.exec(String(res.headers['content-range'] ?? ''));
-    if (!total) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: a 206 without the size in Content-Range (${String(res.headers['content-range'])})`);
+    if (!total)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_REMOTE',
+        `${url}: a 206 without the size in Content-Range (${String(res.headers['content-range'])})`,
+      );
     return new HttpTransport(url, Number(total[1]), String(res.headers.etag ?? ''), data);
   }
 
@@ -37,7 +44,11 @@ export class HttpTransport implements RangeTransport {
     if (this.etag) headers['if-match'] = this.etag;
     const res = await send(this.url, headers);
     const data = await body(this.url, res, 206);
-    if (data.length !== length) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${this.url}: asked for ${length} bytes at ${offset}, got ${data.length}`);
+    if (data.length !== length)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_REMOTE',
+        `${this.url}: asked for ${length} bytes at ${offset}, got ${data.length}`,
+      );
     return data;
   }
 
@@ -55,7 +66,8 @@ async function send(url: string, headers: Record<string, string>): Promise<Answe
     } catch (err) {
       failure = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
     }
-    if (attempt === BACKOFF_MS.length) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${failure} (after ${attempt} retries)`);
+    if (attempt === BACKOFF_MS.length)
+      throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${failure} (after ${attempt} retries)`);
     await new Promise((r) => setTimeout(r, BACKOFF_MS[attempt]));
   }
 }
@@ -72,11 +84,19 @@ async function body(url: string, res: Answer, status: number): Promise<Uint8Arra
   if (res.statusCode === status) return new Uint8Array(await res.body.arrayBuffer());
   // A plain-text or XML error says why (S3-compatible servers, proxies); an HTML page does not.
   const html = /html/i.test(String(res.headers['content-type'] ?? ''));
-  const text = html ? (drop(res), '') : (await res.body.text().catch(() => '')).slice(0, 200).replace(/\s+/g, ' ').trim();
+  const text = html
+    ? (drop(res), '')
+    : (await res.body.text().catch(() => '')).slice(0, 200).replace(/\s+/g, ' ').trim();
   const said = `HTTP ${res.statusCode}${text ? `: ${text}` : ''}`;
-  if (res.statusCode === 404 || res.statusCode === 410) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${url}: not found (${said})`);
-  if (res.statusCode === 401 || res.statusCode === 403) throw new SlideError('TILE_ERR_SLIDE_DENIED', `${url}: the server refuses it (${said})`);
-  if (res.statusCode === 412) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: the file changed while it was read (If-Match: its ETag is no longer the one it had); run again`);
+  if (res.statusCode === 404 || res.statusCode === 410)
+    throw new SlideError('TILE_ERR_SLIDE_MISSING', `${url}: not found (${said})`);
+  if (res.statusCode === 401 || res.statusCode === 403)
+    throw new SlideError('TILE_ERR_SLIDE_DENIED', `${url}: the server refuses it (${said})`);
+  if (res.statusCode === 412)
+    throw new SlideError(
+      'TILE_ERR_SLIDE_REMOTE',
+      `${url}: the file changed while it was read (If-Match: its ETag is no longer the one it had); run again`,
+    );
   const moved = res.headers.location ? `, to ${String(res.headers.location)}` : '';
   throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: expected ${status}, got ${said}${moved}`);
 }

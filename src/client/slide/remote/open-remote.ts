@@ -5,10 +5,15 @@ import { TiffSlide } from '../tiff-slide.js';
 import type { ByteSource } from './source.js';
 
 /** II*\0, MM\0*, and BigTIFF's II+\0, MM\0+. */
-const isTiff = (b: Uint8Array) => (b[0] === 0x49 && b[1] === 0x49 && (b[2] === 42 || b[2] === 43) && b[3] === 0) || (b[0] === 0x4d && b[1] === 0x4d && b[2] === 0 && (b[3] === 42 || b[3] === 43));
+const isTiff = (b: Uint8Array) =>
+  (b[0] === 0x49 && b[1] === 0x49 && (b[2] === 42 || b[2] === 43) && b[3] === 0) ||
+  (b[0] === 0x4d && b[1] === 0x4d && b[2] === 0 && (b[3] === 42 || b[3] === 43));
 
 export async function openRemoteSlide(url: string, source: ByteSource): Promise<Slide> {
   const head = await source.read(0, 4);
   if (isTiff(head)) return TiffSlide.open(url, source);
-  throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${url}: not a TIFF (its first bytes are ${Buffer.from(head).toString('hex')}); remote slides are read as TIFF, SVS or OME-TIFF`);
+  throw new SlideError(
+    'TILE_ERR_SLIDE_FORMAT',
+    `${url}: not a TIFF (its first bytes are ${Buffer.from(head).toString('hex')}); remote slides are read as TIFF, SVS or OME-TIFF`,
+  );
 }

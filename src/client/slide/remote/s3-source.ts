@@ -35,14 +35,28 @@ export class S3Transport implements RangeTransport {
     const [, bucket, key] = m;
     const res = await get(url, bucket, key, `bytes=0-${BLOCK - 1}`);
     const total = /\/(\d+)$/.exec(res.ContentRange ?? '');
-    if (!total) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: a ranged GetObject without the object's size (Content-Range ${res.ContentRange})`);
+    if (!total)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_REMOTE',
+        `${url}: a ranged GetObject without the object's size (Content-Range ${res.ContentRange})`,
+      );
     return new S3Transport(url, bucket, key, Number(total[1]), res.ETag ?? '', await res.Body!.transformToByteArray());
   }
 
   async fetch(offset: number, length: number): Promise<Uint8Array> {
-    const res = await get(this.url, this.bucket, this.key, `bytes=${offset}-${offset + length - 1}`, this.etag || undefined);
+    const res = await get(
+      this.url,
+      this.bucket,
+      this.key,
+      `bytes=${offset}-${offset + length - 1}`,
+      this.etag || undefined,
+    );
     const data = await res.Body!.transformToByteArray();
-    if (data.length !== length) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${this.url}: asked for ${length} bytes at ${offset}, got ${data.length}`);
+    if (data.length !== length)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_REMOTE',
+        `${this.url}: asked for ${length} bytes at ${offset}, got ${data.length}`,
+      );
     return data;
   }
 
@@ -53,12 +67,21 @@ async function get(url: string, bucket: string, key: string, range: string, etag
   try {
     return await client().send(new GetObjectCommand({ Bucket: bucket, Key: key, Range: range, IfMatch: etag }));
   } catch (err) {
-    if (!(err instanceof S3ServiceException)) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${(err as Error).message}`);
+    if (!(err instanceof S3ServiceException))
+      throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${(err as Error).message}`);
     const status = err.$metadata.httpStatusCode;
     const said = `S3 ${err.name}${status ? ` (HTTP ${status})` : ''}: ${err.message}`;
     if (status === 404) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${url}: not found (${said})`);
-    if (status === 401 || status === 403) throw new SlideError('TILE_ERR_SLIDE_DENIED', `${url}: access refused (${said}); credentials come from the AWS SDK's chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, roles)`);
-    if (status === 412) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: the object changed while it was read (IfMatch: its ETag is no longer ${etag}); run again`);
+    if (status === 401 || status === 403)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_DENIED',
+        `${url}: access refused (${said}); credentials come from the AWS SDK's chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, roles)`,
+      );
+    if (status === 412)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_REMOTE',
+        `${url}: the object changed while it was read (IfMatch: its ETag is no longer ${etag}); run again`,
+      );
     throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${said}`);
   }
 }
