@@ -148,7 +148,9 @@ export async function benchV2(options: { span: Span; concurrency: number; smoke:
     fronts: 1,
     model_repository: models,
     grpc_port: grpcPort,
-    models: [{ name: MODEL, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 256 }],
+    // A v2 batch takes a queue place per tile: c=16 batches of 32 hold 512 tiles, which the
+    // queue bound must admit for the section to measure throughput rather than refusals.
+    models: [{ name: MODEL, instances: 2, gpus: [], intra_op_threads: 1, max_queue: 1024 }],
     supervisor: { drain_delay_ms: 0 },
   });
   const pid = service.proc.pid!;

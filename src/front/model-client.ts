@@ -157,6 +157,12 @@ class WorkerLink {
  *  passed, or its batch could not finish by it). */
 class Expired extends Error {}
 
+/** A request admitted while its body arrives: its tiles not yet sent, and when it was admitted. */
+interface Arrival {
+  tiles: number;
+  since: number;
+}
+
 export class ModelClient implements ModelBackend {
   private views = new Map<string, ModelView>();
   private readonly links = new Map<number, WorkerLink>();
@@ -165,8 +171,9 @@ export class ModelClient implements ModelBackend {
   private readonly exits = new Map<number, boolean>();
   /** Per model: tiles sent to a worker and not yet finished or dropped there: its queue. */
   private readonly outstanding = new Map<string, number>();
-  /** Per model: tiles of requests admitted whose body is still arriving. */
-  private readonly arriving = new Map<string, number>();
+  /** Per model: requests admitted whose body is still arriving, with the tiles each has not sent
+   *  to a worker yet and when it was admitted. */
+  private readonly arriving = new Map<string, Set<Arrival>>();
   /** Request bytes received and held by this front. */
   private inflightBytes = 0;
   private readonly queries = new RequestReply<unknown>();
@@ -225,15 +232,25 @@ export class ModelClient implements ModelBackend {
     return this.outstanding.get(model) ?? 0;
   }
 
+  /** Tiles of requests whose bodies are arriving, as the estimate counts them ahead. An upload
+   *  still arriving a deadline's length after it was admitted is a slow one (a stalled client):
+   *  it no longer counts, so that stalled uploads cannot refuse every other client. It takes its
+   *  place when its body is complete, and its worker judges then whether it can finish. */
+  private arrivingTiles(model: string, timeoutMs: number): number {
+    const since = Date.now() - timeoutMs;
+    let tiles = 0;
+    for (const arrival of this.arriving.get(model) ?? []) if (arrival.since > since) tiles += arrival.tiles;
+    return tiles;
+  }
+
   admit(model: string, tiles = 1): Ticket {
     this.available(model);
     const entry = this.entry(model);
     const share = this.share(model);
     const held = this.queued(model);
-    const arriving = this.arriving.get(model) ?? 0;
     const decision = decide({
       held,
-      arriving: arriving + tiles - 1,
+      arriving: this.arrivingTiles(model, entry.request_timeout_ms) + tiles - 1,
       share,
       timeoutMs: entry.request_timeout_ms,
       instances: this.readyLinks(model).map((link) => ({ backlog: link.backlog, inflight: link.inflight })),
@@ -250,9 +267,9 @@ export class ModelClient implements ModelBackend {
     if (this.inflightBytes >= limit) throw errors.frontBusy(limit);
     // Until its tiles go to a worker the request counts only in the estimate: a slow upload holds
     // no place in the queue.
-    let waiting = tiles;
-    const count = (n: number) => this.arriving.set(model, (this.arriving.get(model) ?? 0) + n);
-    count(tiles);
+    const arrival: Arrival = { tiles, since: Date.now() };
+    const arrivals = this.arriving.get(model) ?? new Set<Arrival>();
+    this.arriving.set(model, arrivals.add(arrival));
     let bytes = 0;
     let released = false;
     return {
@@ -264,10 +281,7 @@ export class ModelClient implements ModelBackend {
       hold: () => {
         if (this.queued(model) >= share)
           throw errors.queueFull(model, `${share} requests outstanding on this front, its share of max_queue`, 1);
-        if (waiting > 0) {
-          waiting--;
-          count(-1);
-        }
+        if (arrival.tiles > 0 && --arrival.tiles === 0) arrivals.delete(arrival);
         this.outstanding.set(model, this.queued(model) + 1);
         let held = true;
         return () => {
@@ -278,8 +292,7 @@ export class ModelClient implements ModelBackend {
       release: () => {
         if (released) return;
         released = true;
-        count(-waiting);
-        waiting = 0;
+        arrivals.delete(arrival);
         this.inflightBytes -= bytes;
       },
     };
