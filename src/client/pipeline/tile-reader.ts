@@ -1,7 +1,7 @@
 // A slide's tiles as request bodies, in order, made on the reader pool ahead of the posting: tiles
 // go in chunks of a grid row; for TIFF and SVS the bands of TIFF tiles the chunks need are decoded
 // once each, as soon as a chunk needs them, and dropped after the last chunk that needs them.
-import { planBands, TILES_PER_BAND, type BandView } from '../slide/bands.js';
+import { bandView, planBands, TILES_PER_BAND, type BandView } from '../slide/bands.js';
 import { tileRegion } from '../slide/region.js';
 import { SlideError, type Region, type Slide } from '../slide/slide.js';
 import type { ReaderPool } from './reader-pool.js';
@@ -76,14 +76,7 @@ export async function* tileBodies<T extends TileAt>(
           pool.releaseBand(data);
           throw unreadable(slide, level, err);
         });
-        return {
-          data,
-          left: job.left,
-          top: job.top,
-          width: job.width,
-          height: job.height,
-          stride: job.tiles * job.tileWidth * 3,
-        };
+        return bandView(job, data);
       })();
       decoded.set(b, view);
     }

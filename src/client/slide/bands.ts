@@ -88,6 +88,16 @@ export function planBands(
 
 export const bandBytes = (job: BandJob) => job.tiles * job.tileWidth * job.tileHeight * 3;
 
+/** The view of a band job's pixels once decoded into `data`. */
+export const bandView = (job: BandJob, data: SharedArrayBuffer): BandView => ({
+  data,
+  left: job.left,
+  top: job.top,
+  width: job.width,
+  height: job.height,
+  stride: job.tiles * job.tileWidth * 3,
+});
+
 /** Open files of this thread, a few at a time (slides in flight). */
 const files = new Map<string, number>();
 export function fileOf(path: string): number {

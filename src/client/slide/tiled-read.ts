@@ -1,6 +1,6 @@
 // A region of a level decoded here from its TIFF tiles, band by band: the overview and regions of
 // a remote slide, which libvips (a file reader) cannot open.
-import { bandBytes, cutRows, decodeBand, planBands, type BandView } from './bands.js';
+import { bandBytes, bandView, cutRows, decodeBand, planBands, type BandView } from './bands.js';
 import type { Region, Slide } from './slide.js';
 
 export async function readTiled(
@@ -14,14 +14,7 @@ export async function readTiled(
       const job = await slide.bandJob(level, ty, tx0, tx1);
       const data = new SharedArrayBuffer(bandBytes(job));
       await decodeBand(job, new Uint8Array(data));
-      return {
-        data,
-        left: job.left,
-        top: job.top,
-        width: job.width,
-        height: job.height,
-        stride: job.tiles * job.tileWidth * 3,
-      };
+      return bandView(job, data);
     }),
   );
   const out = new Uint8Array(r.w * r.h * 3);
