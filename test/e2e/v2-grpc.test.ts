@@ -11,7 +11,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import { ROOT, startServer } from '../helpers/server.js';
 import { V2_MODELS } from '../helpers/v2-packages.js';
 import { cellularPng, fixturePng, tileRequest } from '../helpers/tiles.js';
-import { decodePng } from '../../src/tile/png.js';
+import { image, pixels, pngs, same } from '../helpers/v2-tensors.js';
 import { tensorBytes, type Tensor } from '../helpers/v2-client.js';
 
 type Json = Record<string, any>;
@@ -54,17 +54,6 @@ const failure = (method: string, request: Json): Promise<grpc.ServiceError> =>
     },
     (err) => err,
   );
-
-const pixels = async (png: Buffer) => Buffer.from((await decodePng(png)).data);
-const image = (rgb: Buffer[], size: number): Tensor => ({
-  name: 'image',
-  datatype: 'UINT8',
-  shape: [rgb.length, size, size, 3],
-  data: Buffer.concat(rgb),
-});
-const pngs = (files: Buffer[]): Tensor => ({ name: 'image', datatype: 'BYTES', shape: [files.length], data: files });
-const same = (a: ArrayLike<number>, b: ArrayLike<number>) =>
-  a.length === b.length && Array.from(a).every((v, i) => Object.is(v, b[i]));
 
 /** ModelInfer with raw_input_contents; the outputs by name, decoded from raw_output_contents. */
 async function infer(model: string, inputs: Tensor[], extra: Json = {}) {

@@ -7,7 +7,7 @@ import t from 'tap';
 import { startServer } from '../helpers/server.js';
 import { V2_MODELS } from '../helpers/v2-packages.js';
 import { cellularPng, fixturePng, tileRequest } from '../helpers/tiles.js';
-import { decodePng } from '../../src/tile/png.js';
+import { image, pixels, pngs, same } from '../helpers/v2-tensors.js';
 import { inferBody, readAnswer, V2Client, type Tensor } from '../helpers/v2-client.js';
 
 type Json = Record<string, any>;
@@ -18,17 +18,6 @@ const server = await startServer({
 });
 t.teardown(() => server.stop());
 const client = new V2Client(server.url);
-
-const pixels = async (png: Buffer) => Buffer.from((await decodePng(png)).data);
-const image = (rgb: Buffer[], size: number): Tensor => ({
-  name: 'image',
-  datatype: 'UINT8',
-  shape: [rgb.length, size, size, 3],
-  data: Buffer.concat(rgb),
-});
-const pngs = (files: Buffer[]): Tensor => ({ name: 'image', datatype: 'BYTES', shape: [files.length], data: files });
-const same = (a: ArrayLike<number>, b: ArrayLike<number>) =>
-  a.length === b.length && Array.from(a).every((v, i) => Object.is(v, b[i]));
 
 async function contract(path: string, body: Json): Promise<Json> {
   const response = await server.post(path, body);
