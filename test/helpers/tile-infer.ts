@@ -14,22 +14,28 @@ export interface Run {
 }
 
 /** Runs tile-infer with `args`; `onStart` sees the process while it runs. */
-/** `user`: run as another user (a root test runs it as nobody, whom file modes bind). */
+/** `fileModesBind`: run without the capabilities that let root pass file modes (a test as root
+ *  would otherwise write into a folder of mode 0555). Dropping them, not switching to nobody,
+ *  keeps the run able to reach a node and a checkout that live in root's 0700 temp folders. */
 export function tileInfer(
   args: string[],
   options: {
     env?: NodeJS.ProcessEnv;
     onStart?: (proc: ChildProcess) => void;
     timeoutMs?: number;
-    user?: { uid: number; gid: number };
+    fileModesBind?: boolean;
   } = {},
 ): Promise<Run> {
   const started = performance.now();
-  const proc = spawn('/bin/sh', ['-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, TILE_INFER, ...args], {
+  const shell = ['/bin/sh', '-c', 'unset NODE_OPTIONS; exec "$0" "$@"', process.execPath, TILE_INFER, ...args];
+  const command =
+    options.fileModesBind && process.getuid?.() === 0
+      ? ['setpriv', '--bounding-set=-dac_override,-dac_read_search,-fowner', ...shell]
+      : shell;
+  const proc = spawn(command[0], command.slice(1), {
     cwd: ROOT,
     stdio: ['ignore', 'ignore', 'pipe'],
     env: { ...process.env, ...options.env },
-    ...options.user,
   });
   let stderr = '';
   proc.stderr!.on('data', (d) => (stderr += d));
