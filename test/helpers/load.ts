@@ -11,16 +11,28 @@ export async function pidOf(server: TestServer, id: string): Promise<number> {
   return (await workers(server)).find((w) => w.id === id)!.pid;
 }
 
+/** A request still unanswered this long is recorded as status -1 and its loop goes on: a hang
+ *  fails the test's assertions instead of its timeout. */
+const UNANSWERED_MS = 30_000;
+
 /** Runs `concurrency` request loops until stopped; collects every status and body (status 0:
- *  the connection failed). */
+ *  the connection failed; -1: no answer). */
 export function load(server: TestServer, path: string, png: Buffer, concurrency: number) {
   const results: { status: number; body: Json; at: number }[] = [];
   let running = true;
   const loops = Array.from({ length: concurrency }, async () => {
     while (running) {
       try {
-        const res = await server.post(path, tileRequest(png));
-        results.push({ status: res.status, body: (await res.json()) as Json, at: Date.now() });
+        const answer = server
+          .post(path, tileRequest(png))
+          .then(async (res) => ({ status: res.status, body: (await res.json()) as Json }));
+        const silence = new Promise<{ status: number; body: Json }>((resolve) =>
+          setTimeout(
+            () => resolve({ status: -1, body: { error: `no answer in ${UNANSWERED_MS} ms` } }),
+            UNANSWERED_MS,
+          ).unref(),
+        );
+        results.push({ ...(await Promise.race([answer, silence])), at: Date.now() });
       } catch (err) {
         results.push({ status: 0, body: { error: String((err as Error).cause ?? err) }, at: Date.now() });
       }
