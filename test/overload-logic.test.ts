@@ -2,7 +2,7 @@
 // (src/worker/batcher.ts) and the worker's lazy decode (src/worker/decode-window.ts), in-process
 // on an injected clock: milliseconds, no processes.
 import t from 'tap';
-import { Backlog, decide, expectedMs } from '../src/front/admission.js';
+import { arrivingTiles, Backlog, decide, expectedMs } from '../src/front/admission.js';
 import { Batcher } from '../src/worker/batcher.js';
 import { DecodeWindow } from '../src/worker/decode-window.js';
 
@@ -92,6 +92,15 @@ t.test('admission: the share, then the expected wait against the deadline', asyn
     { admit: true },
     'but hold no place of the share (a stalled upload)',
   );
+});
+
+t.test('arriving uploads count ahead in the measure that their bodies have come, until a deadline old', async (t) => {
+  const burst = Array.from({ length: 10 }, () => ({ tiles: 1, since: 1000, arrived: () => 1 }));
+  const stalled = Array.from({ length: 64 }, () => ({ tiles: 1, since: 1000, arrived: () => 15 / 2 ** 24 }));
+  t.equal(arrivingTiles(burst, 1001, 300), 10, "a burst's bodies, here at once: whole");
+  t.ok(arrivingTiles(stalled, 1001, 300) < 0.001, '64 uploads stalled after 15 bytes of 16 MB: nothing');
+  t.equal(arrivingTiles([{ tiles: 4, since: 1000, arrived: () => 0.5 }], 1001, 300), 2, 'half of a body of 4 tiles');
+  t.equal(arrivingTiles(burst, 1300, 300), 0, 'a deadline after admission: a slow upload, no longer ahead');
 });
 
 t.test('batcher: tiles that cannot finish by their deadline are dropped, never run', async (t) => {

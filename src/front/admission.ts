@@ -54,6 +54,27 @@ export interface AdmissionInput {
   instances: InstanceLoad[];
 }
 
+/** A request admitted while its body arrives: its tiles not yet sent, when it was admitted, and
+ *  the share of its body that has come (1 when no length was declared: nothing tells otherwise). */
+export interface Arrival {
+  tiles: number;
+  since: number;
+  arrived(): number;
+}
+
+/** Tiles of requests whose bodies are arriving, as the estimate counts them ahead: each in the
+ *  measure of its body that has come, so that uploads which stalled after their headers refuse no
+ *  other client (64 stalled 16 MB uploads refused 129 of 267 requests in their first
+ *  deadline-length when each counted whole), while a burst's bodies, here at once, count whole.
+ *  An upload still arriving a deadline's length after it was admitted is a slow one and no longer
+ *  counts. It takes its place when its body is complete; its worker judges then whether it can
+ *  finish. */
+export function arrivingTiles(arrivals: Iterable<Arrival>, now: number, timeoutMs: number): number {
+  let tiles = 0;
+  for (const arrival of arrivals) if (arrival.since > now - timeoutMs) tiles += arrival.tiles * arrival.arrived();
+  return tiles;
+}
+
 export type Decision =
   | { admit: true }
   | { admit: false; reason: 'share' | 'wait'; waitMs: number; retryAfterS: number };

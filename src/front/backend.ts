@@ -12,8 +12,8 @@ export interface ModelBackend {
   model(name: string): ModelView | undefined;
   /** Admits a request of `tiles` tiles (default 1) for `model`, before its body is read: throws
    *  the ServiceError to answer with (loading, failed, queue full, front busy), or returns its
-   *  ticket, its place in the model's queue. */
-  admit(model: string, tiles?: number): Ticket;
+   *  ticket, its place in the model's queue. `upload`: the body on its way, as far as it came. */
+  admit(model: string, tiles?: number, upload?: Upload): Ticket;
   /** Tiles of `model` this front sent to workers and they have not finished or dropped. */
   queued(model: string): number;
   /** Runs a tile on an instance of `model`: the result, or a ServiceError. */
@@ -28,6 +28,13 @@ export interface ModelBackend {
   /** Prometheus text for the whole service; `local` holds this front's own metrics. */
   metrics(local: Registry): Promise<string>;
   recordUsage(entry: UsageReport): void;
+}
+
+/** A request body on its way: the bytes its Content-Length declares, and those that arrived but
+ *  were not read yet (the rest of what arrived, the ticket counts as `received`). */
+export interface Upload {
+  declared: number;
+  buffered(): number;
 }
 
 /** An admitted request: the body bytes it holds against the front's budget, and the places its

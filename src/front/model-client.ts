@@ -19,8 +19,8 @@ import type {
 } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { errors, ServiceError } from '../lib/errors.js';
-import { unavailable, type InferOptions, type ModelBackend, type Ticket } from './backend.js';
-import { Backlog, decide } from './admission.js';
+import { unavailable, type InferOptions, type ModelBackend, type Ticket, type Upload } from './backend.js';
+import { arrivingTiles, Backlog, decide, type Arrival } from './admission.js';
 
 /** How long requests of a closed channel wait for the supervisor to say why their worker died. */
 const EXIT_NEWS_MS = 1000;
@@ -157,12 +157,6 @@ class WorkerLink {
  *  passed, or its batch could not finish by it). */
 class Expired extends Error {}
 
-/** A request admitted while its body arrives: its tiles not yet sent, and when it was admitted. */
-interface Arrival {
-  tiles: number;
-  since: number;
-}
-
 export class ModelClient implements ModelBackend {
   private views = new Map<string, ModelView>();
   private readonly links = new Map<number, WorkerLink>();
@@ -232,25 +226,14 @@ export class ModelClient implements ModelBackend {
     return this.outstanding.get(model) ?? 0;
   }
 
-  /** Tiles of requests whose bodies are arriving, as the estimate counts them ahead. An upload
-   *  still arriving a deadline's length after it was admitted is a slow one (a stalled client):
-   *  it no longer counts, so that stalled uploads cannot refuse every other client. It takes its
-   *  place when its body is complete, and its worker judges then whether it can finish. */
-  private arrivingTiles(model: string, timeoutMs: number): number {
-    const since = Date.now() - timeoutMs;
-    let tiles = 0;
-    for (const arrival of this.arriving.get(model) ?? []) if (arrival.since > since) tiles += arrival.tiles;
-    return tiles;
-  }
-
-  admit(model: string, tiles = 1): Ticket {
+  admit(model: string, tiles = 1, upload?: Upload): Ticket {
     this.available(model);
     const entry = this.entry(model);
     const share = this.share(model);
     const held = this.queued(model);
     const decision = decide({
       held,
-      arriving: this.arrivingTiles(model, entry.request_timeout_ms) + tiles - 1,
+      arriving: arrivingTiles(this.arriving.get(model) ?? [], Date.now(), entry.request_timeout_ms) + tiles - 1,
       share,
       timeoutMs: entry.request_timeout_ms,
       instances: this.readyLinks(model).map((link) => ({ backlog: link.backlog, inflight: link.inflight })),
@@ -267,10 +250,11 @@ export class ModelClient implements ModelBackend {
     if (this.inflightBytes >= limit) throw errors.frontBusy(limit);
     // Until its tiles go to a worker the request counts only in the estimate: a slow upload holds
     // no place in the queue.
-    const arrival: Arrival = { tiles, since: Date.now() };
+    let bytes = 0;
+    const arrived = upload ? () => Math.min(1, (bytes + upload.buffered()) / upload.declared) : () => 1;
+    const arrival: Arrival = { tiles, since: Date.now(), arrived };
     const arrivals = this.arriving.get(model) ?? new Set<Arrival>();
     this.arriving.set(model, arrivals.add(arrival));
-    let bytes = 0;
     let released = false;
     return {
       received: (n) => {

@@ -8,6 +8,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { workers } from '../helpers/load.js';
 import {
   abandon,
+  asLoadGenerator,
   closedLoop as loop,
   median,
   post as postTo,
@@ -80,11 +81,28 @@ t.test(
       );
     });
 
+    await calm.stop();
+
+    const server = await startServer({
+      models: [{ name: 'gene-expr', instances: 1, request_timeout_ms: deadlineMs, max_queue: 256 }],
+      config: { fronts: 1 },
+    });
+    t.teardown(() => server.stop());
+    await closedLoop(server, gene, 4, 1);
+    // Solo: the worker's capacity below overload (cpu batches are of one tile).
+    const solo =
+      (await asLoadGenerator(() => closedLoop(server, gene, 2, 3))).filter((r) => r.status === 200).length / 3;
+    t.ok(
+      solo > 0,
+      `solo capacity ${solo.toFixed(1)} tiles/s (a lone tile ${loneGene.toFixed(1)} ms, deadline ${deadlineMs} ms)`,
+    );
+
     await t.test('64 stalled 16 MB uploads', async (t) => {
-      const quiet = await closedLoop(calm, embed, 4, 2);
-      const stalled = stall(calm.url, embed, 64, 16 * 1024 * 1024);
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      const during = await closedLoop(calm, embed, 4, 2);
+      // At the short deadline and from the moment the uploads stall, when an estimate that counted
+      // them as tiles ahead refused everyone (129 of 267 requests in the bench).
+      const quiet = await closedLoop(server, gene, 2, 2);
+      const stalled = stall(server.url, gene, 64, 16 * 1024 * 1024);
+      const during = await closedLoop(server, gene, 2, 2);
       for (const s of stalled) s.destroy();
       const [p50Quiet, p50During] = [median(quiet.map((r) => r.ms)), median(during.map((r) => r.ms))];
       t.ok(
@@ -98,28 +116,14 @@ t.test(
         `p50 ${p50During.toFixed(1)} ms during against ${p50Quiet.toFixed(1)} ms quiet`,
       );
     });
-    await calm.stop();
-
-    const server = await startServer({
-      models: [{ name: 'gene-expr', instances: 1, request_timeout_ms: deadlineMs, max_queue: 256 }],
-      config: { fronts: 1 },
-    });
-    t.teardown(() => server.stop());
-    await closedLoop(server, gene, 4, 1);
-    // Solo: the worker's capacity below overload (cpu batches are of one tile).
-    const solo = (await closedLoop(server, gene, 2, 3)).filter((r) => r.status === 200).length / 3;
-    t.ok(
-      solo > 0,
-      `solo capacity ${solo.toFixed(1)} tiles/s (a lone tile ${loneGene.toFixed(1)} ms, deadline ${deadlineMs} ms)`,
-    );
-
     await t.test(`a ${BURST_S} s burst of 200 closed-loop clients`, async (t) => {
-      const burst = await closedLoop(server, gene, 200, BURST_S);
+      // The clients at the lowest CPU priority, as in the bench: on 2 cores they took the worker's.
+      const burst = await asLoadGenerator(() => closedLoop(server, gene, 200, BURST_S));
       const ok = burst.filter((r) => r.status === 200).length;
-      // The issue's target is 80% of solo; on this 2-core machine, where the 200 clients share the
-      // worker's cores, a 5 s burst reads 63-93% from run to run (idle to loaded), so the test
-      // holds the service to what it must never lose: most of its capacity (main before the work
-      // answered 7 of 6,193). The bench's overload section reports the ratio.
+      // The issue's target is 80% of solo, which the bench's overload section reports (115% on an
+      // idle host). Here the e2e tier's other files share the 2 cores at normal priority, so the
+      // test holds the service to what it must never lose: most of its capacity (main before the
+      // work answered 7 of 6,193).
       t.ok(
         ok / BURST_S >= 0.5 * solo,
         `${(ok / BURST_S).toFixed(1)} tiles/s answered 200 during the burst, >= 50% of solo ${solo.toFixed(1)} (${statusCounts(burst)})`,

@@ -10,7 +10,7 @@ import { readManifest } from '../../model-package/model-package.js';
 import type { StageTimes, WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
 import { Transform, type Readable } from 'node:stream';
-import { unavailable, type ModelBackend, type Ticket } from '../backend.js';
+import { unavailable, type ModelBackend, type Ticket, type Upload } from '../backend.js';
 import {
   ErrorDetail,
   HTTPValidationError,
@@ -97,6 +97,14 @@ export const countBytes = async (request: FastifyRequest, _reply: FastifyReply, 
   return payload.pipe(counted);
 };
 
+/** The request's body on its way, when its headers declare its length: admission counts it ahead
+ *  in the measure that it has come. */
+export function uploadOf(request: FastifyRequest): Upload | undefined {
+  const declared = Number(request.headers['content-length']);
+  if (!(declared > 0)) return undefined;
+  return { declared, buffered: () => request.raw.readableLength };
+}
+
 /** The request keeps its ticket until the response is done; a client that leaves first aborts
  *  the request's signal, which cancels its tiles. */
 export function holdTicket(request: FastifyRequest, reply: FastifyReply, ticket: Ticket): void {
@@ -137,7 +145,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
      *  place is held until the response is done and the worker has finished or dropped its tile;
      *  a client that leaves first cancels the tile. */
     const admit = async (request: FastifyRequest, reply: FastifyReply) => {
-      holdTicket(request, reply, backend.admit(name));
+      holdTicket(request, reply, backend.admit(name, 1, uploadOf(request)));
     };
 
     /** Checks the tile, has a worker run it and writes the response (JSON, or the output tensor

@@ -8,7 +8,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { ServiceError } from '../../lib/errors.js';
 import type { V2Service } from '../v2/v2-service.js';
-import { countBytes, holdTicket } from './model-routes.js';
+import { countBytes, holdTicket, uploadOf } from './model-routes.js';
 import {
   binaryOutputs,
   HEADER_LENGTH,
@@ -116,7 +116,7 @@ export default async function v2(
         // Admitted before the body is read, its bytes counted as they arrive, its tiles cancelled
         // when the client leaves, as the contract's routes (model-routes.ts).
         onRequest: async (request: FastifyRequest, reply: FastifyReply) =>
-          holdTicket(request, reply, service.admit((request.params as ModelParams).model)),
+          holdTicket(request, reply, service.admit((request.params as ModelParams).model, uploadOf(request))),
         preParsing: countBytes,
       },
       async (request, reply) => {

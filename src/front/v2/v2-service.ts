@@ -7,7 +7,7 @@ import type { Manifest } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
 import { errors } from '../../lib/errors.js';
 import { SERVICE_VERSION } from '../../lib/version.js';
-import { unavailable, type InferOptions, type ModelBackend, type Ticket } from '../backend.js';
+import { unavailable, type InferOptions, type ModelBackend, type Ticket, type Upload } from '../backend.js';
 import { assemble, planJobs, type InferRequest } from './inference.js';
 import { modelMetadata } from './model-tensors.js';
 import type { OutputTensor } from './tensor-data.js';
@@ -84,9 +84,9 @@ export class V2Service {
 
   /** Admission as the contract's routes have it (admission.ts), before the tiles are known: the
    *  ticket, or the error to answer. Each tile takes its own place in the queue when sent. */
-  admit(name: string): Ticket {
+  admit(name: string, upload?: Upload): Ticket {
     this.manifest(name);
-    return this.backend.admit(name);
+    return this.backend.admit(name, 1, upload);
   }
 
   /** Runs a request's tiles on a ready instance of the model, as one message to one worker; each
