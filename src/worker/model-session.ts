@@ -23,13 +23,40 @@ const THREAD_ENTRY = new URL('./session-thread.js', import.meta.url);
  *  the whole message. Node 20 transfers it and has no isMarkedAsUntransferable. */
 const untransferable = (buffer: ArrayBuffer) => threads.isMarkedAsUntransferable?.(buffer) ?? false;
 
-/** Only a buffer the tensor has to itself, and that may leave this thread, can be handed over;
- *  anything else is copied. */
-const ownBuffer = (t: ort.Tensor) => {
-  const view = t.data as ArrayBufferView;
-  const own = view.byteOffset === 0 && view.byteLength === view.buffer.byteLength && view.buffer instanceof ArrayBuffer;
-  return own && !untransferable(view.buffer as ArrayBuffer) ? [view.buffer] : [];
-};
+/** Whether the tensor's data is a buffer it has to itself that may leave this thread. */
+const ownBuffer = (view: ArrayBufferView) =>
+  view.byteOffset === 0 &&
+  view.byteLength === view.buffer.byteLength &&
+  view.buffer instanceof ArrayBuffer &&
+  !untransferable(view.buffer);
+
+/** A copy of a typed array's bytes in a buffer of its own, of the same element type (a Buffer,
+ *  whose slice() is a view, becomes a Uint8Array). */
+function ownCopy(view: ArrayBufferView): ArrayBufferView {
+  const bytes = new Uint8Array(view.byteLength);
+  bytes.set(new Uint8Array(view.buffer, view.byteOffset, view.byteLength));
+  if (view instanceof Uint8Array) return bytes;
+  return new (view.constructor as new (buffer: ArrayBuffer) => ArrayBufferView)(bytes.buffer);
+}
+
+/** The feeds as they cross to the session thread, and the buffers handed over with them. Data
+ *  that is part of a larger buffer (a tile of an Open Inference Protocol batch is a view into its
+ *  IPC frame) is copied out first: postMessage clones a view's whole buffer, 4.8 MB for each tile
+ *  of a batch of 32 (5 ms against 0.6 for the tile alone). */
+export function toWire(feeds: Record<string, ort.Tensor>): {
+  wire: Record<string, WireTensor>;
+  transfer: ArrayBuffer[];
+} {
+  const wire: Record<string, WireTensor> = {};
+  const transfer: ArrayBuffer[] = [];
+  for (const [name, t] of Object.entries(feeds)) {
+    const view = t.data as ArrayBufferView;
+    const data = ownBuffer(view) ? view : ownCopy(view);
+    wire[name] = { type: t.type, data: data as ort.Tensor.DataType, dims: t.dims };
+    transfer.push(data.buffer as ArrayBuffer);
+  }
+  return { wire, transfer };
+}
 
 export class ModelSession {
   private readonly runs = new RequestReply<Record<string, WireTensor>>();
@@ -94,12 +121,7 @@ export class ModelSession {
   }
 
   run(feeds: Record<string, ort.Tensor>): Promise<Record<string, WireTensor>> {
-    const wire: Record<string, WireTensor> = {};
-    const transfer: ArrayBuffer[] = [];
-    for (const [name, t] of Object.entries(feeds)) {
-      wire[name] = { type: t.type, data: t.data, dims: t.dims };
-      transfer.push(...(ownBuffer(t) as ArrayBuffer[]));
-    }
+    const { wire, transfer } = toWire(feeds);
     // No timer: a session.run that never returns is the supervisor's heartbeat to catch.
     return this.runs.request((id) => this.thread.postMessage({ id, feeds: wire } satisfies ThreadRequest, transfer));
   }
