@@ -3,7 +3,7 @@
 import t from 'tap';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { errorCodes } from '../src/lib/errors.js';
+import { errorCodes, errors, ServiceError } from '../src/lib/errors.js';
 import { ROOT } from './helpers/server.js';
 
 const sources = (dir: string): string[] =>
@@ -29,4 +29,11 @@ t.test('every code is thrown somewhere (a PNG code by its rule)', async (t) => {
     // fail('rule', ...) whether the formatter puts the arguments on the call's line or below it.
     t.ok(rule ? new RegExp(`fail\\(\\s*'${rule}'`).test(code) : code.includes(`'${c}'`), c);
   }
+});
+
+t.test('a wire error says whether the tile may run elsewhere; the code alone does not', async (t) => {
+  const gone = errors.workerGone('the device failed');
+  t.equal(ServiceError.fromWire(gone.toWire(true)).retryable, true, 'a worker that did not run the tile');
+  t.equal(ServiceError.fromWire(gone.toWire()).retryable, false, 'the same code, not said retryable');
+  t.notOk('retryable' in gone.toWire(), 'nothing on the wire unless said');
 });

@@ -391,11 +391,11 @@ export class ModelClient implements ModelBackend {
   }
 
   private retryable(err: unknown): boolean {
-    // WORKER_GONE from a worker: it did not run the tile (its device failed), so another may.
+    // A worker's error says whether it ran the tile (one whose device failed did not).
     return (
       err instanceof NotSent ||
       (err instanceof WorkerLost && err.external) ||
-      (err instanceof ServiceError && err.code === 'TILE_ERR_WORKER_GONE')
+      (err instanceof ServiceError && err.retryable)
     );
   }
 

@@ -370,6 +370,8 @@ export interface WireError {
   code: HttpCode;
   message: string;
   detail?: FieldError[];
+  /** The worker did not run the tile and another instance may: the front retries it there. */
+  retryable?: true;
 }
 
 const isHttpCode = (code: string): code is HttpCode => 'status' in ((REGISTRY as Record<string, Entry>)[code] ?? {});
@@ -403,12 +405,23 @@ export class ServiceError extends CodedError<HttpCode> {
     }
   }
 
-  toWire(): WireError {
-    return { code: this.code, message: this.message, ...(this.detail && { detail: this.detail }) };
+  /** Set from the wire: the tile was not run, and another instance may run it. */
+  retryable = false;
+
+  /** `retryable`: say so to the front (a worker that did not run the tile). */
+  toWire(retryable = false): WireError {
+    return {
+      code: this.code,
+      message: this.message,
+      ...(this.detail && { detail: this.detail }),
+      ...(retryable && { retryable }),
+    };
   }
 
   static fromWire(wire: WireError): ServiceError {
-    return new ServiceError(isHttpCode(wire.code) ? wire.code : 'TILE_ERR_INTERNAL', wire.message, wire.detail);
+    const error = new ServiceError(isHttpCode(wire.code) ? wire.code : 'TILE_ERR_INTERNAL', wire.message, wire.detail);
+    error.retryable = wire.retryable === true;
+    return error;
   }
 
   /** Any thrown value as a ServiceError (an unknown error is TILE_ERR_INTERNAL, its message kept for the log). */

@@ -352,7 +352,9 @@ export class ModelWorker {
     this.undecoded.pump();
     if (this.deviceFault) {
       // Not processed: the front retries on another instance or answers 503 loading.
-      const error = errors.workerGone(`the device failed (${this.deviceFault}); this worker is restarting`).toWire();
+      const error = errors
+        .workerGone(`the device failed (${this.deviceFault}); this worker is restarting`)
+        .toWire(true);
       for (const item of batch) this.answer(item.link, { type: 'error', id: item.id, error, load: this.load() });
       return;
     }
