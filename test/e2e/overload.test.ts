@@ -8,7 +8,6 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { workers } from '../helpers/load.js';
 import {
   abandon,
-  asLoadGenerator,
   closedLoop as loop,
   median,
   post as postTo,
@@ -90,8 +89,7 @@ t.test(
     t.teardown(() => server.stop());
     await closedLoop(server, gene, 4, 1);
     // Solo: the worker's capacity below overload (cpu batches are of one tile).
-    const solo =
-      (await asLoadGenerator(() => closedLoop(server, gene, 2, 3))).filter((r) => r.status === 200).length / 3;
+    const solo = (await closedLoop(server, gene, 2, 3)).filter((r) => r.status === 200).length / 3;
     t.ok(
       solo > 0,
       `solo capacity ${solo.toFixed(1)} tiles/s (a lone tile ${loneGene.toFixed(1)} ms, deadline ${deadlineMs} ms)`,
@@ -117,13 +115,14 @@ t.test(
       );
     });
     await t.test(`a ${BURST_S} s burst of 200 closed-loop clients`, async (t) => {
-      // The clients at the lowest CPU priority, as in the bench: on 2 cores they took the worker's.
-      const burst = await asLoadGenerator(() => closedLoop(server, gene, 200, BURST_S));
+      const burst = await closedLoop(server, gene, 200, BURST_S);
       const ok = burst.filter((r) => r.status === 200).length;
       // The issue's target is 80% of solo, which the bench's overload section reports (115% on an
-      // idle host). Here the e2e tier's other files share the 2 cores at normal priority, so the
-      // test holds the service to what it must never lose: most of its capacity (main before the
-      // work answered 7 of 6,193).
+      // idle host, its clients at nice 19). Here the clients keep their priority: beside the e2e
+      // tier's other files, clients at nice 19 were starved (solo read 6.7 tiles/s, and the burst's
+      // uploads timed out, 408, instead of overloading anything). Sharing the worker's 2 cores,
+      // the test holds the service to what it must never lose: most of its capacity (main before
+      // the work answered 7 of 6,193).
       t.ok(
         ok / BURST_S >= 0.5 * solo,
         `${(ok / BURST_S).toFixed(1)} tiles/s answered 200 during the burst, >= 50% of solo ${solo.toFixed(1)} (${statusCounts(burst)})`,
