@@ -103,6 +103,49 @@ t.test('arriving uploads count ahead in the measure that their bodies have come,
   t.equal(arrivingTiles(burst, 1300, 300), 0, 'a deadline after admission: a slow upload, no longer ahead');
 });
 
+t.test('batcher: a full batch runs at once, a partial one after the delay; one run at a time', async (t) => {
+  const ran: number[][] = [];
+  let running = 0;
+  let most = 0;
+  let release: () => void = () => {};
+  const batcher = new Batcher<number>({
+    maxBatch: 3,
+    maxDelayMs: 30,
+    deadline: () => Infinity,
+    expire: () => {},
+    run: async (batch) => {
+      ran.push(batch);
+      most = Math.max(most, ++running);
+      await new Promise<void>((resolve) => (release = resolve));
+      running--;
+    },
+  });
+  const step = async () => {
+    release();
+    await new Promise((resolve) => setImmediate(resolve));
+  };
+  batcher.push(1);
+  batcher.push(2);
+  t.same(ran, [], 'two of three: they wait for the delay');
+  batcher.push(3);
+  t.same(ran, [[1, 2, 3]], 'the third fills the batch: it runs at once');
+  for (const n of [4, 5, 6, 7]) batcher.push(n);
+  t.equal(ran.length, 1, 'one run at a time');
+  await step();
+  t.same(ran.at(-1), [4, 5, 6], 'the next at once, of what arrived meanwhile, at most a full batch');
+  await step();
+  t.same(ran.at(-1), [7], 'then the rest, without the delay: it has waited already');
+  await step();
+  batcher.push(8);
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  t.equal(ran.length, 3, 'an idle batcher holds a partial batch for the delay');
+  await new Promise((resolve) => setTimeout(resolve, 60));
+  t.same(ran.at(-1), [8], 'and runs it after');
+  await step();
+  await batcher.idle();
+  t.equal(most, 1, 'never two runs at once');
+});
+
 t.test('batcher: tiles that cannot finish by their deadline are dropped, never run', async (t) => {
   const c = clock();
   const ran: number[][] = [];
