@@ -1,5 +1,5 @@
 // The PNG rules, each with the PNG that breaks it; the bombs; the decoder against pngjs for every
-// filter and layout; strict base64.
+// filter and layout; strict base64; a worker's typed decode failures, worded by the front.
 import t, { type Test } from 'tap';
 import { PNG } from 'pngjs';
 import { deflateSync } from 'node:zlib';
@@ -8,6 +8,9 @@ import { imageDataBytes, PngError, readPngHeader } from '../src/tile/png-rules.j
 import type { CodesOf } from '../src/lib/errors.js';
 import { encodeRgbPng, pngChunk } from '../src/tile/png-write.js';
 import { decodeBase64Strict } from '../src/tile/base64.js';
+import { decodeTile } from '../src/worker/tile-decoder.js';
+import { decodeFailureItem } from '../src/front/decode-failure.js';
+import type { TileJob } from '../src/ipc/protocol.js';
 import { bombs, idatChunks, ihdr, noisePixels, png, rgbPng, scanlines, zeroStream } from './png-forge.js';
 
 function image(width: number, height: number): PNG {
@@ -354,4 +357,40 @@ t.test('strict standard base64; the URL-safe alphabet is refused by name', async
   t.match(decodeBase64Strict('abc$'), { reason: /characters outside standard base64/ });
   t.match(decodeBase64Strict('abc'), { reason: /3 characters, not a multiple of 4/ });
   t.match(decodeBase64Strict('ab=c'), { reason: /outside standard base64/ });
+});
+
+t.test("a worker's decode failures are typed; the front words each at the image's place", async (t) => {
+  const job = (format: 'png' | 'rgb', bytes: Uint8Array, loc: string[]): TileJob => ({
+    task: 'prediction',
+    withEmbedding: false,
+    image: { format, bytes, loc },
+    width: 4,
+    height: 4,
+    bulk: null,
+  });
+  const failureOf = async (j: TileJob) => {
+    const decoded = await decodeTile(j);
+    if (!('failure' in decoded)) throw new Error('decoded');
+    return decodeFailureItem(j.image.loc, decoded.failure);
+  };
+  t.same(await failureOf(job('rgb', new Uint8Array(47), ['body'])), {
+    loc: ['body'],
+    msg: 'Value error, a raw RGB body has width x height x 3 = 48 bytes, got 47',
+    type: 'value_error',
+  });
+  t.match(await failureOf(job('png', Buffer.from('not a png'), ['body', 'image_data'])), {
+    loc: ['body', 'image_data'],
+    msg: /^Value error, image_data is not a decodable PNG: /,
+  });
+  t.match(await failureOf(job('png', Buffer.from('not a png'), ['body'])), {
+    msg: /^Value error, the body is not a decodable PNG: /,
+  });
+  t.same(
+    (await failureOf(job('png', rgbPng(noisePixels(5, 4, 3), 5, 4, 3), ['body', 'image_data']))).msg,
+    'Value error, PNG is 5x4 pixels, expected width x height = 4x4',
+  );
+  t.ok(
+    'pixels' in (await decodeTile(job('png', rgbPng(noisePixels(4, 4, 3), 4, 4, 3), ['body']))),
+    'and a good tile decodes',
+  );
 });

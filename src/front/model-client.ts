@@ -9,6 +9,7 @@ import { Channel } from '../ipc/channel.js';
 import type {
   ChannelReply,
   ChannelRequest,
+  DecodeFailure,
   FromFront,
   FrontQuery,
   InferResult,
@@ -21,6 +22,7 @@ import { RequestReply } from '../ipc/request-reply.js';
 import { errors, ServiceError } from '../lib/errors.js';
 import { unavailable, type InferOptions, type ModelBackend, type Ticket, type Upload } from './backend.js';
 import { arrivingTiles, Backlog, decide, type Arrival } from './admission.js';
+import { decodeFailureItem } from './decode-failure.js';
 
 /** How long requests of a closed channel wait for the supervisor to say why their worker died. */
 const EXIT_NEWS_MS = 1000;
@@ -67,9 +69,11 @@ class WorkerLink {
           ? m
           : m.type === 'error'
             ? ServiceError.fromWire(m.error)
-            : m.reason === 'expired'
-              ? new Expired()
-              : errors.cancelled(),
+            : m.type === 'undecodable'
+              ? new Undecodable(m.failure)
+              : m.reason === 'expired'
+                ? new Expired()
+                : errors.cancelled(),
       );
       this.done(m.id);
     });
@@ -156,6 +160,12 @@ class WorkerLink {
 /** No answer by the deadline: the front's timer, or the worker dropped the tile (its deadline
  *  passed, or its batch could not finish by it). */
 class Expired extends Error {}
+/** The worker could not decode the tile's image: a 422, worded here with where the image was. */
+class Undecodable extends Error {
+  constructor(readonly failure: DecodeFailure) {
+    super(failure.kind);
+  }
+}
 
 export class ModelClient implements ModelBackend {
   private views = new Map<string, ModelView>();
@@ -318,7 +328,7 @@ export class ModelClient implements ModelBackend {
         );
       again.forEach((i, k) => (settled[i] = retried[k]!));
     }
-    return settled.map((s) => (s.status === 'fulfilled' ? s.value : this.answer(model, s.reason)));
+    return settled.map((s, i) => (s.status === 'fulfilled' ? s.value : this.answer(model, s.reason, jobs[i]!)));
   }
 
   diagnostics(categories: string[]): Promise<unknown> {
@@ -399,7 +409,8 @@ export class ModelClient implements ModelBackend {
     );
   }
 
-  private answer(model: string, err: unknown): ServiceError {
+  private answer(model: string, err: unknown, job: TileJob): ServiceError {
+    if (err instanceof Undecodable) return errors.tileInvalid([decodeFailureItem(job.image.loc, err.failure)]);
     if (err instanceof NotSent || err instanceof WorkerLost)
       return errors.workerGone(`${model}: ${err.message} with the request in flight`);
     if (err instanceof Expired) return errors.deadline(model, this.entry(model).request_timeout_ms);

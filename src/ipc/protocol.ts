@@ -50,9 +50,17 @@ export interface TileJob {
 export interface TileJobImage {
   format: 'png' | 'rgb';
   bytes: Uint8Array;
-  /** Where the request held it (["body", "image_data"] or ["body"]), for the worker's errors. */
+  /** Where the request held it (["body", "image_data"] or ["body"]): the front's, for the 422
+   *  items it writes of a DecodeFailure. */
   loc: string[];
 }
+
+/** Why a worker could not turn a tile's image into pixels; the front alone words it as a 422
+ *  item (src/front/decode-failure.ts). */
+export type DecodeFailure =
+  | { kind: 'rgb-length'; expected: number; got: number }
+  | { kind: 'png-undecodable'; reason: string }
+  | { kind: 'png-size'; width: number; height: number; expectedWidth: number; expectedHeight: number };
 
 /** Milliseconds spent per stage in the worker, for the benchmark's breakdown. */
 export interface StageTimes {
@@ -179,6 +187,8 @@ export type InferResult = {
 export type ChannelReply =
   | InferResult
   | { type: 'error'; id: number; error: WireError; load: WorkerLoad }
+  /** The tile's image could not be decoded: a 422 the front words. */
+  | { type: 'undecodable'; id: number; failure: DecodeFailure; load: WorkerLoad }
   /** The tile was dropped before it ran: its deadline passed, or its client left. */
   | { type: 'dropped'; id: number; reason: DropReason; load: WorkerLoad };
 

@@ -228,8 +228,8 @@ export class ModelWorker {
     this.decoding--;
     if (decoding.cancelled) {
       this.drop(link, id, 'cancelled');
-    } else if ('errors' in decoded) {
-      this.answer(link, { type: 'error', id, error: errors.tileInvalid(decoded.errors).toWire(), load: this.load() });
+    } else if ('failure' in decoded) {
+      this.answer(link, { type: 'undecodable', id, failure: decoded.failure, load: this.load() });
     } else {
       const item: Pending = {
         id,
