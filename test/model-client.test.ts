@@ -1,0 +1,181 @@
+// The front's model client in-process: the real ModelClient against fake workers on Unix sockets
+// of this process, speaking the channel protocol (src/ipc/channel.ts), for routing, retries on
+// another instance, the worker's typed decode failures, cancellation and a lost worker. The same
+// paths with real worker processes: test/e2e/supervision.test.ts and device-fault.test.ts.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { createServer, type Server, type Socket } from 'node:net';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { loadConfig } from '../src/config/config.js';
+import { ModelClient } from '../src/front/model-client.js';
+import { Channel } from '../src/ipc/channel.js';
+import type { ChannelReply, ChannelRequest, InstanceView, TileJob } from '../src/ipc/protocol.js';
+import { errors, type ServiceError } from '../src/lib/errors.js';
+
+const load = { queued: 0, batchMs: 5, maxBatch: 1 };
+
+/** A worker that answers each tile as `answer` says (null: never), and records what it got. */
+class FakeWorker {
+  readonly requests: ChannelRequest[] = [];
+  readonly sockets = new Set<Socket>();
+  readonly server: Server;
+  constructor(
+    readonly pid: number,
+    readonly path: string,
+    public answer: (id: number) => ChannelReply | null,
+  ) {
+    this.server = createServer((socket) => {
+      this.sockets.add(socket);
+      const channel = new Channel<ChannelRequest, ChannelReply>(socket);
+      channel.on('message', (m) => {
+        this.requests.push(m);
+        if (m.type !== 'infer') return;
+        for (const { id } of m.tiles) {
+          const reply = this.answer(id);
+          if (reply) channel.send(reply);
+        }
+      });
+    });
+  }
+  listen = () => new Promise<void>((resolve) => this.server.listen(this.path, resolve));
+  /** Dies: its connections reset. */
+  die(): void {
+    for (const s of this.sockets) s.destroy();
+    this.server.close();
+  }
+  tiles = () => this.requests.flatMap((m) => (m.type === 'infer' ? m.tiles : []));
+}
+
+const result = (id: number, value: number): ChannelReply => ({
+  type: 'result',
+  id,
+  output: { role: 'prediction', values: new Float32Array([value]) },
+  embedding: null,
+  tissueFraction: null,
+  batchSize: 1,
+  times: { decode: 0, preprocess: 0, queue: 0, inference: 0, worker: 0 },
+  load,
+});
+
+const job: TileJob = {
+  task: 'prediction',
+  withEmbedding: false,
+  image: { format: 'png', bytes: new Uint8Array(8), loc: ['body', 'image_data'] },
+  width: 224,
+  height: 224,
+  bulk: null,
+};
+
+async function setUp(t: Test, answers: ((id: number) => ChannelReply | null)[]) {
+  const root = t.testdir({ 'config.json': JSON.stringify({ models: [{ name: 'gene-expr', instances: 2 }] }) });
+  mkdirSync(join(root, 'models', 'gene-expr'), { recursive: true });
+  writeFileSync(join(root, 'models', 'gene-expr', 'manifest.json'), '{}');
+  const config = loadConfig({ CONFIG: join(root, 'config.json') }, root);
+  // Socket paths are short (a Unix socket's path has at most 107 bytes): not in the test folder.
+  const sockets = mkdtempSync(join(tmpdir(), 'model-client-'));
+  const workers = answers.map((answer, i) => new FakeWorker(1000 + i, join(sockets, `w${i}.sock`), answer));
+  await Promise.all(workers.map((w) => w.listen()));
+  t.teardown(() => {
+    for (const w of workers) w.die();
+    rmSync(sockets, { recursive: true, force: true });
+  });
+  const client = new ModelClient(config, 1, () => {});
+  const instance = (w: FakeWorker, i: number): InstanceView =>
+    ({
+      id: `gene-expr#${i}`,
+      pid: w.pid,
+      state: 'ready',
+      socket: w.path,
+      restarts: 0,
+      gpu: null,
+      provider: 'cpu',
+      providerSkipped: [],
+      adapter: null,
+      loadMs: 1,
+      warmup: null,
+      lastError: null,
+    }) as InstanceView;
+  client.onMessage({
+    type: 'models',
+    models: [{ name: 'gene-expr', state: 'ready', reason: null, info: null, instances: workers.map(instance) }],
+  });
+  // Connected once a probe round trip has gone through each.
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  return { client, workers };
+}
+
+const valueIn = (r: Awaited<ReturnType<ModelClient['infer']>>) => (r.output.role === 'mask' ? NaN : r.output.values[0]);
+
+t.test('tiles go to the instance holding fewest; an answer passes through', async (t) => {
+  const held: number[] = [];
+  const { client, workers } = await setUp(t, [(id) => (held.push(id), null), (id) => result(id, 7)]);
+  const slow = client.infer('gene-expr', job, { deadline: Date.now() + 200 });
+  const fast = await client.infer('gene-expr', job);
+  t.equal(valueIn(fast), 7, 'the second tile went to the other, idle instance');
+  t.equal(workers[0]!.tiles().length, 1);
+  t.equal(workers[1]!.tiles().length, 1);
+  await t.rejects(slow, { code: 'TILE_ERR_DEADLINE' }, 'the unanswered one expires at its deadline');
+});
+
+t.test('retried on another instance only when the worker says it did not run the tile', async (t) => {
+  const gone = errors.workerGone('the device failed');
+  const { client, workers } = await setUp(t, [
+    (id) => ({ type: 'error', id, error: gone.toWire(true), load }),
+    (id) => result(id, 3),
+  ]);
+  t.equal(valueIn(await client.infer('gene-expr', job)), 3, 'retryable: answered by the other instance');
+  t.equal(workers[1]!.tiles().length, 1);
+
+  workers[0]!.answer = (id) => ({ type: 'error', id, error: gone.toWire(), load });
+  workers[1]!.answer = () => null;
+  await t.rejects(
+    client.infer('gene-expr', job, { deadline: Date.now() + 300 }),
+    { code: 'TILE_ERR_WORKER_GONE' },
+    'the same code, not said retryable: answered as it is',
+  );
+  t.equal(workers[1]!.tiles().length, 1, 'and not sent to the other');
+});
+
+t.test("a worker's decode failure is worded by the front at the image's place", async (t) => {
+  const { client } = await setUp(t, [
+    (id) => ({ type: 'undecodable', id, failure: { kind: 'png-undecodable', reason: 'bad magic' }, load }),
+    () => null,
+  ]);
+  const err = (await client.infer('gene-expr', job).catch((e: unknown) => e)) as ServiceError;
+  t.equal(err.code, 'TILE_ERR_VALIDATION');
+  t.same(err.detail, [
+    {
+      loc: ['body', 'image_data'],
+      msg: 'Value error, image_data is not a decodable PNG: bad magic',
+      type: 'value_error',
+    },
+  ]);
+});
+
+t.test('a client that leaves cancels its tile in the worker', async (t) => {
+  const { client, workers } = await setUp(t, [() => null, () => null]);
+  const left = new AbortController();
+  const answer = client.infer('gene-expr', job, { signal: left.signal }).catch((e: unknown) => e);
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  left.abort();
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  const sent = workers.flatMap((w) => w.tiles());
+  const cancels = workers.flatMap((w) => w.requests.flatMap((m) => (m.type === 'cancel' ? m.ids : [])));
+  t.same(cancels, [sent[0]!.id], 'one cancel message naming it');
+  void answer;
+});
+
+t.test('a worker lost with a tile in flight: retried when killed from outside, else 503', async (t) => {
+  for (const external of [true, false]) {
+    const { client, workers } = await setUp(t, [() => null, (id) => result(id, 5)]);
+    const answer = client.infer('gene-expr', job).catch((e: unknown) => e);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    t.equal(workers[0]!.tiles().length, 1, 'the tile is in the first worker');
+    client.onMessage({ type: 'worker-exit', pid: workers[0]!.pid, external });
+    workers[0]!.die();
+    const got = await answer;
+    if (external) t.equal(valueIn(got as never), 5, 'killed from outside: it ran on the other instance');
+    else t.match(got, { code: 'TILE_ERR_WORKER_GONE' }, 'died of its own: answered, not given to another');
+  }
+});
