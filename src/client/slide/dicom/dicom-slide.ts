@@ -2,7 +2,7 @@
 // reader pool decodes its levels in bands of frames, as it does TIFF tiles; regions and the
 // overview are decoded here from the same bands.
 import sharp from 'sharp';
-import { bandBytes, cutRows, tileSpan, type BandView } from '../bands.js';
+import { bandBytes, bandView, cutRows, tileSpan, type BandView } from '../bands.js';
 import type { BandJob, BandSource, FrameBytes, Slide, SlideLevel } from '../slide.js';
 import { decodeFrames } from './frames.js';
 import type { Pyramid } from './pyramid.js';
@@ -90,14 +90,7 @@ export class DicomSlide implements Slide {
       const job = await this.bandJob(level, ty, tx0, tx1);
       const data = new SharedArrayBuffer(bandBytes(job));
       await decodeFrames(job, new Uint8Array(data));
-      bands.push({
-        data,
-        left: job.left,
-        top: job.top,
-        width: job.width,
-        height: job.height,
-        stride: job.tiles * job.tileWidth * 3,
-      });
+      bands.push(bandView(job, data));
     }
     const out = new Uint8Array(w * h * 3);
     cutRows(region, 0, h, bands, out, 0);
