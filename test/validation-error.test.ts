@@ -7,7 +7,7 @@ import jsonBody from '../src/front/plugins/json-body.js';
 import nonJsonBody from '../src/front/plugins/non-json-body.js';
 import { PredictQuery } from '../src/contract/schemas.js';
 import { TileBody, tileImageKeyword } from '../src/front/tile-image.js';
-import { jsonInvalid } from '../src/front/validation-error.js';
+import { jsonInvalid, literalItem } from '../src/front/validation-error.js';
 
 async function app() {
   const app = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false }, plugins: [tileImageKeyword] } });
@@ -246,4 +246,14 @@ t.test('other failures are a plain 500 without the reason', async (t) => {
   const res = await server.inject('/boom');
   t.equal(res.statusCode, 500);
   t.same(res.json(), { detail: 'Internal server error' });
+});
+
+t.test("a handler's own literal_error item is worded as the schema's", async (t) => {
+  t.strictSame(literalItem(['query', 'categories'], ['usage', 'diagnostics'], 'x', ' (comma-separated)'), {
+    loc: ['query', 'categories'],
+    msg: "Input should be 'usage' or 'diagnostics' (comma-separated)",
+    type: 'literal_error',
+    ctx: { expected: "'usage' or 'diagnostics'" },
+    input: 'x',
+  });
 });

@@ -86,8 +86,7 @@ function describe(error: FastifySchemaValidationError, value: unknown, root: str
     }
     case 'enum':
     case 'const': {
-      const expected = quoted((p.allowedValues as unknown[]) ?? [p.allowedValue]);
-      return { type: 'literal_error', msg: `Input should be ${expected}`, ctx: { expected } };
+      return literal((p.allowedValues as unknown[]) ?? [p.allowedValue]);
     }
     case 'minimum':
       return {
@@ -135,6 +134,18 @@ export function toValidationItems(
     items.push(item);
   }
   return items;
+}
+
+/** A value not among `allowed`, as pydantic's literal_error: "Input should be 'a' or 'b'". */
+function literal(allowed: unknown[]) {
+  const expected = quoted(allowed);
+  return { msg: `Input should be ${expected}`, type: 'literal_error', ctx: { expected } };
+}
+
+/** A handler's own literal_error item at `loc` (`hint` follows the message). */
+export function literalItem(loc: (string | number)[], allowed: unknown[], input: unknown, hint = ''): ValidationItem {
+  const { msg, type, ctx } = literal(allowed);
+  return { loc, msg: msg + hint, type, ctx, input };
 }
 
 /** A body fastify cannot even read as text (a malformed Content-Type): pydantic's answer for a

@@ -5,6 +5,7 @@ import type { ModelBackend } from '../backend.js';
 import { errors } from '../../lib/errors.js';
 import { HTTPValidationError } from '../../contract/schemas.js';
 import { requireAdminToken } from '../admin-token.js';
+import { literalItem } from '../validation-error.js';
 
 const CATEGORIES = ['usage', 'diagnostics'] as const;
 const Query = Type.Object({
@@ -35,15 +36,7 @@ export default async function diagnostics(
       const raw = (request.query as { categories?: string }).categories;
       const wanted = raw === undefined ? [] : raw.split(',').map((s) => s.trim());
       if (wanted.some((c) => !(CATEGORIES as readonly string[]).includes(c))) {
-        throw errors.tileInvalid([
-          {
-            loc: ['query', 'categories'],
-            msg: "Input should be 'usage' or 'diagnostics' (comma-separated)",
-            type: 'literal_error',
-            ctx: { expected: "'usage' or 'diagnostics'" },
-            input: raw,
-          },
-        ]);
+        throw errors.tileInvalid([literalItem(['query', 'categories'], [...CATEGORIES], raw, ' (comma-separated)')]);
       }
       return backend.diagnostics(wanted);
     },

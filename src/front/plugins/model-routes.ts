@@ -9,6 +9,7 @@ import type { Manifest, Task } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
 import type { StageTimes, WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
+import { literalItem } from '../validation-error.js';
 import { Transform, type Readable } from 'node:stream';
 import { unavailable, type ModelBackend, type Ticket, type Upload } from '../backend.js';
 import {
@@ -224,15 +225,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
           const segmentation = manifest.tasks.includes('segmentation');
           // The package may have changed since the routes were made: its own modes decide.
           if (!predictModes(manifest.tasks).includes(mode)) {
-            throw errors.tileInvalid([
-              {
-                loc: ['query', 'mode'],
-                msg: "Input should be 'prediction'",
-                type: 'literal_error',
-                ctx: { expected: "'prediction'" },
-                input: mode,
-              },
-            ]);
+            throw errors.tileInvalid([literalItem(['query', 'mode'], ['prediction'], mode)]);
           }
           return run(
             reply,
