@@ -26,13 +26,14 @@ export function load(server: TestServer, path: string, png: Buffer, concurrency:
         const answer = server
           .post(path, tileRequest(png))
           .then(async (res) => ({ status: res.status, body: (await res.json()) as Json }));
-        const silence = new Promise<{ status: number; body: Json }>((resolve) =>
-          setTimeout(
+        let timer: NodeJS.Timeout | undefined;
+        const silence = new Promise<{ status: number; body: Json }>((resolve) => {
+          timer = setTimeout(
             () => resolve({ status: -1, body: { error: `no answer in ${UNANSWERED_MS} ms` } }),
             UNANSWERED_MS,
-          ).unref(),
-        );
-        results.push({ ...(await Promise.race([answer, silence])), at: Date.now() });
+          );
+        });
+        results.push({ ...(await Promise.race([answer, silence]).finally(() => clearTimeout(timer))), at: Date.now() });
       } catch (err) {
         results.push({ status: 0, body: { error: String((err as Error).cause ?? err) }, at: Date.now() });
       }
