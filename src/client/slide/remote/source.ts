@@ -3,6 +3,7 @@
 // does; a DICOM reader can). Reads go through a bounded cache of fetched extents: small reads
 // (headers, directories, tag values) fetch a whole aligned block around them, so that parsing a
 // file's directories costs a few requests; large ones (tiles) fetch exactly what they ask.
+import { SlideError } from '../slide.js';
 
 /** How a transport fetches: [offset, offset + length) of the object, checked to be the version
  *  it first saw (`etag`), else an error. */
@@ -14,6 +15,7 @@ export interface RangeTransport {
   readonly etag: string;
   /** The object's first bytes (up to BLOCK), fetched when it was opened. */
   readonly first: Uint8Array;
+  /** The bytes the server sent for the range (the source checks that they are all of it). */
   fetch(offset: number, length: number): Promise<Uint8Array>;
   close(): void;
 }
@@ -113,6 +115,11 @@ export class ByteSource {
   private async fetch(offset: number, length: number): Promise<Uint8Array> {
     this.requests++;
     const data = await this.transport.fetch(offset, length);
+    if (data.length !== length)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_REMOTE',
+        `${this.transport.url}: asked for ${length} bytes at ${offset}, got ${data.length}`,
+      );
     this.fetched += data.length;
     this.keep(offset, data);
     return data;
