@@ -9,20 +9,11 @@ import h5wasm from 'h5wasm/node';
 import sharp from 'sharp';
 import t from 'tap';
 import { writeNullPackage } from '../../bench/null-models.js';
-import { renderLevel0, writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
+import { renderLevel0, writeSlide } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
-import { freePort, summaryRows, tileInfer } from '../helpers/tile-infer.js';
+import { freePort, smallSlide as spec, summaryRows, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'client-defects-'));
-const spec = (seed: number, extra: Partial<SlideSpec> = {}): SlideSpec => ({
-  widthUm: 700,
-  heightUm: 500,
-  mpp: 0.5,
-  seed,
-  format: 'tiff',
-  islands: [{ cx: 350, cy: 250, rx: 260, ry: 180 }],
-  ...extra,
-});
 const models = mkdtempSync(join(tmpdir(), 'defects-models-'));
 const MODELS = [
   { name: 'tissue-seg', instances: 1, intra_op_threads: 1 },

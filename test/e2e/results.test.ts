@@ -23,21 +23,12 @@ import { fromFile } from 'geotiff';
 import sharp from 'sharp';
 import t from 'tap';
 import { writeNullPackage } from '../../bench/null-models.js';
-import { renderLevel0, writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
+import { renderLevel0, writeSlide } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
-import { outputs, tileInfer } from '../helpers/tile-infer.js';
+import { outputs, smallSlide as spec, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'results-'));
 chmodSync(dir, 0o755);
-const spec = (seed: number, extra: Partial<SlideSpec> = {}): SlideSpec => ({
-  widthUm: 700,
-  heightUm: 500,
-  mpp: 0.5,
-  seed,
-  format: 'tiff',
-  islands: [{ cx: 350, cy: 250, rx: 260, ry: 180 }],
-  ...extra,
-});
 let server: TestServer;
 const slide = (paths: string[], out: string, extra: string[] = [], model = 'null-224') => [
   'slide',

@@ -4,6 +4,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { ROOT } from './server.js';
+import type { SlideSpec } from '../../tools/synthetic/slide.js';
 
 export const TILE_INFER = process.env.TILE_INFER_BIN ?? join(ROOT, 'dist/src/client/tile-infer.js');
 
@@ -76,3 +77,15 @@ export function summaryRows(path: string): { slide: string; status: string; tile
 
 /** A port nothing listens on now (a server that must come back on the same port uses it). */
 export { freePort } from '../../tools/remote-servers.js';
+
+/** A small slide of one tissue island (700 x 500 um at 0.5 um/px, TIFF), seeded: quick to write
+ *  and to run, for the checks of what tile-infer says and writes. */
+export const smallSlide = (seed: number, extra: Partial<SlideSpec> = {}): SlideSpec => ({
+  widthUm: 700,
+  heightUm: 500,
+  mpp: 0.5,
+  seed,
+  format: 'tiff',
+  islands: [{ cx: 350, cy: 250, rx: 260, ry: 180 }],
+  ...extra,
+});
