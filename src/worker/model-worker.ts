@@ -5,7 +5,6 @@ import type {
   ChannelReply,
   DropReason,
   InferResult,
-  ShapeCheck,
   TileJob,
   TileOutput,
   WarmupReport,
@@ -18,12 +17,12 @@ import { decodeTile } from './tile-decoder.js';
 import { makePreprocessor, type Preprocessor } from './preprocess.js';
 import type { Pixels } from '../tile/png.js';
 import { writeBulk } from './bulk.js';
-import { Batcher } from './batcher.js';
+import { Batcher, type Clock } from './batcher.js';
 import { DecodeWindow } from './decode-window.js';
 import { float32ToFloat16 } from './float16.js';
 import { checkOutputShape, maskOf, maskTensor, numbersOf, rowOf } from './outputs.js';
-import type { WireTensor } from './session-thread.js';
-import { candidateShapes, padTo, servedShapes, type BatchShapesSetting } from './batch-shapes.js';
+import { padTo, type BatchShapesSetting } from './batch-shapes.js';
+import { warmUp } from './warmup.js';
 import { isDeviceFault } from '../gpu/device-faults.js';
 
 /** Answers the front that sent the tile. */
@@ -33,7 +32,7 @@ interface Pending {
   id: number;
   link: FrontLink;
   job: TileJob;
-  /** Date.now() after which the answer is no longer wanted. */
+  /** When, on the worker's clock (Date.now), after which the answer is no longer wanted. */
   deadline: number;
   pixels: Pixels;
   times: { receivedAt: number; decode: number };
@@ -69,66 +68,13 @@ export interface ModelWorkerOptions {
   batchShapes: BatchShapesSetting;
   /** A run failed with a device error: the worker must stop serving (it is restarted). */
   onDeviceFault?: (reason: string) => void;
+  /** Date.now by default (the fronts' deadlines are on it); tests inject theirs. */
+  clock?: Clock;
 }
 
-/** The warm-up's probe tile; the tiles around it in the neighbour check follow it. */
-const PROBE_SEED = 7;
-
-const noise = new Map<string, Uint8Array>();
-
-/** A synthetic tile of seeded noise (mulberry32), so that kernels taking another path show; a
- *  fresh copy each time, since a tile's buffer may be handed to the session thread. */
-function noiseTile(width: number, height: number, seed: number): Pixels {
-  const key = `${width}x${height}:${seed}`;
-  let data = noise.get(key);
-  if (!data) {
-    data = new Uint8Array(width * height * 3);
-    let a = seed >>> 0;
-    for (let i = 0; i < data.length; i++) {
-      a = (a + 0x6d2b79f5) >>> 0;
-      let t = Math.imul(a ^ (a >>> 15), a | 1);
-      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-      data[i] = (t ^ (t >>> 14)) >>> 24;
-    }
-    noise.set(key, data);
-  }
-  return { width, height, channels: 3, data: data.slice() };
-}
-
-/** Row i of each output tensor, as bytes. */
-const rowBytes = (outputs: Record<string, WireTensor>, names: string[], i: number) =>
-  names.map((name) => {
-    const view = outputs[name].data as ArrayBufferView;
-    const per = view.byteLength / outputs[name].dims[0];
-    return new Uint8Array(view.buffer, view.byteOffset + i * per, per);
-  });
-
-const sameBytes = (a: Uint8Array[], b: Uint8Array[]) => a.every((x, k) => Buffer.compare(x, b[k]) === 0);
-
-/** How row `row` of `outputs` differs from the reference's first row:
- *  "embedding: 147 of 160 values differ, by up to 1.9e-7". */
-function difference(
-  outputs: Record<string, WireTensor>,
-  row: number,
-  reference: Record<string, WireTensor>,
-  names: string[],
-): string {
-  return names
-    .map((name) => {
-      const expected = rowOf(numbersOf(reference[name]), reference[name].dims[0], 0);
-      const got = rowOf(numbersOf(outputs[name]), outputs[name].dims[0], row);
-      let count = 0;
-      let most = 0;
-      got.forEach((v, k) => {
-        if (Object.is(v, expected[k])) return;
-        count++;
-        most = Math.max(most, Math.abs(v - expected[k]));
-      });
-      return count ? `${name}: ${count} of ${expected.length} values differ, by up to ${most.toPrecision(2)}` : '';
-    })
-    .filter(Boolean)
-    .join('; ');
-}
+/** What the worker uses of its model session: the plan, the provider and the runs (tests give
+ *  their own). */
+export type WorkerSession = Pick<ModelSession, 'plan' | 'choice' | 'run'>;
 
 /** Decodes tiles, batches them and runs them through the model session. */
 export class ModelWorker {
@@ -159,10 +105,11 @@ export class ModelWorker {
   private readonly padding: Pixels;
   /** Set after a device error: every later batch is refused (retryable) until the restart. */
   private deviceFault: string | null = null;
+  private readonly clock: Clock;
 
   constructor(
     private readonly pkg: ModelPackage,
-    private readonly session: ModelSession,
+    private readonly session: WorkerSession,
     private readonly options: ModelWorkerOptions,
   ) {
     this.preprocess = makePreprocessor(pkg.manifest, session.plan.imageInput);
@@ -170,7 +117,9 @@ export class ModelWorker {
     this.shapes = Array.from({ length: this.maxBatch }, (_, i) => i + 1);
     const { width, height } = pkg.manifest.tile;
     this.padding = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
+    this.clock = options.clock ?? Date.now;
     this.batcher = new Batcher<Pending>({
+      clock: this.clock,
       maxBatch: this.maxBatch,
       maxDelayMs: options.maxDelayMs,
       run: (batch) => this.run(batch),
@@ -220,7 +169,7 @@ export class ModelWorker {
   private async decode({ id, link, job, deadline, receivedAt }: Waiting): Promise<void> {
     const held = this.replies.get(link)?.held;
     if (!held) return;
-    if (Date.now() + (this.batcher.batchMs ?? 0) > deadline) return this.drop(link, id, 'expired');
+    if (this.clock() + (this.batcher.batchMs ?? 0) > deadline) return this.drop(link, id, 'expired');
     const decoding: Held = { state: 'decoding', cancelled: false };
     held.set(id, decoding);
     this.decoding++;
@@ -265,82 +214,26 @@ export class ModelWorker {
     this.undecoded.pump();
   }
 
-  /**
-   * Runs every candidate batch shape before the worker reports ready (`iterations` times each,
-   * at least once: the first run checks the output shapes, and a misfit refuses the package), as
-   * a batch of one probe tile in every row, and keeps the shapes whose every row is byte for byte
-   * the reference (the largest shape's first row). At the largest shape it also runs the probe
-   * between other tiles (do tiles of a batch change each other's outputs?) and, on GPU
-   * providers, twice (is the provider deterministic?). Compiling providers compile each shape
-   * here rather than on a request.
-   */
+  /** Runs and checks every candidate batch shape (warmup.ts) before the worker serves, and
+   *  serves the shapes it kept. */
   async warmup(iterations: number): Promise<WarmupReport> {
-    const { manifest } = this.pkg;
-    const { width, height } = manifest.tile;
-    const { provider } = this.session.choice;
-    const names = (['mask', 'prediction', 'embedding'] as const)
-      .map((role) => manifest.tensors[role])
-      .filter((n): n is string => !!n);
-    const candidates = candidateShapes(this.options.batchShapes, provider, this.maxBatch);
-    const largest = candidates[candidates.length - 1];
-    const run = (seeds: number[]) =>
-      this.forward(
-        seeds.map((seed) => noiseTile(width, height, seed)),
-        seeds.map(() => null),
-      );
-    const probe = (size: number) => run(Array(size).fill(PROBE_SEED));
-    const rows = (outputs: Record<string, WireTensor>, size: number) =>
-      Array.from({ length: size }, (_, i) => rowBytes(outputs, names, i));
-    const results = new Map<number, { rows: Uint8Array[][]; outputs: Record<string, WireTensor>; ms: number }>();
-    for (const size of candidates) {
-      const started = performance.now();
-      let result = await probe(size);
-      const ms = performance.now() - started;
-      for (let i = 1; i < iterations; i++) result = await probe(size);
-      results.set(size, { rows: rows(result.outputs, size), outputs: result.outputs, ms });
-    }
-    const reference = results.get(largest)!;
-    const expected = reference.rows[0];
-    const mismatch = (got: Uint8Array[][]) => got.findIndex((row) => !sameBytes(row, expected));
-    let neighbours = false;
-    let deterministic = true;
-    if (largest > 1) {
-      // The probe first and last, other tiles between.
-      const mixed = await run(
-        Array.from({ length: largest }, (_, i) => (i === 0 || i === largest - 1 ? PROBE_SEED : PROBE_SEED + 1 + i)),
-      );
-      const got = rows(mixed.outputs, largest);
-      neighbours = !sameBytes(got[0], reference.rows[0]) || !sameBytes(got[largest - 1], reference.rows[largest - 1]);
-    }
-    // ONNX Runtime's cpu kernels give one answer per shape and row; a GPU library may not (atomics).
-    if (provider !== 'cpu')
-      deterministic = rows((await probe(largest)).outputs, largest).every((row, i) =>
-        sameBytes(row, reference.rows[i]),
-      );
-    const checks: ShapeCheck[] = candidates.map((size) => {
-      const { rows: got, outputs, ms } = results.get(size)!;
-      const row = mismatch(got);
-      return {
-        batch: size,
-        ms: Math.round(ms),
-        identical: row < 0,
-        ...(row >= 0 && { difference: `row ${row}: ${difference(outputs, row, reference.outputs, names)}` }),
-      };
+    const report = await warmUp({
+      manifest: this.pkg.manifest,
+      provider: this.session.choice.provider,
+      batchShapes: this.options.batchShapes,
+      maxBatch: this.maxBatch,
+      iterations,
+      forward: async (tiles) =>
+        (
+          await this.forward(
+            tiles,
+            tiles.map(() => null),
+          )
+        ).outputs,
     });
-    this.shapes = servedShapes(this.options.batchShapes, checks, deterministic, neighbours, this.maxBatch);
+    this.shapes = report.shapes;
     this.batcher.maxBatch = this.shapes[this.shapes.length - 1];
-    const note = !deterministic
-      ? `${provider} gave the batch of ${largest} two different answers: outputs are not reproducible on it`
-      : neighbours
-        ? 'a tile changed the outputs of the other tiles of its batch (the graph mixes the batch): batches of one only'
-        : null;
-    return {
-      shapes: this.shapes,
-      checks,
-      deterministic,
-      batchIndependent: this.options.batchShapes !== 'any' && deterministic,
-      note,
-    };
+    return report;
   }
 
   idle(): Promise<void> {
@@ -358,13 +251,13 @@ export class ModelWorker {
       for (const item of batch) this.answer(item.link, { type: 'error', id: item.id, error, load: this.load() });
       return;
     }
-    const started = Date.now();
+    const started = this.clock();
     for (const item of batch) if (started > item.deadline) this.stats.startedLate++;
     try {
       const results = await this.infer(batch);
       this.stats.batches++;
       this.stats.tiles += batch.length;
-      const finished = Date.now();
+      const finished = this.clock();
       for (const item of batch) if (finished > item.deadline) this.stats.finishedLate++;
       results.forEach((r, i) => this.answer(batch[i].link, r));
     } catch (err) {
