@@ -21,8 +21,7 @@ import {
   TileResponse,
 } from '../../contract/schemas.js';
 import { TileBody } from '../tile-image.js';
-import { checkTile } from '../tile-checks.js';
-import { negotiate, outputTensor, tileResponseJson } from '../response-writer.js';
+import { tileHandler } from '../tile-handler.js';
 import { describeBodies, describeRoute, requestDocs } from '../route-docs.js';
 import { endpointsFor, predictModes } from '../../contract/endpoints.js';
 
@@ -149,59 +148,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
       holdTicket(request, reply, backend.admit(name, 1, uploadOf(request)));
     };
 
-    /** Checks the tile, has a worker run it and writes the response (JSON, or the output tensor
-     *  to a client that asks for it), timing each stage. */
-    const run = async (reply: FastifyReply, body: TileBody, manifest: Manifest, task: Task, withEmbedding = false) => {
-      const { ticket, signal } = reply.request.tile!;
-      const parse = reply.elapsedTime;
-      const answerAs = negotiate(reply.request.headers.accept, !withEmbedding);
-      if (!answerAs)
-        throw errors.notAcceptable(
-          'prediction_with_embedding answers two tensors (output and embedding): Accept application/json, or ask for each',
-        );
-      const tensor = answerAs === 'tensor';
-      const checkedAt = performance.now();
-      const { errors: invalid, image } = checkTile(body, manifest, task === 'prediction', config.max_tile_pixels);
-      if (invalid.length || !image) throw errors.tileInvalid(invalid);
-      const bulk = task === 'prediction' ? (body.bulk_rna ?? null) : null;
-      const sent = performance.now();
-      const result = await backend.infer(
-        name,
-        { task, withEmbedding, image, width: body.width, height: body.height, bulk },
-        { ticket, signal },
-      );
-      const received = performance.now();
-      reply.request.tile!.times = result.times;
-      const tissueRatio = body.tissue_ratio ?? result.tissueFraction;
-      const answer = tensor
-        ? outputTensor(result.output, body.height, body.width)
-        : tileResponseJson(body, { output: result.output, embedding: result.embedding, tissueRatio });
-      const t = result.times;
-      fastify.observeTile(
-        name,
-        result.batchSize,
-        {
-          parse,
-          base64: sent - checkedAt,
-          decode: t.decode,
-          preprocess: t.preprocess,
-          queue: t.queue,
-          inference: t.inference / result.batchSize,
-          ipc: received - sent - t.worker,
-          serialize: performance.now() - received,
-        },
-        t,
-      );
-      reply.header('vary', 'accept');
-      // Bytes already (response-writer.ts): fastify's serializer is bypassed.
-      if (Buffer.isBuffer(answer)) return reply.type('application/json').send(answer);
-      if (tissueRatio !== null) reply.header('x-tissue-ratio', String(tissueRatio));
-      return reply
-        .header('x-tensor-dtype', answer.dtype)
-        .header('x-tensor-shape', answer.shape.join(','))
-        .type('application/octet-stream')
-        .send(answer.bytes);
-    };
+    const run = tileHandler(fastify, backend, config, name);
 
     if (endpoints.includes(`POST /api/predict/${name}`)) {
       app.post(
