@@ -1,7 +1,7 @@
 // A model request's tile, run: checked against the loaded package, answered by a worker (with
-// the request's place in the queue and its client's signal: request.tile), and written as the
-// response: the contract's JSON, or the output tensor to a client that asks for it, each stage
-// timed for the metrics. The routes that call it: plugins/model-routes.ts.
+// the request's place in the queue and its client's signal: request.tile, request-ticket.ts), and
+// written as the response: the contract's JSON, or the output tensor to a client that asks for
+// it, each stage timed for the metrics. The routes that call it: plugins/model-routes.ts.
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ServiceConfig } from '../config/config.js';
 import type { Manifest, Task } from '../model-package/manifest.js';

@@ -7,11 +7,10 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { ServiceConfig } from '../../config/config.js';
 import type { Manifest, Task } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
-import type { StageTimes, WorkerInfo } from '../../ipc/protocol.js';
+import type { WorkerInfo } from '../../ipc/protocol.js';
 import { errors } from '../../lib/errors.js';
 import { literalItem } from '../validation-error.js';
-import { Transform, type Readable } from 'node:stream';
-import { unavailable, type ModelBackend, type Ticket, type Upload } from '../backend.js';
+import { unavailable, type ModelBackend } from '../backend.js';
 import {
   ErrorDetail,
   HTTPValidationError,
@@ -22,6 +21,7 @@ import {
 } from '../../contract/schemas.js';
 import { TileBody } from '../tile-image.js';
 import { tileHandler } from '../tile-handler.js';
+import { countBytes, holdTicket, uploadOf } from '../request-ticket.js';
 import { describeBodies, describeRoute, requestDocs } from '../route-docs.js';
 import { endpointsFor, predictModes } from '../../contract/endpoints.js';
 
@@ -68,52 +68,6 @@ function plannedManifest(dir: string): Manifest | null {
   } catch {
     return null;
   }
-}
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** A model request's place in the queue, the signal of its client leaving, and once served
-     *  its tile's worker times (for the usage log). */
-    tile: { ticket: Ticket; signal: AbortSignal; times?: StageTimes } | null;
-  }
-}
-
-/** The body's bytes count against the front's budget as they arrive, not as declared: a slow or
- *  stalled upload holds only what it has sent. A chunk past the budget fails the request (503
- *  TILE_ERR_FRONT_BUSY), so the bound on the front's memory stays. */
-export const countBytes = async (request: FastifyRequest, _reply: FastifyReply, payload: Readable) => {
-  const { ticket } = request.tile!;
-  const counted = new Transform({
-    transform(chunk: Buffer, _encoding, callback) {
-      try {
-        ticket.received(chunk.length);
-        callback(null, chunk);
-      } catch (err) {
-        callback(err as Error);
-      }
-    },
-  });
-  payload.on('error', (err) => counted.destroy(err));
-  return payload.pipe(counted);
-};
-
-/** The request's body on its way, when its headers declare its length: admission counts it ahead
- *  in the measure that it has come. */
-export function uploadOf(request: FastifyRequest): Upload | undefined {
-  const declared = Number(request.headers['content-length']);
-  if (!(declared > 0)) return undefined;
-  return { declared, buffered: () => request.raw.readableLength };
-}
-
-/** The request keeps its ticket until the response is done; a client that leaves first aborts
- *  the request's signal, which cancels its tiles. */
-export function holdTicket(request: FastifyRequest, reply: FastifyReply, ticket: Ticket): void {
-  const left = new AbortController();
-  request.tile = { ticket, signal: left.signal };
-  reply.raw.once('close', () => {
-    if (!reply.raw.writableEnded) left.abort();
-    ticket.release();
-  });
 }
 
 async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelRoutesOptions): Promise<void> {

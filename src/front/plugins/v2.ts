@@ -8,7 +8,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { ServiceError } from '../../lib/errors.js';
 import type { V2Service } from '../v2/v2-service.js';
-import { countBytes, holdTicket, uploadOf } from './model-routes.js';
+import { countBytes, holdTicket, uploadOf } from '../request-ticket.js';
 import {
   binaryOutputs,
   HEADER_LENGTH,

@@ -1,0 +1,54 @@
+// A model request's ticket (its place in the model's queue, backend.ts) through the request's
+// life: taken before the body is read, the body's bytes counted against it as they arrive, and
+// held until the response is done; a client that leaves first cancels its tiles. The contract's
+// routes (plugins/model-routes.ts) and the Open Inference Protocol's (plugins/v2.ts) use it.
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { Transform, type Readable } from 'node:stream';
+import type { StageTimes } from '../ipc/protocol.js';
+import type { Ticket, Upload } from './backend.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** A model request's place in the queue, the signal of its client leaving, and once served
+     *  its tile's worker times (for the usage log). */
+    tile: { ticket: Ticket; signal: AbortSignal; times?: StageTimes } | null;
+  }
+}
+
+/** The body's bytes count against the front's budget as they arrive, not as declared: a slow or
+ *  stalled upload holds only what it has sent. A chunk past the budget fails the request (503
+ *  TILE_ERR_FRONT_BUSY), so the bound on the front's memory stays. */
+export const countBytes = async (request: FastifyRequest, _reply: FastifyReply, payload: Readable) => {
+  const { ticket } = request.tile!;
+  const counted = new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      try {
+        ticket.received(chunk.length);
+        callback(null, chunk);
+      } catch (err) {
+        callback(err as Error);
+      }
+    },
+  });
+  payload.on('error', (err) => counted.destroy(err));
+  return payload.pipe(counted);
+};
+
+/** The request's body on its way, when its headers declare its length: admission counts it ahead
+ *  in the measure that it has come. */
+export function uploadOf(request: FastifyRequest): Upload | undefined {
+  const declared = Number(request.headers['content-length']);
+  if (!(declared > 0)) return undefined;
+  return { declared, buffered: () => request.raw.readableLength };
+}
+
+/** The request keeps its ticket until the response is done; a client that leaves first aborts
+ *  the request's signal, which cancels its tiles. */
+export function holdTicket(request: FastifyRequest, reply: FastifyReply, ticket: Ticket): void {
+  const left = new AbortController();
+  request.tile = { ticket, signal: left.signal };
+  reply.raw.once('close', () => {
+    if (!reply.raw.writableEnded) left.abort();
+    ticket.release();
+  });
+}
