@@ -9,9 +9,16 @@ import type { Registry } from 'prom-client';
 import type { FastifyInstance } from 'fastify';
 import { loadConfig, type ServiceConfig } from '../../src/config/config.js';
 import { buildApp } from '../../src/front/app.js';
-import { unavailable, type ModelBackend, type Ticket } from '../../src/front/backend.js';
+import {
+  type InferOptions,
+  type ModelBackend,
+  type Ticket,
+  type Upload,
+  unavailable,
+} from '../../src/front/backend.js';
+import { QueueShare } from '../../src/front/queue-share.js';
 import type { InferResult, ModelState, ModelView, TileJob, UsageReport } from '../../src/ipc/protocol.js';
-import { errors, ServiceError } from '../../src/lib/errors.js';
+import { ServiceError } from '../../src/lib/errors.js';
 import { readManifest } from '../../src/model-package/model-package.js';
 import { MODELS, ROOT } from './server.js';
 
@@ -22,9 +29,10 @@ export class FakeBackend implements ModelBackend {
   /** Resolves inference; a test may hold it. */
   gate: Promise<void> = Promise.resolve();
   private readonly views = new Map<string, ModelView>();
-  private readonly held = new Map<string, number>();
+  private readonly share: QueueShare;
 
-  constructor(private readonly config: ServiceConfig) {
+  constructor(config: ServiceConfig) {
+    this.share = new QueueShare(config, 1, () => []);
     for (const entry of config.models) {
       const manifest = readManifest(entry.path!);
       this.views.set(entry.name, {
@@ -87,30 +95,22 @@ export class FakeBackend implements ModelBackend {
     return this.views.get(name);
   }
   queued(model: string): number {
-    return this.held.get(model) ?? 0;
+    return this.share.queued(model);
   }
 
-  admit(model: string): Ticket {
+  /** The front's own admission (queue-share.ts) with one front and no instance estimate: the
+   *  share of max_queue bounds it. */
+  admit(model: string, tiles = 1, upload?: Upload): Ticket {
     const error = unavailable(model, this.views.get(model));
     if (error) throw error;
-    const limit = this.config.models.find((m) => m.name === model)!.max_queue;
-    if (this.queued(model) >= limit) throw errors.queueFull(model, `${limit} requests outstanding`, 1);
-    this.held.set(model, this.queued(model) + 1);
-    let done = false;
-    return {
-      received: () => {},
-      hold: () => () => {},
-      release: () => {
-        if (!done) this.held.set(model, this.queued(model) - 1);
-        done = true;
-      },
-    };
+    return this.share.admit(model, tiles, upload);
   }
 
   /** Output from the tile: a mask of the image's bytes' low bits, or their mean per output. */
-  async infer(model: string, job: TileJob): Promise<InferResult> {
+  async infer(model: string, job: TileJob, options: InferOptions = {}): Promise<InferResult> {
     this.jobs.push(job);
-    await this.gate;
+    const done = options.ticket?.hold();
+    await this.gate.finally(done);
     const manifest = this.views.get(model)!.info!.manifest;
     const bytes = job.image.bytes;
     const mean = bytes.reduce((a, b) => a + b, 0) / bytes.length;
@@ -145,8 +145,10 @@ export class FakeBackend implements ModelBackend {
   }
 
   /** Each tile as infer runs it. */
-  async inferBatch(model: string, jobs: TileJob[]): Promise<(InferResult | ServiceError)[]> {
-    return Promise.all(jobs.map((job) => this.infer(model, job).catch((err: unknown) => ServiceError.from(err))));
+  async inferBatch(model: string, jobs: TileJob[], options?: InferOptions): Promise<(InferResult | ServiceError)[]> {
+    return Promise.all(
+      jobs.map((job) => this.infer(model, job, options).catch((err: unknown) => ServiceError.from(err))),
+    );
   }
 
   async diagnostics(categories: string[]): Promise<unknown> {
