@@ -4,13 +4,10 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t, { type Test } from 'tap';
-import {
-  retryAfterMs,
-  TileClient,
-  TileClientError,
-  type ClientOptions,
-  type TileInput,
-} from '../src/client/tile-client.js';
+import type { TileInput } from '../src/client/body-choice.js';
+import { retryAfterMs } from '../src/client/failover.js';
+import { TileClient, type ClientOptions } from '../src/client/tile-client.js';
+import { TileClientError } from '../src/client/tile-client-error.js';
 import { tileRequestBody, type TileFields } from '../src/client/tile-body.js';
 import { encodeRgbPng } from '../src/tile/png-write.js';
 import { decodePng } from '../src/tile/png.js';

@@ -1,7 +1,8 @@
 // Tiles through a model: the endpoint a model's tasks call for, the tiles posted with a bounded
 // number in flight (results journalled as they arrive), and the CLAM/TRIDENT-style outputs.
 import { join } from 'node:path';
-import { TileClientError, type ModelMetadataBody, type TileClient } from '../tile-client.js';
+import type { ModelMetadataBody, TileClient } from '../tile-client.js';
+import { TileClientError } from '../tile-client-error.js';
 import type { MadeBody } from '../tile-body.js';
 import { Semaphore } from '../semaphore.js';
 import { UsageError } from '../usage-error.js';
