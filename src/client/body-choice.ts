@@ -1,10 +1,10 @@
 // Which body a tile goes to each server in, as its GET /api/models says its model takes: raw RGB,
 // else the PNG file, else the contract's JSON (older servers, and fields too long for a query).
 import { TILE_BODY_TYPES, type TileBodyType } from '../contract/endpoints.js';
-import type { TileRequest } from '../contract/schemas.js';
+import type { TileFields, TileRequest } from '../contract/schemas.js';
 import { encodeRgbPng } from '../tile/png-write.js';
 import type { Outgoing, Server } from './failover.js';
-import { tileQuery, tileRequestBody, withQuery, type MadeBody, type TileFields } from './tile-body.js';
+import { tileQuery, tileRequestBody, withQuery, type MadeBody } from './tile-body.js';
 import { UsageError } from './usage-error.js';
 
 /** A tile for inferTile: its fields, and its image as raw pixels (uint8 RGB, row-major, width x

@@ -2,13 +2,10 @@
 // reader threads): raw RGB pixels for servers that take them, the fields then in the query; else
 // the contract's JSON, a PNG in stored deflate blocks (cheap to write, a copy to inflate) in base64.
 import type { TileBodyType } from '../contract/endpoints.js';
-import type { TileRequest } from '../contract/schemas.js';
+import type { TileFields } from '../contract/schemas.js';
 import { encodeRgbRows } from '../tile/png-write.js';
 import { base64Length, writeBase64 } from './base64.js';
 import type { RowWriter } from './slide/region.js';
-
-/** Every field of a tile request but the image. */
-export type TileFields = Omit<TileRequest, 'image_data'>;
 
 /** A tile request's body as bytes, and the fields a binary body sends in the query. */
 export interface MadeBody {

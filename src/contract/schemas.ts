@@ -29,6 +29,8 @@ export const TileRequest = Type.Object(
   { title: 'ModelRequest' },
 );
 export type TileRequest = Static<typeof TileRequest>;
+/** Every field of a tile request but the image, wherever they were sent (JSON body or query). */
+export type TileFields = Omit<TileRequest, 'image_data'>;
 
 export const TileResponse = Type.Object(
   {

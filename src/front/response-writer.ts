@@ -2,7 +2,7 @@
 // "0,"/"1," bytes takes well under a millisecond where JSON.stringify of an array takes ~10 ms.
 // Or, for a client that asks for it (Accept: application/octet-stream), the output tensor's bytes
 // as they are, its dtype and shape beside: the client then parses nothing.
-import type { TileFields } from './tile-image.js';
+import type { TileFields } from '../contract/schemas.js';
 import type { Numbers, TileOutput } from '../ipc/protocol.js';
 
 const COMMA = 0x2c;

@@ -66,5 +66,3 @@ export const TileBody = Type.Object(
   { title: 'ModelRequest' },
 );
 export type TileBody = Static<typeof TileBody>;
-/** The tile's fields, wherever they were sent. */
-export type TileFields = Omit<TileBody, 'image_data'>;

@@ -10,7 +10,7 @@ import { startServer, MODELS, ROOT as ROOT_DIR, type TestServer } from '../helpe
 import { cellularPng, fixturePng, tileRequest, FIXTURES } from '../helpers/tiles.js';
 import { shellDigest } from '../helpers/packages.js';
 import { TileClient } from '../../src/client/tile-client.js';
-import type { TileFields } from '../../src/client/tile-body.js';
+import type { TileFields } from '../../src/contract/schemas.js';
 
 type Json = Record<string, any>;
 

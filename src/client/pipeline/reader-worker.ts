@@ -8,7 +8,8 @@ import type { BandJob } from '../slide/slide.js';
 import { OpenSlideSlide } from '../slide/openslide-slide.js';
 import { bufferRows, resampledRows, type RegionRows } from '../slide/region.js';
 import type { Region } from '../slide/slide.js';
-import { tileBody, type TileFields } from '../tile-body.js';
+import type { TileFields } from '../../contract/schemas.js';
+import { tileBody } from '../tile-body.js';
 
 export interface DecodeTask {
   job: BandJob;

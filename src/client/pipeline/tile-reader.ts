@@ -5,7 +5,8 @@ import { bandView, planBands, TILES_PER_BAND, type BandView } from '../slide/ban
 import { tileRegion } from '../slide/region.js';
 import { SlideError, type Region, type Slide } from '../slide/slide.js';
 import type { ReaderPool } from './reader-pool.js';
-import type { MadeBody, TileFields } from '../tile-body.js';
+import type { TileFields } from '../../contract/schemas.js';
+import type { MadeBody } from '../tile-body.js';
 
 export interface TileAt {
   idx: number;
