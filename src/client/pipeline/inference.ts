@@ -35,11 +35,21 @@ export function modelPlan(meta: ModelMetadataBody): ModelPlan {
   );
 }
 
-export interface InferTile {
+/** A tile to post: its patch_idx, the level-0 (or tile plan) coordinates of its top-left corner,
+ *  and its tissue fraction where a grid found it. */
+export interface TileAt {
   idx: number;
   x: number;
   y: number;
   tissue?: number;
+}
+
+/** A tile and its request body, made ahead of the posting; `release` gives the body's buffer back
+ *  for another tile's once the request is done. */
+export interface TileWithBody<T extends TileAt = TileAt> {
+  tile: T;
+  body: MadeBody;
+  release?: () => void;
 }
 
 export interface Progress {
@@ -48,7 +58,7 @@ export interface Progress {
 
 /** What a tile's 4xx answer does: 'stop' fails the run, 'skip' records the tile as failed and
  *  goes on (a folder of tiles with a damaged file). */
-export type OnTileError = (tile: InferTile, err: TileClientError) => 'stop' | 'skip';
+export type OnTileError = (tile: TileAt, err: TileClientError) => 'stop' | 'skip';
 
 /** Posts every tile body as it comes, at most `concurrency` at a time, journalling results as they
  *  arrive. The first failure stops new tiles and is thrown once those in flight have settled
@@ -56,7 +66,7 @@ export type OnTileError = (tile: InferTile, err: TileClientError) => 'stop' | 's
 export async function runTiles(
   client: TileClient,
   plan: ModelPlan,
-  bodies: AsyncIterable<{ tile: InferTile; body: MadeBody; release?: () => void }>,
+  bodies: AsyncIterable<TileWithBody>,
   journal: Journal,
   concurrency: number,
   progress?: Progress,
@@ -123,7 +133,7 @@ export async function writeModelOutputs(
   stem: string,
   meta: ModelMetadataBody,
   plan: ModelPlan,
-  tiles: InferTile[],
+  tiles: TileAt[],
   journal: Journal,
   attrs: H5Attrs,
 ): Promise<string[]> {

@@ -11,10 +11,10 @@ import {
   journalShape,
   runTiles,
   writeModelOutputs,
-  type InferTile,
   type ModelPlan,
   type OnTileError,
   type Progress,
+  type TileAt,
 } from './inference.js';
 import { Journal } from './journal.js';
 import { makeDir } from './outputs.js';
@@ -94,7 +94,7 @@ export async function processTiles(
   if (!entries.length) throw new TilePlanError('TILE_ERR_PLAN_NO_TILES', `${job.dir}: no PNG tiles`);
   const { model: meta, plan } = job;
   const failed = new Map<number, FailedTile>();
-  const tiles: InferTile[] = entries.map((e, idx) => ({ idx, x: e.x, y: e.y }));
+  const tiles: TileAt[] = entries.map((e, idx) => ({ idx, x: e.x, y: e.y }));
   // Each file's IHDR (its first 33 bytes) now; the whole file when its tile is posted.
   const headers = entries.map((e, idx) => {
     try {

@@ -6,24 +6,10 @@ import { tileRegion } from '../slide/region.js';
 import { SlideError, type Region, type Slide } from '../slide/slide.js';
 import type { ReaderPool } from './reader-pool.js';
 import type { TileFields } from '../../contract/schemas.js';
-import type { MadeBody } from '../tile-body.js';
-
-export interface TileAt {
-  idx: number;
-  x: number;
-  y: number;
-  tissue?: number;
-}
+import type { TileAt, TileWithBody } from './inference.js';
 
 /** Tiles per pool task: enough to spread a task's fixed cost, few enough to keep threads even. */
 const CHUNK = 4;
-
-/** A tile's body; `release` gives its buffer back for another tile's once the request is done. */
-export interface TileBody<T> {
-  tile: T;
-  body: MadeBody;
-  release?: () => void;
-}
 
 /** A read that failed on a reader thread (whose errors arrive as plain Errors): the slide, the
  *  level and what the thread said (the TIFF tile, the decoder's reason). */
@@ -38,7 +24,7 @@ export async function* tileBodies<T extends TileAt>(
   extent: number,
   size: number,
   fields: (tile: T) => TileFields,
-): AsyncGenerator<TileBody<T>> {
+): AsyncGenerator<TileWithBody<T>> {
   if (!tiles.length) return;
   const placed = tiles.map((tile) => ({
     tile,
