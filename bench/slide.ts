@@ -166,7 +166,15 @@ async function timedCohort(setup: Setup, slides: CohortSlide[], outDir: string, 
 async function slideBodies(setup: Setup, slide: CohortSlide, mpp: number, outDir: string) {
   const s = await openSlide(slide.path);
   const mask = await readTissueMask(join(outDir, 'tissue', `${slide.stem}.png`));
-  const grid = tileGrid(s.levels[0].width, s.levels[0].height, mpp, 224, 0.5, mask, 0.25);
+  const grid = tileGrid({
+    width: s.levels[0].width,
+    height: s.levels[0].height,
+    mpp0: mpp,
+    tileSize: 224,
+    tileMpp: 0.5,
+    mask,
+    minTissue: 0.25,
+  });
   const fields = (t: (typeof grid.tiles)[number]) => ({
     slide_name: slide.stem,
     x: t.x,
@@ -181,7 +189,16 @@ async function slideBodies(setup: Setup, slide: CohortSlide, mpp: number, outDir
     slide: s,
     grid,
     fields,
-    read: () => tileBodies(setup.pool, setup.bodyType, s, grid.tiles, grid.extent, 224, fields),
+    read: () =>
+      tileBodies({
+        pool: setup.pool,
+        type: setup.bodyType,
+        slide: s,
+        tiles: grid.tiles,
+        extent: grid.extent,
+        size: 224,
+        fields,
+      }),
   };
 }
 

@@ -62,14 +62,16 @@ for (const [format, mpp] of [
     const extent = (0.5 * 224) / mpp;
     const tiles = [{ idx: 0, x: extent, y: 0 }];
     let rgb = Buffer.alloc(0);
-    for await (const { body } of tileBodies(pool, 'application/json', slide, tiles, extent, 224, () => ({
-      slide_name: 's',
-      x: 0,
-      y: 0,
-      width: 224,
-      height: 224,
-      patch_idx: 0,
-    }))) {
+    const fields = () => ({ slide_name: 's', x: 0, y: 0, width: 224, height: 224, patch_idx: 0 });
+    for await (const { body } of tileBodies({
+      pool,
+      type: 'application/json',
+      slide,
+      tiles,
+      extent,
+      size: 224,
+      fields,
+    })) {
       rgb = await sharp(Buffer.from(JSON.parse(body.bytes.toString()).image_data, 'base64'))
         .raw()
         .toBuffer();
@@ -92,14 +94,16 @@ t.test('raw bodies of small tiles (under 4 KiB, where Node pools buffers) reach 
   // pool, which Node 22 and 24 refuse to transfer (DataCloneError; Node 20 copies it).
   const tiles = Array.from({ length: 400 }, (_, idx) => ({ idx, x: (idx % 40) * 16, y: Math.floor(idx / 40) * 16 }));
   let same = 0;
-  for await (const { tile, body } of tileBodies(pool, 'application/octet-stream', slide, tiles, 16, 16, (t) => ({
+  const fields = (t: { idx: number; x: number; y: number }) => ({
     slide_name: 's',
     x: t.x,
     y: t.y,
     width: 16,
     height: 16,
     patch_idx: t.idx,
-  }))) {
+  });
+  const type = 'application/octet-stream';
+  for await (const { tile, body } of tileBodies({ pool, type, slide, tiles, extent: 16, size: 16, fields })) {
     let diff = 0;
     for (let r = 0; r < 16; r++)
       for (let c = 0; c < 48; c++)
@@ -142,7 +146,7 @@ t.test('Aperio MPP from the description', async (t) => {
 t.test('the tile grid keeps whole tiles with enough tissue, row-major', async (t) => {
   // A 10x10 mask at 8 MPP (16 level-0 pixels per mask pixel at 0.5 MPP); tissue in the left half.
   const mask = { width: 10, height: 10, mask: Uint8Array.from({ length: 100 }, (_, i) => (i % 10 < 5 ? 1 : 0)) };
-  const grid = tileGrid(160, 160, 0.5, 32, 0.5, mask, 0.6);
+  const grid = tileGrid({ width: 160, height: 160, mpp0: 0.5, tileSize: 32, tileMpp: 0.5, mask, minTissue: 0.6 });
   t.equal(grid.extent, 32);
   t.same(
     grid.tiles.slice(0, 3).map((g) => [g.idx, g.x, g.y]),

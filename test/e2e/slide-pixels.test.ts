@@ -72,7 +72,7 @@ function everyTile(slide: Slide, mpp: number, tileMpp: number) {
     height: Math.ceil((l0.height * mpp) / 8),
     mask: new Uint8Array(1e6).fill(1),
   };
-  return tileGrid(l0.width, l0.height, mpp, SIZE, tileMpp, mask, 0);
+  return tileGrid({ width: l0.width, height: l0.height, mpp0: mpp, tileSize: SIZE, tileMpp, mask, minTissue: 0 });
 }
 
 const pools = {
@@ -161,7 +161,8 @@ for (const c of cases) {
       for (const type of ['application/json', 'application/octet-stream'] as const) {
         let same = 0;
         let k = 0;
-        for await (const { tile, body } of tileBodies(pool, type, slide, grid.tiles, grid.extent, SIZE, fields)) {
+        const read = { pool, type, slide, tiles: grid.tiles, extent: grid.extent, size: SIZE, fields };
+        for await (const { tile, body } of tileBodies(read)) {
           let pixels = body.bytes;
           if (type === 'application/json') {
             const { image_data, ...rest } = JSON.parse(body.bytes.toString('latin1')) as { image_data: string };
@@ -194,15 +195,9 @@ t.test('each TIFF tile the tiles need is decoded once, and no other', async (t) 
   };
   t.teardown(() => void (pool.decode = decode));
   let n = 0;
-  for await (const _ of tileBodies(pool, 'application/octet-stream', slide, tiles, grid.extent, SIZE, () => ({
-    slide_name: 's',
-    x: 0,
-    y: 0,
-    width: SIZE,
-    height: SIZE,
-    patch_idx: 0,
-  })))
-    n++;
+  const fields = () => ({ slide_name: 's', x: 0, y: 0, width: SIZE, height: SIZE, patch_idx: 0 });
+  const type = 'application/octet-stream';
+  for await (const _ of tileBodies({ pool, type, slide, tiles, extent: grid.extent, size: SIZE, fields })) n++;
   t.equal(n, tiles.length);
   const needed = new Set<string>();
   for (const g of tiles) {

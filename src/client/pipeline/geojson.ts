@@ -2,6 +2,7 @@
 // island (outer ring plus holes), with QuPath's annotation properties so File > Import objects
 // brings them in as "Tissue" annotations.
 import { contours } from 'd3-contour';
+import type { TissueMask } from './tissue.js';
 
 export type Ring = [number, number][];
 
@@ -11,10 +12,9 @@ export interface TissueFeature {
   properties: { objectType: 'annotation'; classification: { name: 'Tissue'; color: [number, number, number] } };
 }
 
+/** `scale`: level-0 pixels per mask pixel. */
 export function tissueGeoJson(
-  mask: Uint8Array,
-  width: number,
-  height: number,
+  { mask, width, height }: TissueMask,
   scale: number,
 ): { type: 'FeatureCollection'; features: TissueFeature[] } {
   const values = Float64Array.from(mask);

@@ -29,15 +29,22 @@ export function tissueFraction(mask: TissueMask, mpp0: number, x: number, y: num
   return x1 > x0 && y1 > y0 ? tissue / ((x1 - x0) * (y1 - y0)) : 0;
 }
 
-export function tileGrid(
-  width: number,
-  height: number,
-  mpp0: number,
-  tileSize: number,
-  tileMpp: number,
-  mask: TissueMask,
-  minTissue: number,
-): TileGrid {
+/** A slide's level 0, the model's tiles and the tissue they need. */
+export interface GridSpec {
+  /** Level-0 size in pixels. */
+  width: number;
+  height: number;
+  /** Level-0 MPP. */
+  mpp0: number;
+  /** The model's tile side in pixels, and its MPP. */
+  tileSize: number;
+  tileMpp: number;
+  mask: TissueMask;
+  /** The least tissue fraction of a kept tile (a tile with none is never kept). */
+  minTissue: number;
+}
+
+export function tileGrid({ width, height, mpp0, tileSize, tileMpp, mask, minTissue }: GridSpec): TileGrid {
   const extent = Math.round((tileSize * tileMpp) / mpp0);
   const tiles: PlannedTile[] = [];
   for (let y = 0; y + extent <= height; y += extent) {

@@ -60,18 +60,31 @@ export interface Progress {
  *  goes on (a folder of tiles with a damaged file). */
 export type OnTileError = (tile: TileAt, err: TileClientError) => 'stop' | 'skip';
 
+/** A model's tiles to post, and where their results go. */
+export interface TilePosting {
+  client: TileClient;
+  plan: ModelPlan;
+  /** The tiles' bodies, as they are made. */
+  bodies: AsyncIterable<TileWithBody>;
+  journal: Journal;
+  /** Tiles in flight at once. */
+  concurrency: number;
+  progress?: Progress;
+  onTileError?: OnTileError;
+}
+
 /** Posts every tile body as it comes, at most `concurrency` at a time, journalling results as they
  *  arrive. The first failure stops new tiles and is thrown once those in flight have settled
  *  (their results are journalled), unless onTileError skips it. */
-export async function runTiles(
-  client: TileClient,
-  plan: ModelPlan,
-  bodies: AsyncIterable<TileWithBody>,
-  journal: Journal,
-  concurrency: number,
-  progress?: Progress,
-  onTileError?: OnTileError,
-): Promise<void> {
+export async function runTiles({
+  client,
+  plan,
+  bodies,
+  journal,
+  concurrency,
+  progress,
+  onTileError,
+}: TilePosting): Promise<void> {
   const slots = new Semaphore(concurrency);
   const running = new Set<Promise<void>>();
   let failure: unknown = null;
@@ -126,17 +139,31 @@ export function journalShape(meta: ModelMetadataBody, plan: ModelPlan, tiles: nu
   };
 }
 
+/** A model's results for the tiles of one slide (or folder of tiles), to write. */
+export interface ModelOutputs {
+  outDir: string;
+  /** The slide's (or folder's) name: the files' stem. */
+  stem: string;
+  model: ModelMetadataBody;
+  plan: ModelPlan;
+  /** The tiles whose results are written, one row each in this order. */
+  tiles: TileAt[];
+  journal: Journal;
+  /** HDF5 attributes of the files and of their coords. */
+  attrs: H5Attrs;
+}
+
 /** features_<model>/<stem>.h5 (embeddings) and predictions_<model>/<stem>.h5 + .csv, rows in
  *  patch_idx order. */
-export async function writeModelOutputs(
-  outDir: string,
-  stem: string,
-  meta: ModelMetadataBody,
-  plan: ModelPlan,
-  tiles: TileAt[],
-  journal: Journal,
-  attrs: H5Attrs,
-): Promise<string[]> {
+export async function writeModelOutputs({
+  outDir,
+  stem,
+  model: meta,
+  plan,
+  tiles,
+  journal,
+  attrs,
+}: ModelOutputs): Promise<string[]> {
   const n = tiles.length;
   const coords = new Int32Array(n * 2);
   tiles.forEach((t, k) => coords.set([t.x, t.y], k * 2));

@@ -47,13 +47,19 @@ function square(t: PlannedTile, scale: number, extent: number) {
   };
 }
 
-export function overlayPng(
-  overview: Overview,
-  mask: TissueMask,
-  tiles: PlannedTile[],
-  extent: number,
-  scale: number,
-): Promise<Buffer> {
+/** What a picture is drawn from: the overview, its tissue mask and the kept tiles. */
+export interface SlidePicture {
+  overview: Overview;
+  mask: TissueMask;
+  tiles: PlannedTile[];
+  /** Tile side in level-0 pixels. */
+  extent: number;
+  /** Overview pixels per level-0 pixel. */
+  scale: number;
+}
+
+/** The tile grid's squares and the tissue outline on the overview. */
+export function overlayPng({ overview, mask, tiles, extent, scale }: SlidePicture): Promise<Buffer> {
   const rgb = Buffer.from(overview.rgb);
   const { width, height } = overview;
   for (const t of tiles) {
@@ -84,12 +90,9 @@ function ramp(t: number): number[] {
 
 /** Each tile's square filled with its value on a min-max ramp, half transparent, plus the outline. */
 export function heatmapPng(
-  overview: Overview,
-  mask: TissueMask,
-  tiles: PlannedTile[],
+  { overview, mask, tiles, extent, scale }: SlidePicture,
+  /** One per tile, in the tiles' order. */
   values: number[],
-  extent: number,
-  scale: number,
 ): Promise<Buffer> {
   const rgb = Buffer.from(overview.rgb);
   const { width, height } = overview;

@@ -144,9 +144,9 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
     let mask: TissueMask;
     if (records.tissueMatches(maskPath, tissue)) mask = await readTissueMask(maskPath);
     else {
-      mask = await detectTissue(overview, mpp0, run.client, run.tissueModel, stem);
+      mask = await detectTissue({ overview, mpp0, client: run.client, model: run.tissueModel, slideName: stem });
       const scale = TISSUE_MPP / mpp0;
-      writeFileAtomic(geojsonPath, JSON.stringify(tissueGeoJson(mask.mask, mask.width, mask.height, scale)));
+      writeFileAtomic(geojsonPath, JSON.stringify(tissueGeoJson(mask, scale)));
       const grey = Buffer.from(mask.mask.map((v) => v * 255));
       writeFileAtomic(
         maskPath,
@@ -159,7 +159,15 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
 
     const { tile } = meta;
     const tileMpp = tile.mpp;
-    const grid = tileGrid(l0.width, l0.height, mpp0, tile.width, tileMpp, mask, run.minTissue);
+    const grid = tileGrid({
+      width: l0.width,
+      height: l0.height,
+      mpp0,
+      tileSize: tile.width,
+      tileMpp,
+      mask,
+      minTissue: run.minTissue,
+    });
     if (!grid.tiles.length)
       throw new SlideError(
         'TILE_ERR_SLIDE_NO_TISSUE',
@@ -190,14 +198,22 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
         tissue_ratio: t.tissue,
         resolution: tileMpp,
       });
-      await runTiles(
-        run.client,
-        run.plan,
-        tileBodies(run.pool, run.bodyType, slide, todo, grid.extent, tile.width, fields),
+      await runTiles({
+        client: run.client,
+        plan: run.plan,
+        bodies: tileBodies({
+          pool: run.pool,
+          type: run.bodyType,
+          slide,
+          tiles: todo,
+          extent: grid.extent,
+          size: tile.width,
+          fields,
+        }),
         journal,
-        run.concurrency,
+        concurrency: run.concurrency,
         progress,
-      );
+      });
       const attrs = {
         patch_size: tile.width,
         patch_size_level0: grid.extent,
@@ -205,13 +221,22 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
         target_mpp: tileMpp,
         patch_level: 0,
       };
-      const files = await writeModelOutputs(run.outDir, stem, meta, run.plan, grid.tiles, journal, attrs);
+      const files = await writeModelOutputs({
+        outDir: run.outDir,
+        stem,
+        model: meta,
+        plan: run.plan,
+        tiles: grid.tiles,
+        journal,
+        attrs,
+      });
 
       const scale = mpp0 / TISSUE_MPP;
       const thumbDir = join(run.outDir, 'thumbnails');
       makeDir(thumbDir);
       const thumb = join(thumbDir, `${stem}.png`);
-      writeFileAtomic(thumb, await overlayPng(overview, mask, grid.tiles, grid.extent, scale));
+      const picture = { overview, mask, tiles: grid.tiles, extent: grid.extent, scale };
+      writeFileAtomic(thumb, await overlayPng(picture));
       files.push(maskPath, geojsonPath, thumb);
       if (run.heatmap) {
         const g = meta.output_genes!.indexOf(run.heatmap); // checked before the run
@@ -219,7 +244,7 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
         const dir = join(run.outDir, `heatmaps_${meta.model}`);
         makeDir(dir);
         const heatmap = join(dir, `${stem}_${run.heatmap}.png`);
-        writeFileAtomic(heatmap, await heatmapPng(overview, mask, grid.tiles, values, grid.extent, scale));
+        writeFileAtomic(heatmap, await heatmapPng(picture, values));
         files.push(heatmap);
       }
       const seconds = (performance.now() - started) / 1000;

@@ -137,12 +137,25 @@ export async function processTiles(
       });
       return 'skip';
     };
-    await runTiles(job.client, plan, bodies(), journal, job.concurrency, progress, onTileError);
+    await runTiles({
+      client: job.client,
+      plan,
+      bodies: bodies(),
+      journal,
+      concurrency: job.concurrency,
+      progress,
+      onTileError,
+    });
     const good = tiles.filter((t) => journal.done.has(t.idx));
     const files = good.length
-      ? await writeModelOutputs(job.outDir, stem, meta, plan, good, journal, {
-          patch_size: meta.tile.width,
-          target_mpp: resolution,
+      ? await writeModelOutputs({
+          outDir: job.outDir,
+          stem,
+          model: meta,
+          plan,
+          tiles: good,
+          journal,
+          attrs: { patch_size: meta.tile.width, target_mpp: resolution },
         })
       : [];
     return { stem, tiles: good.length, files, failed: [...failed.values()] };

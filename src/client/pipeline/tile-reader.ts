@@ -16,15 +16,30 @@ const CHUNK = 4;
 const unreadable = (slide: Slide, level: number, err: Error) =>
   new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${slide.path}: level ${level}: ${err.message}`);
 
-export async function* tileBodies<T extends TileAt>(
-  pool: ReaderPool,
-  type: 'application/json' | 'application/octet-stream',
-  slide: Slide,
-  tiles: readonly T[],
-  extent: number,
-  size: number,
-  fields: (tile: T) => TileFields,
-): AsyncGenerator<TileWithBody<T>> {
+/** A slide's tiles to read as request bodies. */
+export interface SlideTiles<T extends TileAt> {
+  pool: ReaderPool;
+  /** The body every tile is made as. */
+  type: 'application/json' | 'application/octet-stream';
+  slide: Slide;
+  tiles: readonly T[];
+  /** Tile side in level-0 pixels. */
+  extent: number;
+  /** Tile side in pixels, as posted. */
+  size: number;
+  /** Each tile's request fields. */
+  fields: (tile: T) => TileFields;
+}
+
+export async function* tileBodies<T extends TileAt>({
+  pool,
+  type,
+  slide,
+  tiles,
+  extent,
+  size,
+  fields,
+}: SlideTiles<T>): AsyncGenerator<TileWithBody<T>> {
   if (!tiles.length) return;
   const placed = tiles.map((tile) => ({
     tile,

@@ -40,14 +40,20 @@ export function overviewWarning(slide: Slide, mpp0: number): string | null {
   return `warning: no pyramid level near ${TISSUE_MPP} µm/px (the coarsest is level ${level}, ${Number(mpp.toPrecision(3))} µm/px): the tissue overview was reduced ${Math.round(TISSUE_MPP / mpp)}x from it; a missing overview level changes the tissue mask`;
 }
 
+/** A slide's overview and the tissue model to run over it. */
+export interface TissueJob {
+  overview: Overview;
+  /** Level-0 MPP of the slide. */
+  mpp0: number;
+  client: TileClient;
+  /** The tissue model's name. */
+  model: string;
+  /** The tiles' slide_name. */
+  slideName: string;
+}
+
 /** Runs the tissue model over the overview, tile by tile (white glass past the edges). */
-export async function detectTissue(
-  overview: Overview,
-  mpp0: number,
-  client: TileClient,
-  model: string,
-  slideName: string,
-): Promise<TissueMask> {
+export async function detectTissue({ overview, mpp0, client, model, slideName }: TissueJob): Promise<TissueMask> {
   const { width, height } = overview;
   const mask = new Uint8Array(width * height);
   const across = Math.ceil(width / TISSUE_TILE);
