@@ -1,7 +1,6 @@
 // The files a slide leaves behind. Each is written to a temporary name and renamed, so a kill
 // never leaves a half-written output, and the same results always give the same bytes.
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import h5wasm from 'h5wasm/node';
 import { CodedError, type CodesOf } from '../../lib/errors.js';
 
 /** An output that cannot be written, or a journal that cannot be trusted: the path and why. */
@@ -57,6 +56,8 @@ export interface H5Dataset {
  *  and h5wasm does not reach H5Pset_obj_track_times; its writes are synchronous, so Date.now is
  *  pinned to 0 while they run and a rerun gives identical files. */
 export async function writeH5(path: string, datasets: H5Dataset[], attrs: H5Attrs): Promise<void> {
+  // Loaded with the first file written (200 ms, every tile-infer start otherwise).
+  const { default: h5wasm } = await import('h5wasm/node');
   await h5wasm.ready;
   writeAtomic(path, (tmp) => {
     // Node makes the file first, so a folder that cannot take it is its errno, not HDF5's.
