@@ -4,7 +4,7 @@
 // service carries one of these codes: ServiceError here, ConfigError (src/config), PackageError
 // (src/model-package), PngError (src/tile; its code is its rule's), and the whole-slide client's
 // SlideError, TilePlanError, TileClientError and UsageError (src/client). docs/error-codes.md's
-// table is this registry (test/error-codes.test.ts holds them equal).
+// table is this registry (test/shared/error-codes.ts holds them equal).
 //
 // ServiceErrors are thrown anywhere (front, worker, supervisor), cross process boundaries as
 // { code, message, detail } and are turned into a response in one place

@@ -2,12 +2,12 @@
 // front's body parsers and the route's body schema (the contract's, image_data decoded).
 import t from 'tap';
 import Fastify from 'fastify';
-import errors from '../src/front/plugins/errors.js';
-import jsonBody from '../src/front/plugins/json-body.js';
-import nonJsonBody from '../src/front/plugins/non-json-body.js';
-import { PredictQuery } from '../src/contract/schemas.js';
-import { TileBody, tileImageKeyword } from '../src/front/tile-image.js';
-import { jsonInvalid, literalItem } from '../src/front/validation-error.js';
+import errors from '../../src/front/plugins/errors.js';
+import jsonBody from '../../src/front/plugins/json-body.js';
+import nonJsonBody from '../../src/front/plugins/non-json-body.js';
+import { PredictQuery } from '../../src/contract/schemas.js';
+import { TileBody, tileImageKeyword } from '../../src/front/tile-image.js';
+import { jsonInvalid, literalItem } from '../../src/front/validation-error.js';
 
 async function app() {
   const app = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false }, plugins: [tileImageKeyword] } });

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { hostname, homedir } from 'node:os';
-import { Anonymizer } from '../supervisor/diagnostics/anonymize.js';
+import { Anonymizer } from '../../supervisor/diagnostics/anonymize.js';
 
 t.test('scrubs planted values and keeps the rest', async (t) => {
   const slides = new Set(['TCGA-A1-A0SB-01Z']);

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { numbersJson, maskJson, tileResponseJson } from '../src/front/response-writer.js';
+import { numbersJson, maskJson, tileResponseJson } from '../../src/front/response-writer.js';
 
 const request = {
   image_data: '',

@@ -1,8 +1,8 @@
 // The request/reply helper and the socket channel every front-worker link uses.
 import t from 'tap';
 import { createServer, connect, type AddressInfo } from 'node:net';
-import { Channel } from '../src/ipc/channel.js';
-import { RequestReply } from '../src/ipc/request-reply.js';
+import { Channel } from '../../src/ipc/channel.js';
+import { RequestReply } from '../../src/ipc/request-reply.js';
 
 t.test('request/reply: replies match ids, timers answer for a silent peer, a dead peer rejects all', async (t) => {
   const rr = new RequestReply<string>();

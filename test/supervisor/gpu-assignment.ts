@@ -1,6 +1,6 @@
 // Placing worker instances on GPUs: explicit lists, "auto" round-robin, CPU without GPUs.
 import t from 'tap';
-import { assignGpus } from '../supervisor/gpus.js';
+import { assignGpus } from '../../supervisor/gpus.js';
 
 const entry = (name: string, instances: number, gpus: 'auto' | string[]) => ({
   name,

@@ -2,9 +2,9 @@
 // (src/worker/batcher.ts) and the worker's lazy decode (src/worker/decode-window.ts), in-process
 // on an injected clock: milliseconds, no processes.
 import t from 'tap';
-import { arrivingTiles, Backlog, decide, expectedMs } from '../src/front/admission.js';
-import { Batcher } from '../src/worker/batcher.js';
-import { DecodeWindow } from '../src/worker/decode-window.js';
+import { arrivingTiles, Backlog, decide, expectedMs } from '../../src/front/admission.js';
+import { Batcher } from '../../src/worker/batcher.js';
+import { DecodeWindow } from '../../src/worker/decode-window.js';
 
 function clock(start = 1_000_000) {
   let now = start;

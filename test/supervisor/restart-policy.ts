@@ -1,6 +1,6 @@
 // Restart backoff of workers and fronts.
 import t from 'tap';
-import { RestartPolicy } from '../supervisor/restart-policy.js';
+import { RestartPolicy } from '../../supervisor/restart-policy.js';
 
 t.test('restart backoff doubles to a cap and resets after a long run', async (t) => {
   const policy = new RestartPolicy({ initialDelayMs: 100, maxDelayMs: 1000, resetAfterMs: 60000 });

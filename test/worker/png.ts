@@ -3,15 +3,15 @@
 import t, { type Test } from 'tap';
 import { PNG } from 'pngjs';
 import { deflateSync } from 'node:zlib';
-import { decodePng } from '../src/tile/png.js';
-import { imageDataBytes, PngError, readPngHeader } from '../src/tile/png-rules.js';
-import type { CodesOf } from '../src/lib/errors.js';
-import { encodeRgbPng, pngChunk } from '../src/tile/png-write.js';
-import { decodeBase64Strict } from '../src/tile/base64.js';
-import { decodeTile } from '../src/worker/tile-decoder.js';
-import { decodeFailureItem } from '../src/front/decode-failure.js';
-import type { TileJob } from '../src/ipc/protocol.js';
-import { bombs, idatChunks, ihdr, noisePixels, png, rgbPng, scanlines, zeroStream } from './png-forge.js';
+import { decodePng } from '../../src/tile/png.js';
+import { imageDataBytes, PngError, readPngHeader } from '../../src/tile/png-rules.js';
+import type { CodesOf } from '../../src/lib/errors.js';
+import { encodeRgbPng, pngChunk } from '../../src/tile/png-write.js';
+import { decodeBase64Strict } from '../../src/tile/base64.js';
+import { decodeTile } from '../../src/worker/tile-decoder.js';
+import { decodeFailureItem } from '../../src/front/decode-failure.js';
+import type { TileJob } from '../../src/ipc/protocol.js';
+import { bombs, idatChunks, ihdr, noisePixels, png, rgbPng, scanlines, zeroStream } from '../png-forge.js';
 
 function image(width: number, height: number): PNG {
   const png = new PNG({ width, height });

@@ -7,14 +7,19 @@ import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseComputeApps, parseGpuProcesses, parseGpus } from '../src/gpu/nvidia-smi.js';
-import { pciAddress, pinningEnv } from '../src/gpu/pinning.js';
-import { isDeviceFault } from '../src/gpu/device-faults.js';
-import { bundledVersion, checkCudaProvider, installRecordProblem, INSTALL_RECORD } from '../src/gpu/cuda-provider.js';
-import { vulkanDevices } from '../src/gpu/vulkan.js';
-import { candidateShapes, padTo, servedShapes } from '../src/worker/batch-shapes.js';
-import { install } from '../tools/cuda-install.js';
-import { ROOT } from './helpers/server.js';
+import { parseComputeApps, parseGpuProcesses, parseGpus } from '../../src/gpu/nvidia-smi.js';
+import { pciAddress, pinningEnv } from '../../src/gpu/pinning.js';
+import { isDeviceFault } from '../../src/gpu/device-faults.js';
+import {
+  bundledVersion,
+  checkCudaProvider,
+  installRecordProblem,
+  INSTALL_RECORD,
+} from '../../src/gpu/cuda-provider.js';
+import { vulkanDevices } from '../../src/gpu/vulkan.js';
+import { candidateShapes, padTo, servedShapes } from '../../src/worker/batch-shapes.js';
+import { install } from '../../tools/cuda-install.js';
+import { ROOT } from '../helpers/server.js';
 
 // Recorded on a 2 x H100 host (nvidia-smi 550.54.15), with the service's query options.
 const GPUS = `0, NVIDIA H100 80GB HBM3, GPU-5c2e7a41-9d0b-3f4e-8b7a-1f2e3d4c5b6a, 00000000:18:00.0, 81559, 1536, 3, 550.54.15

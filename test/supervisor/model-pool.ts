@@ -5,10 +5,10 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import t, { type Test } from 'tap';
-import { loadConfig } from '../src/config/config.js';
-import { ModelPool } from '../supervisor/model-pool.js';
-import type { WorkerExit } from '../supervisor/worker-life-cycle.js';
-import { FakeOutside, SUPERVISOR, type FakeWorkerProcess } from './helpers/fake-worker-process.js';
+import { loadConfig } from '../../src/config/config.js';
+import { ModelPool } from '../../supervisor/model-pool.js';
+import type { WorkerExit } from '../../supervisor/worker-life-cycle.js';
+import { FakeOutside, SUPERVISOR, type FakeWorkerProcess } from '../helpers/fake-worker-process.js';
 
 /** A two-instance gene-expr pool from a configuration file, with every process it forks logged. */
 function pool(t: Test) {

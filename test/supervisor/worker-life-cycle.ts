@@ -6,10 +6,10 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import t, { type Test } from 'tap';
-import type { ServiceConfig } from '../src/config/config.js';
-import { classifyExit, describeExit } from '../supervisor/exit-cause.js';
-import { FAULT_EXIT_MS, WorkerLifeCycle } from '../supervisor/worker-life-cycle.js';
-import { FakeOutside, SUPERVISOR } from './helpers/fake-worker-process.js';
+import type { ServiceConfig } from '../../src/config/config.js';
+import { classifyExit, describeExit } from '../../supervisor/exit-cause.js';
+import { FAULT_EXIT_MS, WorkerLifeCycle } from '../../supervisor/worker-life-cycle.js';
+import { FakeOutside, SUPERVISOR } from '../helpers/fake-worker-process.js';
 
 /** A life cycle of a package folder in the test's directory, started, with its fake outside. */
 function started(t: Test, config: Partial<ServiceConfig['supervisor']> = {}) {

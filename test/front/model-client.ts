@@ -7,11 +7,11 @@ import { tmpdir } from 'node:os';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { loadConfig } from '../src/config/config.js';
-import { ModelClient } from '../src/front/model-client.js';
-import { Channel } from '../src/ipc/channel.js';
-import type { ChannelReply, ChannelRequest, InstanceView, TileJob } from '../src/ipc/protocol.js';
-import { errors, type ServiceError } from '../src/lib/errors.js';
+import { loadConfig } from '../../src/config/config.js';
+import { ModelClient } from '../../src/front/model-client.js';
+import { Channel } from '../../src/ipc/channel.js';
+import type { ChannelReply, ChannelRequest, InstanceView, TileJob } from '../../src/ipc/protocol.js';
+import { errors, type ServiceError } from '../../src/lib/errors.js';
 
 const load = { queued: 0, batchMs: 5, maxBatch: 1 };
 

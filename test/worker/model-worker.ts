@@ -5,17 +5,17 @@
 import { join } from 'node:path';
 import type ort from 'onnxruntime-node';
 import t from 'tap';
-import type { ProviderName } from '../src/config/config.js';
-import type { ChannelReply, TileJob } from '../src/ipc/protocol.js';
-import { readPackage } from '../src/model-package/model-package.js';
-import type { WireTensor } from '../src/worker/session-thread.js';
+import type { ProviderName } from '../../src/config/config.js';
+import type { ChannelReply, TileJob } from '../../src/ipc/protocol.js';
+import { readPackage } from '../../src/model-package/model-package.js';
+import type { WireTensor } from '../../src/worker/session-thread.js';
 import {
   type FrontLink,
   ModelWorker,
   type ModelWorkerOptions,
   type WorkerSession,
-} from '../src/worker/model-worker.js';
-import { MODELS } from './helpers/server.js';
+} from '../../src/worker/model-worker.js';
+import { MODELS } from '../helpers/server.js';
 
 const pkg = readPackage(join(MODELS, 'tile-embed'));
 const { width, height } = pkg.manifest.tile;

@@ -3,8 +3,8 @@
 import t from 'tap';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { errorCodes, errors, ServiceError } from '../src/lib/errors.js';
-import { ROOT } from './helpers/server.js';
+import { errorCodes, errors, ServiceError } from '../../src/lib/errors.js';
+import { ROOT } from '../helpers/server.js';
 
 const sources = (dir: string): string[] =>
   readdirSync(join(ROOT, dir), { recursive: true, encoding: 'utf8' })

@@ -5,8 +5,8 @@ import { existsSync, mkdtempSync, readFileSync, renameSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
-import { createLogger } from '../src/lib/logger.js';
-import { waitFor } from './helpers/server.js';
+import { createLogger } from '../../src/lib/logger.js';
+import { waitFor } from '../helpers/server.js';
 
 function capture(isTTY: boolean): { out: PassThrough & { isTTY?: boolean }; text: () => string } {
   const out: PassThrough & { isTTY?: boolean } = new PassThrough();

@@ -6,12 +6,12 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, loadConfig } from '../src/config/config.js';
-import type { ConfigCode } from '../src/config/config-errors.js';
-import { checkListenAddress } from '../supervisor/preflight.js';
-import { describeService } from '../supervisor/cli.js';
-import { MODELS } from './helpers/server.js';
-import { corruptPackage } from './helpers/packages.js';
+import { ConfigError, loadConfig } from '../../src/config/config.js';
+import type { ConfigCode } from '../../src/config/config-errors.js';
+import { checkListenAddress } from '../../supervisor/preflight.js';
+import { describeService } from '../../supervisor/cli.js';
+import { MODELS } from '../helpers/server.js';
+import { corruptPackage } from '../helpers/packages.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'config-'));
 let files = 0;

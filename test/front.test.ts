@@ -1,0 +1,7 @@
+// The HTTP front's modules in-process: admission and the worker's deadlines, the response writer, validation errors, the model client.
+// One test process for these files: tap costs each process ~1.3 s of CPU (its loaders and process
+// info), which for files this small was most of their time.
+import './front/overload-logic.js';
+import './front/response-writer.js';
+import './front/validation-error.js';
+import './front/model-client.js';
