@@ -4,6 +4,7 @@
 // to 32 singles, malformed requests each INVALID_ARGUMENT naming the input, NOT_FOUND and
 // UNAVAILABLE, and the service unharmed.
 import t from 'tap';
+import { connect, type Settings } from 'node:http2';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -79,6 +80,18 @@ async function contract(path: string, body: Json): Promise<Json> {
   if (response.status !== 200) throw new Error(`${path}: ${response.status} ${await response.text()}`);
   return (await response.json()) as Json;
 }
+
+t.test('the server opens HTTP/2 windows a batch fits in, not the 64 KiB default', async (t) => {
+  // RFC 9113 6.5.2: SETTINGS_INITIAL_WINDOW_SIZE is what a peer may send on a stream before a
+  // WINDOW_UPDATE; 6.9.2: the connection's window starts at 65,535 and grows by WINDOW_UPDATE.
+  const session = connect(`http://127.0.0.1:${grpcPort}`);
+  t.teardown(() => session.close());
+  const settings = await new Promise<Settings>((resolve) => session.once('remoteSettings', resolve));
+  t.ok(settings.initialWindowSize! >= 4 * 1024 * 1024, `stream window ${settings.initialWindowSize} bytes`);
+  // The connection-level update follows the SETTINGS frame.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  t.ok(session.state.remoteWindowSize! >= 4 * 1024 * 1024, `connection window ${session.state.remoteWindowSize} bytes`);
+});
 
 t.test('health and metadata calls', async (t) => {
   t.same(await call('ServerLive', {}), { live: true });

@@ -4,6 +4,7 @@
 // contents; outputs go back as raw_output_contents. Errors carry the protocol's status codes:
 // INVALID_ARGUMENT (a bad request), NOT_FOUND (a model not enabled), UNAVAILABLE (loading, busy),
 // DEADLINE_EXCEEDED, INTERNAL.
+import type { Http2Session } from 'node:http2';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -142,6 +143,7 @@ export async function startGrpc(
     'grpc.max_receive_message_length': options.maxMessageBytes,
     'grpc.max_send_message_length': -1,
   });
+  widenWindow(server, 'settings');
   server.addService(definition.inference.GRPCInferenceService.service, {
     ServerLive: unary(logger, () => ({ live: true })),
     ServerReady: unary(logger, () => ({ ready: service.ready() })),
@@ -183,5 +185,25 @@ export async function startGrpc(
       (err, bound) => (err ? reject(err) : resolve(bound)),
     ),
   );
+  widenWindow(server, 'sessions');
   return { server, port };
+}
+
+/** HTTP/2 receive window of a stream and of a connection. */
+const WINDOW = 16 * 1024 * 1024;
+
+/** grpc-js's server keeps HTTP/2's 64 KiB receive windows, with no option to raise them (its
+ *  client has grpc-node.flow_control_window; the server's is grpc/grpc-node pull request 3058,
+ *  open): a batch of 32 tiles, 4.8 MB, then crosses in 64 KiB steps, each waiting for a window
+ *  update. Until that lands, the server's own settings (before bind) and each connection's window
+ *  (after) are raised here, through its internals; a grpc-js without them keeps the default. */
+function widenWindow(server: grpc.Server, step: 'settings' | 'sessions'): void {
+  const internals = server as unknown as {
+    commonServerOptions?: { settings?: Record<string, unknown> };
+    http2Servers?: Map<{ on(event: 'session', listener: (session: Http2Session) => void): void }, unknown>;
+  };
+  if (step === 'settings' && internals.commonServerOptions)
+    internals.commonServerOptions.settings = { ...internals.commonServerOptions.settings, initialWindowSize: WINDOW };
+  if (step === 'sessions')
+    for (const http2 of internals.http2Servers?.keys() ?? []) http2.on('session', (s) => s.setLocalWindowSize(WINDOW));
 }
