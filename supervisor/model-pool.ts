@@ -1,5 +1,5 @@
 // All instances of one model, as the supervisor owns them: starting, the model's state, and
-// rolling reloads. Routing requests to instances is the fronts' job (src/front/model-client.ts).
+// rolling reloads. Routing requests to instances is the fronts' job (src/front/routing.ts).
 import { availableParallelism } from 'node:os';
 import type { Logger } from 'pino';
 import type { ModelState, ModelView, WorkerInfo } from '../src/ipc/protocol.js';

@@ -1,6 +1,6 @@
 // The real binary refuses a bad configuration or address before any worker forks: one line on
 // stderr and exit status 2; --help and --check-config answer and exit. (Every message is checked
-// in process by config.test.ts; these few spawns prove the wiring.)
+// in process by test/shared/config.ts; these few spawns prove the wiring.)
 import t from 'tap';
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';

@@ -4,10 +4,11 @@
 // paths with real worker processes: test/e2e/supervision.test.ts and device-fault.test.ts.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { createServer, type Server, type Socket } from 'node:net';
-import { join } from 'node:path';
+import { createConnection, createServer, type Server, Socket } from 'node:net';
+import { basename, join } from 'node:path';
 import t, { type Test } from 'tap';
 import { loadConfig } from '../../src/config/config.js';
+import type { Connect } from '../../src/front/instances.js';
 import { ModelClient } from '../../src/front/model-client.js';
 import { Channel } from '../../src/ipc/channel.js';
 import type { ChannelReply, ChannelRequest, InstanceView, TileJob } from '../../src/ipc/protocol.js';
@@ -67,7 +68,7 @@ const job: TileJob = {
   bulk: null,
 };
 
-async function setUp(t: Test, answers: ((id: number) => ChannelReply | null)[]) {
+async function setUp(t: Test, answers: ((id: number) => ChannelReply | null)[], connect?: Connect) {
   const root = t.testdir({ 'config.json': JSON.stringify({ models: [{ name: 'gene-expr', instances: 2 }] }) });
   mkdirSync(join(root, 'models', 'gene-expr'), { recursive: true });
   writeFileSync(join(root, 'models', 'gene-expr', 'manifest.json'), '{}');
@@ -80,7 +81,7 @@ async function setUp(t: Test, answers: ((id: number) => ChannelReply | null)[]) 
     for (const w of workers) w.die();
     rmSync(sockets, { recursive: true, force: true });
   });
-  const client = new ModelClient(config, 1, () => {});
+  const client = new ModelClient(config, 1, () => {}, { connect });
   const instance = (w: FakeWorker, i: number): InstanceView =>
     ({
       id: `gene-expr#${i}`,
@@ -116,6 +117,24 @@ t.test('tiles go to the instance holding fewest; an answer passes through', asyn
   t.equal(workers[0]!.tiles().length, 1);
   t.equal(workers[1]!.tiles().length, 1);
   await t.rejects(slow, { code: 'TILE_ERR_DEADLINE' }, 'the unanswered one expires at its deadline');
+});
+
+t.test('an instance whose connection fails: its tiles go to the other, none lost', async (t) => {
+  const opened: string[] = [];
+  const { client, workers } = await setUp(t, [(id) => result(id, 1), (id) => result(id, 9)], (path) => {
+    opened.push(basename(path));
+    if (!path.endsWith('w0.sock')) return createConnection(path);
+    // The first worker's connection never completes, then fails: what was sent on it never left.
+    const socket = new Socket();
+    setTimeout(() => socket.destroy(new Error('connect ECONNREFUSED')), 150);
+    return socket;
+  });
+  t.same(opened, ['w0.sock', 'w1.sock'], 'one connection per ready instance');
+  // Two at once: one is routed to each instance.
+  const answers = await Promise.all([client.infer('gene-expr', job), client.infer('gene-expr', job)]);
+  t.same(answers.map(valueIn), [9, 9], 'both answered by the reachable instance');
+  t.equal(workers[0]!.tiles().length, 0);
+  t.equal(workers[1]!.tiles().length, 2);
 });
 
 t.test('retried on another instance only when the worker says it did not run the tile', async (t) => {

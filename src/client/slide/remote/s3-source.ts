@@ -13,14 +13,20 @@ let shared: Promise<{ sdk: Sdk; client: S3Client }> | null = null;
 /** One client for every slide: its connections and credentials are reused. The SDK loads with
  *  the first s3:// slide (160 ms, every tile-infer start otherwise). */
 function s3(): Promise<{ sdk: Sdk; client: S3Client }> {
-  shared ??= import('@aws-sdk/client-s3').then((sdk) => ({
-    sdk,
-    client: new sdk.S3Client({
-      forcePathStyle: Boolean(process.env.AWS_ENDPOINT_URL_S3 ?? process.env.AWS_ENDPOINT_URL),
-      followRegionRedirects: true,
-      maxAttempts: 4,
-    }),
-  }));
+  shared ??= import('@aws-sdk/client-s3')
+    .then((sdk) => ({
+      sdk,
+      client: new sdk.S3Client({
+        forcePathStyle: Boolean(process.env.AWS_ENDPOINT_URL_S3 ?? process.env.AWS_ENDPOINT_URL),
+        followRegionRedirects: true,
+        maxAttempts: 4,
+      }),
+    }))
+    .catch((err: unknown) => {
+      // The next slide tries again.
+      shared = null;
+      throw err;
+    });
   return shared;
 }
 
@@ -63,11 +69,13 @@ export class S3Transport implements RangeTransport {
 }
 
 async function get(url: string, bucket: string, key: string, range: string, etag?: string) {
-  const { sdk, client } = await s3();
+  let sdk: Sdk | null = null;
   try {
-    return await client.send(new sdk.GetObjectCommand({ Bucket: bucket, Key: key, Range: range, IfMatch: etag }));
+    const s = await s3();
+    sdk = s.sdk;
+    return await s.client.send(new sdk.GetObjectCommand({ Bucket: bucket, Key: key, Range: range, IfMatch: etag }));
   } catch (err) {
-    if (!(err instanceof sdk.S3ServiceException))
+    if (!sdk || !(err instanceof sdk.S3ServiceException))
       throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${(err as Error).message}`);
     const status = err.$metadata.httpStatusCode;
     const said = `S3 ${err.name}${status ? ` (HTTP ${status})` : ''}: ${err.message}`;
