@@ -1,8 +1,9 @@
 // A message channel over a stream socket (the Unix domain sockets between fronts and model
 // workers). A frame is the v8 serialization of the message with its typed arrays and Buffers
 // left out and attached after it, as bytes: the sender hands them to the socket as they are (one
-// writev, no copy into the serialization), and the receiver gets views into the frame (whose
-// ArrayBuffer may hold other frames too: copy one before transferring its buffer elsewhere).
+// writev, no copy into the serialization), and the receiver gets each attachment as a view into
+// the socket read that holds it (whose ArrayBuffer may hold other bytes too: copy one before
+// transferring its buffer elsewhere), or, when it spans reads, copied into a buffer of its own.
 //   frame: u32 body length | u32 message length | u32 attachments | u32 length of each |
 //          message | each attachment, at an offset that is a multiple of 8
 import { EventEmitter } from 'node:events';
@@ -124,34 +125,49 @@ export class Channel<In, Out> extends EventEmitter<{ message: [In]; close: [] }>
     this.chunks.push(data);
     this.buffered += data.length;
     while (this.buffered >= U32) {
-      if (this.chunks[0].length < U32) this.flatten();
-      const frame = U32 + this.chunks[0].readUInt32BE(0);
+      const frame = U32 + this.bytes(0, U32).readUInt32BE(0);
       if (this.buffered < frame) return;
-      if (this.chunks[0].length < frame) this.flatten();
-      const all = this.chunks[0];
-      const rest = all.subarray(frame);
-      this.chunks = rest.length ? [rest, ...this.chunks.slice(1)] : this.chunks.slice(1);
-      this.buffered -= frame;
-      this.emit('message', readFrame(all.subarray(0, frame)));
+      const message = readFrame<In>((offset, length) => this.bytes(offset, length));
+      this.consume(frame);
+      this.emit('message', message);
     }
   }
 
-  /** One chunk of everything received so far: only once a frame is whole, or to read a length. */
-  private flatten(): void {
-    this.chunks = [Buffer.concat(this.chunks, this.buffered)];
+  /** Received bytes [offset, offset + length): a view where one socket read holds them all, else
+   *  a copy of their own. A large attachment (a tile: 150 KB over 64 KB reads) is so copied once,
+   *  into a buffer it has to itself, instead of into the whole frame and then out of it. */
+  private bytes(offset: number, length: number): Buffer {
+    // An empty attachment may end the frame, where no chunk follows.
+    if (length === 0) return Buffer.alloc(0);
+    let i = 0;
+    while (offset >= this.chunks[i].length) offset -= this.chunks[i++].length;
+    if (offset + length <= this.chunks[i].length) return this.chunks[i].subarray(offset, offset + length);
+    const out = Buffer.allocUnsafe(length);
+    for (let at = 0; at < length; i++, offset = 0) at += this.chunks[i].copy(out, at, offset);
+    return out;
+  }
+
+  /** Drops the first `n` bytes received. */
+  private consume(n: number): void {
+    this.buffered -= n;
+    while (n > 0 && n >= this.chunks[0].length) n -= this.chunks.shift()!.length;
+    if (n > 0) this.chunks[0] = this.chunks[0].subarray(n);
   }
 }
 
-function readFrame<In>(frame: Buffer): In {
-  const messageLength = frame.readUInt32BE(U32);
-  const count = frame.readUInt32BE(2 * U32);
+/** The message of the frame at the start of what was received, read through `bytes`. */
+function readFrame<In>(bytes: (offset: number, length: number) => Buffer): In {
+  const head = bytes(U32, 2 * U32);
+  const messageLength = head.readUInt32BE(0);
+  const count = head.readUInt32BE(U32);
+  const lengths = count ? bytes(3 * U32, count * U32) : Buffer.alloc(0);
   let at = U32 * (3 + count);
-  const message = frame.subarray(at, at + messageLength);
+  const message = bytes(at, messageLength);
   at += messageLength + padTo(at + messageLength);
   const attached: Buffer[] = [];
   for (let i = 0; i < count; i++) {
-    const length = frame.readUInt32BE(U32 * (3 + i));
-    attached.push(frame.subarray(at, at + length));
+    const length = lengths.readUInt32BE(U32 * i);
+    attached.push(bytes(at, length));
     at += length + padTo(length);
   }
   const deserializer = new FrameDeserializer(message, attached);

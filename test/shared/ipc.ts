@@ -67,6 +67,13 @@ t.test('channel: framed messages with typed arrays survive any split of the stre
     const check = () => (received.length === 4 ? r() : setTimeout(check, 5));
     check();
   });
+  // An empty typed array last: the frame ends with it.
+  channel.send({ n: 4, data: new Float32Array(0) });
+  await new Promise<void>((r) => {
+    const check = () => (received.length === 5 ? r() : setTimeout(check, 5));
+    check();
+  });
+  t.same((received[4] as any).data, new Float32Array(0), 'an empty attachment that ends the frame');
   const got = (received[3] as any).data;
   t.ok(Buffer.isBuffer(got.png) && got.png.equals(png), 'a Buffer comes back a Buffer');
   t.same(got.again, png);
