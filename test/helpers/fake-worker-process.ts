@@ -6,6 +6,8 @@ import { EventEmitter } from 'node:events';
 import { PassThrough } from 'node:stream';
 import type { ServiceConfig } from '../../src/config/config.js';
 import type { WorkerControl, WorkerInfo, WorkerReport } from '../../src/ipc/protocol.js';
+import type { ErrorCode } from '../../src/lib/errors.js';
+import { ExitCode } from '../../src/lib/exit-codes.js';
 import type { Outside, WorkerProcess } from '../../supervisor/worker-life-cycle.js';
 import { FakeClock } from './fake-clock.js';
 
@@ -68,6 +70,12 @@ export class FakeWorkerProcess extends EventEmitter implements WorkerProcess {
 
   ready(info: Partial<WorkerInfo> = {}): void {
     this.report({ type: 'ready', info: workerInfo({ pid: this.pid, socket: `/tmp/fake-${this.pid}.sock`, ...info }) });
+  }
+
+  /** As a worker whose load failed: it says why, then exits LOAD_FAILED (src/worker/main.ts). */
+  failLoad(reason: string, code: ErrorCode, packageFault = true): void {
+    this.report({ type: 'load-failed', reason, packageFault, code });
+    this.exit(ExitCode.LOAD_FAILED);
   }
 
   exit(code: number | null, signal: NodeJS.Signals | null = null): void {

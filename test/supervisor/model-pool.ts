@@ -62,10 +62,7 @@ t.test("the model's state follows its instances", async (t) => {
   outside.forked[1].ready();
   t.equal(models.state, 'ready', 'one ready instance is enough');
   t.equal(models.info?.pid, outside.forked[1].pid);
-  const fail = (proc: FakeWorkerProcess) => {
-    proc.report({ type: 'load-failed', reason: 'bad graph', packageFault: true, code: 'TILE_ERR_MODEL_LOAD' });
-    proc.exit(3);
-  };
+  const fail = (proc: FakeWorkerProcess) => proc.failLoad('bad graph', 'TILE_ERR_MODEL_LOAD');
   fail(outside.forked[0]);
   t.equal(models.state, 'ready');
   fail(outside.forked[1]);
@@ -112,13 +109,7 @@ t.test('a replacement that fails to load leaves the old instance serving, and sa
   const before = models.workers.slice();
   const reload = models.reload();
   await until(() => outside.forked.length === 3);
-  outside.forked[2].report({
-    type: 'load-failed',
-    reason: 'bad graph',
-    packageFault: true,
-    code: 'TILE_ERR_MODEL_LOAD',
-  });
-  outside.forked[2].exit(3);
+  outside.forked[2].failLoad('bad graph', 'TILE_ERR_MODEL_LOAD');
   await until(() => outside.forked.length === 4);
   outside.forked[3].ready();
   await reload;
@@ -135,13 +126,7 @@ t.test('a replacement that fails to load leaves the old instance serving, and sa
 t.test('a reload retries a failed instance in place; a stop during a reload stops the replacement too', async (t) => {
   const { models, outside, events } = pool(t);
   models.start();
-  outside.forked[0].report({
-    type: 'load-failed',
-    reason: 'bad graph',
-    packageFault: true,
-    code: 'TILE_ERR_MODEL_LOAD',
-  });
-  outside.forked[0].exit(3);
+  outside.forked[0].failLoad('bad graph', 'TILE_ERR_MODEL_LOAD');
   outside.forked[1].ready();
   const failed = models.workers[0];
   t.equal(failed.state, 'failed');

@@ -179,13 +179,7 @@ t.test('a worker without heartbeats is killed; heartbeats keep it; a load that n
 t.test('a package that cannot load is failed until its files change, the slow retry, or retryNow', async (t) => {
   const { worker, outside, clock, dir } = started(t);
   const loadFails = (packageFault: boolean) => {
-    outside.last.report({
-      type: 'load-failed',
-      reason: 'manifest.json: not JSON',
-      packageFault,
-      code: 'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE',
-    });
-    outside.last.exit(3);
+    outside.last.failLoad('manifest.json: not JSON', 'TILE_ERR_PACKAGE_MANIFEST_UNREADABLE', packageFault);
   };
   loadFails(true);
   t.equal(worker.state, 'failed');
