@@ -264,4 +264,8 @@ export const defaultIntraOpThreads = (instances: number): number =>
 /** HTTP fronts when `fronts` is 0: one per core, at most 4. Measured (docs/throughput.md): a
  *  front spends 0.7-1.1 CPU ms on a 224 px tile and ~2 on a 512 px one, so 4 fronts feed about
  *  4,000 small tiles/s, more than a host's GPUs take; more fronts would only add memory. */
+/** The enabled model's entry (callers name models the configuration enables). */
+export const modelEntry = (config: ServiceConfig, name: string): ModelEntry =>
+  config.models.find((m) => m.name === name)!;
+
 export const frontCount = (config: ServiceConfig): number => config.fronts || Math.min(4, availableParallelism());

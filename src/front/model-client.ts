@@ -5,7 +5,7 @@
 // queue and the request bytes it holds (queue-share.ts, admission.ts), and the usage log's
 // batches (usage-batch.ts). Here: the supervisor's messages and queries.
 import type { Registry } from 'prom-client';
-import type { ServiceConfig } from '../config/config.js';
+import { modelEntry, type ServiceConfig } from '../config/config.js';
 import type { FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { ServiceError } from '../lib/errors.js';
@@ -130,6 +130,6 @@ export class ModelClient implements ModelBackend {
   }
 
   private entry(model: string) {
-    return this.config.models.find((m) => m.name === model)!;
+    return modelEntry(this.config, model);
   }
 }

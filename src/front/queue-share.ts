@@ -1,7 +1,7 @@
 // This front's part of each model's queue: the tickets of admitted requests (admission.ts decides
 // by this front's share of max_queue and the expected wait), the places their tiles hold once
 // sent to a worker, and a bound on the request bytes the front holds.
-import type { ServiceConfig } from '../config/config.js';
+import { modelEntry, type ServiceConfig } from '../config/config.js';
 import { errors } from '../lib/errors.js';
 import { arrivingTiles, decide, type Arrival, type InstanceLoad } from './admission.js';
 import type { Ticket, Upload } from './backend.js';
@@ -41,11 +41,12 @@ export class QueueShare {
       timeoutMs: entry.request_timeout_ms,
       instances: this.instances(model),
     });
+    const shareFull = `${share} requests outstanding on this front, its share of max_queue`;
     if (!decision.admit)
       throw errors.queueFull(
         model,
         decision.reason === 'share'
-          ? `${share} requests outstanding on this front, its share of max_queue`
+          ? shareFull
           : `an expected wait of ${Math.round(decision.waitMs)} ms, past its ${entry.request_timeout_ms} ms deadline`,
         decision.retryAfterS,
       );
@@ -66,8 +67,7 @@ export class QueueShare {
         bytes += n;
       },
       hold: () => {
-        if (this.queued(model) >= share)
-          throw errors.queueFull(model, `${share} requests outstanding on this front, its share of max_queue`, 1);
+        if (this.queued(model) >= share) throw errors.queueFull(model, shareFull, 1);
         if (arrival.tiles > 0 && --arrival.tiles === 0) arrivals.delete(arrival);
         this.outstanding.set(model, this.queued(model) + 1);
         let held = true;
@@ -91,6 +91,6 @@ export class QueueShare {
   }
 
   private entry(model: string) {
-    return this.config.models.find((m) => m.name === model)!;
+    return modelEntry(this.config, model);
   }
 }

@@ -1,7 +1,7 @@
 // Turns a TileJob's image into the model's input pixels, or into a DecodeFailure saying what was
-// expected (the front words it for the client). Runs in the worker: a PNG is decoded on the libuv pool (decode_threads threads), so
-// one worker decodes on several cores while its JS thread answers IPC; raw RGB pixels are used as
-// they came.
+// expected (the front words it for the client). Runs in the worker: a PNG is decoded on the libuv
+// pool (decode_threads threads), so one worker decodes on several cores while its JS thread
+// answers IPC; raw RGB pixels are used as they came.
 import type { DecodeFailure, TileJob } from '../ipc/protocol.js';
 import { decodePng, type Pixels } from '../tile/png.js';
 
