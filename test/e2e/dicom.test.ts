@@ -1,5 +1,6 @@
 // tile-infer on DICOM WSI made from a synthetic TIFF by OrthancWSIDicomizer (Debian's orthanc-wsi),
-// as folders of files and served by a real Orthanc with its DICOMweb plugin: the features,
+// as folders of files, served by a real Orthanc with its DICOMweb plugin, and as files in object
+// storage (s3rver) and over HTTP (nginx, range requests): the features,
 // coordinates and tissue masks equal the TIFF's bit for bit (the converter keeps the TIFF's JPEG
 // tiles as they are), a finished series is skipped on a rerun, kill -9 then rerun resumes, and
 // each damaged or unreachable slide fails with its code while the others are done.
@@ -16,11 +17,15 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
+import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { parse } from 'csv-parse/sync';
+import dicomParser from 'dicom-parser';
 import h5wasm from 'h5wasm/node';
 import t from 'tap';
 import { writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { dicomize, startOrthanc, uidsOf, type Orthanc } from '../../tools/orthanc.js';
+import { startNginx, startS3rver } from '../../tools/remote-servers.js';
+import { openSlide } from '../../src/client/slide/open.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { freePort, outputs, tileInfer } from '../helpers/tile-infer.js';
 
@@ -50,6 +55,8 @@ let server: TestServer;
 let orthanc: Orthanc;
 let locked: Orthanc;
 let port = 0;
+let s3: Awaited<ReturnType<typeof startS3rver>>;
+let nginx: Awaited<ReturnType<typeof startNginx>>;
 const folders: Record<string, string> = {};
 const urls: Record<string, string> = {};
 
@@ -97,12 +104,51 @@ t.before(async () => {
   folders.truncated = copyFolder(folders.full, 'truncated');
   const cut = levelZero(folders.truncated);
   truncateSync(cut, Math.floor(readFileSync(cut).length * 0.6));
+  // Level 0 alone, the series a single instance over HTTP is; and level 0 with its Basic Offset
+  // Table emptied (allowed by the standard), which a remote reader cannot place frames without.
+  folders.level0 = join(dir, 'level0-local');
+  mkdirSync(folders.level0);
+  copyFileSync(levelZero(folders.full), join(folders.level0, 'level0.dcm'));
+  const served = join(dir, 'served');
+  mkdirSync(served);
+  copyFileSync(levelZero(folders.full), join(served, 'level0.dcm'));
+  const whole = readFileSync(levelZero(folders.full));
+  const pixels = dicomParser.parseDicom(whole, { untilTag: 'x7fe00010' }).elements.x7fe00010.dataOffset;
+  const tableEnd = pixels + 8 + whole.readUInt32LE(pixels + 4);
+  const emptied = Buffer.concat([whole.subarray(0, pixels + 4), Buffer.alloc(4), whole.subarray(tableEnd)]);
 
-  [server, orthanc, locked] = await Promise.all([
+  [server, orthanc, locked, s3, nginx] = await Promise.all([
     startServer({ models: MODELS, config: { port } }),
     startOrthanc(),
     startOrthanc({ reader: 'secret' }),
+    startS3rver('wsi'),
+    startNginx(served),
   ]);
+  // The Imaging Data Commons' layout: a folder of instances per series.
+  const bucket = new S3Client({
+    forcePathStyle: true,
+    endpoint: s3.url,
+    region: 'us-east-1',
+    credentials: {
+      accessKeyId: s3.env.AWS_ACCESS_KEY_ID!,
+      secretAccessKey: s3.env.AWS_SECRET_ACCESS_KEY!,
+    },
+  });
+  const put = (key: string, body: Buffer) => bucket.send(new PutObjectCommand({ Bucket: 'wsi', Key: key, Body: body }));
+  for (const k of ['full', 'split', 'truncated'])
+    for (const f of readdirSync(folders[k])) await put(`s3-${k}/${f}`, readFileSync(join(folders[k], f)));
+  // The split series beside an instance of another series, which its folder's listing finds too.
+  await put('s3-split/zz-other-series.dcm', readFileSync(levelZero(folders.wrong)));
+  await put('no-table/no-table.dcm', emptied);
+  await put('not-dicom/readme.txt', Buffer.from('no slide here'));
+  bucket.destroy();
+  urls.s3Full = 's3://wsi/s3-full/';
+  urls.s3SplitInstance = `s3://wsi/s3-split/${basename(levelZero(folders.split))}`;
+  urls.s3Truncated = 's3://wsi/s3-truncated/';
+  urls.s3NoTable = 's3://wsi/no-table/no-table.dcm';
+  urls.s3NotDicom = 's3://wsi/not-dicom/';
+  urls.s3Missing = 's3://wsi/s3-full/no-such-instance.dcm';
+  urls.https = `${nginx.url}/level0.dcm`;
   const files = (folder: string) => readdirSync(folder).map((f) => join(folder, f));
   await orthanc.upload([...files(folders.full), ...files(folders.split)]);
   await locked.upload(files(locked_));
@@ -116,7 +162,7 @@ t.before(async () => {
   urls.down = `http://127.0.0.1:${await freePort()}/dicom-web/studies/1.2.3/series/1.2.3.6.7`;
   urls.locked = `${locked.dicomWeb}/studies/${lockedIds.study}/series/${lockedIds.series}`;
 });
-t.teardown(() => Promise.all([server?.stop(), orthanc?.stop(), locked?.stop()]));
+t.teardown(() => Promise.all([server?.stop(), orthanc?.stop(), locked?.stop(), s3?.stop(), nginx?.stop()]));
 
 const args = (inputs: string[], out: string) => [
   'slide',
@@ -163,9 +209,14 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     [urls.missing, ''],
     [urls.down, ''],
     [urls.locked, ''],
+    ...['s3Full', 's3SplitInstance', 's3Truncated', 's3NoTable', 's3NotDicom', 's3Missing', 'https'].map((k) => [
+      urls[k],
+      '',
+    ]),
+    [folders.level0, ''],
   ];
   writeFileSync(manifest, `wsi,mpp\n${rows.map((r) => r.join(',')).join('\n')}\n`);
-  const run = await tileInfer(args([manifest], out), { timeoutMs: 600_000 });
+  const run = await tileInfer(args([manifest], out), { timeoutMs: 600_000, env: s3.env });
   t.equal(run.code, 3, `some slides failed: ${run.stderr}`);
   const summary = new Map(
     (parse(readFileSync(join(out, 'summary.csv')), { columns: true }) as Record<string, string>[]).map((r) => [
@@ -174,8 +225,25 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     ]),
   );
   const reason = (slide: string) => summary.get(slide)?.reason ?? `no row: ${[...summary.keys()].join(' ')}`;
-  for (const slide of [tiff, folders.full, folders.split, wrongWithMpp, urls.series, urls.splitSeries])
+  // The copies of the TIFF's pixels, which the features below compare with the TIFF's.
+  const copies = [
+    folders.full,
+    folders.split,
+    wrongWithMpp,
+    urls.series,
+    urls.splitSeries,
+    urls.s3Full,
+    urls.s3SplitInstance,
+  ];
+  for (const slide of [tiff, ...copies, urls.https, folders.level0])
     t.equal(summary.get(slide)?.status, 'done', `${slide}: ${reason(slide)}`);
+  t.match(
+    reason(urls.s3Truncated),
+    /^\[TILE_ERR_SLIDE_UNREADABLE\] .*: truncated: frame \d+ of \d+ lies past the file's end/,
+  );
+  t.match(reason(urls.s3NoTable), /^\[TILE_ERR_SLIDE_FORMAT\] .*no offset table.*would read the whole file/);
+  t.match(reason(urls.s3NotDicom), /^\[TILE_ERR_SLIDE_MISSING\] .*no DICOM file in this folder/);
+  t.match(reason(urls.s3Missing), /^\[TILE_ERR_SLIDE_MISSING\] .*not found/);
 
   t.match(
     reason(folders.wrong),
@@ -193,7 +261,7 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     /^\[TILE_ERR_SLIDE_FORMAT\] .*SOP class 1\.2\.840\.10008\.5\.1\.4\.1\.1\.7 \(Secondary Capture Image\)/,
   );
   t.match(reason(folders['missing-frame']), /^\[TILE_ERR_SLIDE_UNREADABLE\] .*frame \d+ is missing/);
-  t.match(reason(folders.truncated), /^\[TILE_ERR_SLIDE_UNREADABLE\] .*truncated/);
+  t.match(reason(folders.truncated), /^\[TILE_ERR_SLIDE_UNREADABLE\] .*: truncated: /);
   t.match(reason(urls.missing), /^\[TILE_ERR_SLIDE_DICOMWEB_NOT_FOUND\] /);
   t.ok(reason(urls.missing).includes(urls.missing), 'names the URL');
   t.match(reason(urls.down), /^\[TILE_ERR_SLIDE_DICOMWEB_DOWN\] .*ECONNREFUSED/);
@@ -202,11 +270,11 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
 
   // The same tiles, features, coordinates and tissue as the TIFF, bit for bit.
   const stemOf = (slide: string) =>
-    slide.startsWith('http') ? slide.slice(slide.lastIndexOf('/') + 1) : basename(slide).replace(/\.tif$/, '');
+    /^https?:/.test(slide) ? slide.slice(slide.lastIndexOf('/') + 1) : basename(slide).replace(/\.(tif|dcm)$/, '');
   const expected = await h5(join(out, 'features_gene-expr/tiff.h5'));
   const mask = readFileSync(join(out, 'tissue/tiff.png'));
   t.ok(expected.coords.length / 2 > 20, `${expected.coords.length / 2} tiles`);
-  for (const slide of [folders.full, folders.split, wrongWithMpp, urls.series, urls.splitSeries]) {
+  for (const slide of copies) {
     const got = await h5(join(out, `features_gene-expr/${stemOf(slide)}.h5`));
     t.equal(got.mpp, 0.5, `${stemOf(slide)}: MPP`);
     t.same(Array.from(got.coords), Array.from(expected.coords), `${stemOf(slide)}: coordinates`);
@@ -216,6 +284,18 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     );
     t.ok(readFileSync(join(out, `tissue/${stemOf(slide)}.png`)).equals(mask), `${stemOf(slide)}: tissue mask`);
   }
+
+  // One instance over HTTP is its level alone: the same files as that instance alone in a folder.
+  const [remote, local] = [
+    await h5(join(out, 'features_gene-expr/level0.h5')),
+    await h5(join(out, 'features_gene-expr/level0-local.h5')),
+  ];
+  t.ok(remote.coords.length > 0, `https instance: ${remote.coords.length / 2} tiles`);
+  t.same(Array.from(remote.coords), Array.from(local.coords), 'https instance: coordinates');
+  t.ok(
+    Buffer.from(remote.features.buffer).equals(Buffer.from(local.features.buffer)),
+    'https instance: features bit for bit',
+  );
 
   // JPEG 2000: level 0 holds the TIFF's pixels losslessly, so a tile in both grids has the same
   // features bit for bit; the grid itself may differ at the tissue's edge, the overview being
@@ -249,11 +329,12 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
   t.equal(same, common, 'JPEG 2000: the common tiles have the same features');
 
   // A rerun skips the finished series, and a token opens the locked server.
-  const rerun = await tileInfer(args([folders.full, urls.series, urls.locked], out), {
-    env: { TILE_INFER_DICOMWEB_AUTHORIZATION: `Basic ${Buffer.from('reader:secret').toString('base64')}` },
+  const rerun = await tileInfer(args([folders.full, urls.series, urls.locked, urls.s3Full], out), {
+    env: { ...s3.env, TILE_INFER_DICOMWEB_AUTHORIZATION: `Basic ${Buffer.from('reader:secret').toString('base64')}` },
   });
   t.equal(rerun.code, 0, rerun.stderr);
   t.match(rerun.stderr, new RegExp(`${folders.full}: finished before`));
+  t.match(rerun.stderr, /s3:\/\/wsi\/s3-full\/: finished before/, 'the S3 series, known by its UID');
   t.match(rerun.stderr, /\/series\/[0-9.]+: finished before/);
   const locked = await h5(join(out, `features_gene-expr/${stemOf(urls.locked)}.h5`));
   t.ok(
@@ -261,6 +342,32 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     'the locked series, with the token: features bit for bit',
   );
 });
+
+t.test(
+  'a DICOM instance over HTTP: its head, offset table and the frames of a region, never the whole file',
+  async (t) => {
+    const before = nginx.log().length;
+    const slide = await openSlide(urls.https);
+    const region = await slide.readRegion(0, 448, 448, 224, 224);
+    const local = await openSlide(folders.level0);
+    t.ok(
+      Buffer.from(region).equals(Buffer.from(await local.readRegion(0, 448, 448, 224, 224))),
+      "the local copy's pixels",
+    );
+    await Promise.all([slide.close(), local.close()]);
+    const requests = nginx
+      .log()
+      .slice(before)
+      .map((line) => line.split(' '));
+    t.ok(
+      requests.every(([status]) => status === '206'),
+      'every answer a 206 Partial Content',
+    );
+    const fetched = requests.reduce((n, [, bytes]) => n + Number(bytes), 0);
+    const size = readFileSync(join(folders.level0, 'level0.dcm')).length;
+    t.ok(fetched < size / 4, `${fetched} bytes fetched in ${requests.length} requests of the ${size}-byte file`);
+  },
+);
 
 t.test('kill -9 mid-slide on a DICOMweb series, then rerun: the same files as an uninterrupted run', async (t) => {
   const killedOut = join(dir, 'killed');

@@ -48,18 +48,23 @@ export function fileIdentity(path: string): SourceIdentity {
   };
 }
 
-/** A DICOM slide (a folder or file of a series, a DICOMweb URL) is its series, whose UID changes
- *  with its content (DICOM's rule), wherever the copy lies. A study URL that could not be expanded,
- *  or a folder without a series, is its location: it fails at opening, with the reason. */
+/** A DICOM slide (a folder or file of a series, local or remote, a DICOMweb URL) is its series,
+ *  whose UID changes with its content (DICOM's rule), wherever the copy lies. A study URL that
+ *  could not be expanded, or a folder without a series, is its location: it fails at opening,
+ *  with the reason. */
 export function dicomIdentity(path: string): SourceIdentity | null {
   const kind = dicomKind(path);
   if (!kind) return null;
-  const location = kind === 'dicomweb' ? path : resolve(path);
-  const said = `DICOM series ${dicomSeries(path) ?? `at ${location}`}`;
+  const location = kind === 'dicom' ? resolve(path) : path;
+  let said: Promise<string> | undefined;
+  const quick = () => (said ??= dicomSeries(path).then((uid) => `DICOM series ${uid ?? `at ${location}`}`));
   return {
     location,
-    quick: async () => said,
-    digest: async () => createHash('sha256').update(`${said}\n`).digest('hex'),
+    quick,
+    digest: async () =>
+      createHash('sha256')
+        .update(`${await quick()}\n`)
+        .digest('hex'),
   };
 }
 

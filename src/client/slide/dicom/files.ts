@@ -4,16 +4,24 @@
 // pool reads each frame's bytes straight from the file, as it does TIFF tiles.
 import { closeSync, fstatSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
 import { extname, join } from 'node:path';
-import dicomParser from 'dicom-parser';
+import dicomParser, { type Element } from 'dicom-parser';
 import { SlideError } from '../slide.js';
 import { fileAttrs } from './attributes.js';
 import { framesOf, seriesOf, type Instance } from './pyramid.js';
 
-export interface FileInstance extends Instance {
+/** An instance as its head tells it: where its pixel data starts, and its length (null:
+ *  encapsulated, undefined length). */
+export interface DataSetHead extends Instance {
+  pixelData: { offset: number; length: number | null } | null;
+  /** The Extended Offset Table (7FE0,0001) and its lengths (7FE0,0002), when the instance has one:
+   *  each frame's item from the first fragment's, and its length. */
+  extendedOffsets?: { offsets: Float64Array; lengths: Float64Array };
+}
+
+export interface FileInstance extends DataSetHead {
   path: string;
   /** Byte offset and length of each frame in the file, filled in by locateFrames. */
   frames?: Float64Array;
-  pixelData: { offset: number; length: number | null } | null;
 }
 
 const HEAD = 1 << 20;
@@ -32,7 +40,43 @@ export function isDicomFile(path: string): boolean {
   }
 }
 
-const unreadable = (message: string) => new SlideError('TILE_ERR_SLIDE_UNREADABLE', message);
+export const unreadable = (message: string) => new SlideError('TILE_ERR_SLIDE_UNREADABLE', message);
+
+/** An instance's data set from the first `head.length` bytes of its `size`: null when the head
+ *  ends before the pixel data (read more); a file that ends there is unreadable. Local files
+ *  (readInstance) and remote ones (remote-files.ts) read their heads this way. */
+export function instanceFromHead(head: Uint8Array, size: number, where: string): DataSetHead | null {
+  try {
+    const data = dicomParser.parseDicom(head, { untilTag: 'x7fe00010' });
+    const pixel = data.elements.x7fe00010;
+    // A head that ends between two elements parses: only the file's end says there is no pixel data.
+    if (!pixel && head.length < size) return null;
+    const [offsets, lengths] = [data.elements.x7fe00001, data.elements.x7fe00002];
+    return {
+      where,
+      attrs: fileAttrs(data),
+      transferSyntax: data.string('x00020010')?.replace(/\0/g, '').trim(),
+      pixelData: pixel ? { offset: pixel.dataOffset, length: pixel.hadUndefinedLength ? null : pixel.length } : null,
+      ...(offsets &&
+        lengths && { extendedOffsets: { offsets: uint64s(head, offsets), lengths: uint64s(head, lengths) } }),
+    };
+  } catch (err) {
+    if (head.length < size) return null;
+    const reason = err instanceof Error ? err.message : String(err);
+    throw unreadable(
+      `${where}: not a readable DICOM instance (${/overread|beyond|past/i.test(reason) ? `truncated: the data set goes past the file's end at byte ${size}` : reason})`,
+    );
+  }
+}
+
+/** An OV element's unsigned 64-bit values (little endian). */
+function uint64s(bytes: Uint8Array, e: Element): Float64Array {
+  const view = new DataView(bytes.buffer, bytes.byteOffset + e.dataOffset, e.length);
+  return Float64Array.from({ length: e.length / 8 }, (_, k) => Number(view.getBigUint64(k * 8, true)));
+}
+
+/** The size of the next head to try after `head` bytes: `first`, then four times more. */
+export const nextHead = (head: number, size: number, first = HEAD) => Math.min(size, head ? head * 4 : first);
 
 /** An instance's data set from the head of its file, read in growing pieces until the pixel data
  *  (or the file's end). */
@@ -40,28 +84,11 @@ export function readInstance(path: string): FileInstance {
   const fd = openSync(path, 'r');
   try {
     const size = fstatSync(fd).size;
-    for (let head = Math.min(size, HEAD); ; head = Math.min(size, head * 4)) {
+    for (let head = nextHead(0, size); ; head = nextHead(head, size)) {
       const bytes = Buffer.allocUnsafe(head);
       readSync(fd, bytes, 0, head, 0);
-      try {
-        const data = dicomParser.parseDicom(bytes, { untilTag: 'x7fe00010' });
-        const pixel = data.elements.x7fe00010;
-        return {
-          path,
-          where: path,
-          attrs: fileAttrs(data),
-          transferSyntax: data.string('x00020010')?.replace(/\0/g, '').trim(),
-          pixelData: pixel
-            ? { offset: pixel.dataOffset, length: pixel.hadUndefinedLength ? null : pixel.length }
-            : null,
-        };
-      } catch (err) {
-        if (head < size) continue;
-        const reason = err instanceof Error ? err.message : String(err);
-        throw unreadable(
-          `${path}: not a readable DICOM instance (${/overread|beyond|past/i.test(reason) ? `truncated: the data set goes past the file's end at byte ${size}` : reason})`,
-        );
-      }
+      const found = instanceFromHead(bytes, size, path);
+      if (found) return { ...found, path };
     }
   } finally {
     closeSync(fd);

@@ -1,5 +1,6 @@
 // DICOM WSI slides: a folder of DICOM files, one instance of a series (its series, from the
-// instances in its folder), or a DICOMweb series or study URL. A slide's identity is its series'
+// instances in its folder), the same in object storage or over HTTP (remote-files.ts), or a
+// DICOMweb series or study URL. A slide's identity is its series'
 // UID, so that resumes and reruns know it wherever its copy lies.
 import { readdirSync, statSync } from 'node:fs';
 import { extname, join } from 'node:path';
@@ -8,10 +9,12 @@ import { DicomSlide } from './dicom-slide.js';
 import { DicomWebFrames, parseDicomWebUrl, seriesInstances, seriesUrl, studySeries } from './dicomweb.js';
 import { isDicomFile, locateFrames, readInstance, seriesFiles } from './files.js';
 import { buildPyramid, seriesOf, wsiInstances } from './pyramid.js';
+import { isRemoteDicom, openRemoteDicom, remoteSeriesUid } from './remote-files.js';
 
 /** Which DICOM reader a slide path is for, or null when it is not DICOM. */
-export function dicomKind(path: string): 'dicom' | 'dicomweb' | null {
+export function dicomKind(path: string): 'dicom' | 'remote' | 'dicomweb' | null {
   if (parseDicomWebUrl(path)) return 'dicomweb';
+  if (isRemoteDicom(path)) return 'remote';
   try {
     if (statSync(path).isDirectory()) return 'dicom';
   } catch {
@@ -20,11 +23,13 @@ export function dicomKind(path: string): 'dicom' | 'dicomweb' | null {
   return extname(path).toLowerCase() === '.dcm' || isDicomFile(path) ? 'dicom' : null;
 }
 
-/** The series UID of a DICOM slide path, read from the first DICOM file of a folder, the file, or
- *  the URL; null for other paths (and for a study URL, or a folder with no DICOM file). */
-export function dicomSeries(path: string): string | null {
+/** The series UID of a DICOM slide path, read from the first DICOM file of a folder (local or
+ *  remote), the file, or the URL; null for other paths (and for a study URL, or a folder with no
+ *  DICOM file). */
+export async function dicomSeries(path: string): Promise<string | null> {
   const kind = dicomKind(path);
   if (kind === 'dicomweb') return parseDicomWebUrl(path)!.series;
+  if (kind === 'remote') return remoteSeriesUid(path).catch(() => null);
   if (!kind) return null;
   try {
     const file = statSync(path).isDirectory()
@@ -46,6 +51,7 @@ export async function expandStudy(path: string): Promise<string[]> {
 }
 
 export async function openDicom(path: string): Promise<DicomSlide> {
+  if (isRemoteDicom(path)) return openRemoteDicom(path);
   const url = parseDicomWebUrl(path);
   if (!url) {
     const instances = wsiInstances(path, seriesFiles(path));

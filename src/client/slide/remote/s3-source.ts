@@ -41,9 +41,7 @@ export class S3Transport implements RangeTransport {
   ) {}
 
   static async open(url: string): Promise<S3Transport> {
-    const m = /^s3:\/\/([^/]+)\/(.+)$/.exec(url);
-    if (!m) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${url}: not an S3 object URL (expected s3://BUCKET/KEY)`);
-    const [, bucket, key] = m;
+    const { bucket, key } = parts(url);
     const res = await get(url, bucket, key, `bytes=0-${BLOCK - 1}`);
     const total = /\/(\d+)$/.exec(res.ContentRange ?? '');
     if (!total)
@@ -68,12 +66,49 @@ export class S3Transport implements RangeTransport {
   close(): void {}
 }
 
-async function get(url: string, bucket: string, key: string, range: string, etag?: string) {
+/** The objects of an s3:// folder (every key under the URL's prefix up to its last '/'), as s3://
+ *  URLs in key order: a DICOM series kept as one object per instance (as the Imaging Data Commons
+ *  keeps them). */
+export async function listS3Folder(url: string): Promise<string[]> {
+  const { bucket, key } = parts(url, true);
+  const prefix = key.slice(0, key.lastIndexOf('/') + 1);
+  const urls: string[] = [];
+  let token: string | undefined;
+  do {
+    const page = await call(url, (sdk, client) =>
+      client.send(new sdk.ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token })),
+    );
+    for (const o of page.Contents ?? []) if (o.Key && !o.Key.endsWith('/')) urls.push(`s3://${bucket}/${o.Key}`);
+    token = page.IsTruncated ? page.NextContinuationToken : undefined;
+  } while (token);
+  return urls.sort();
+}
+
+/** An s3:// URL's bucket and key (`folder`: the key may be a prefix, even empty). */
+function parts(url: string, folder = false): { bucket: string; key: string } {
+  const m = (folder ? /^s3:\/\/([^/]+)\/(.*)$/ : /^s3:\/\/([^/]+)\/(.+)$/).exec(url);
+  if (!m)
+    throw new SlideError(
+      'TILE_ERR_SLIDE_MISSING',
+      `${url}: not an S3 ${folder ? 'folder' : 'object'} URL (expected s3://BUCKET/${folder ? 'PREFIX/' : 'KEY'})`,
+    );
+  return { bucket: m[1], key: m[2] };
+}
+
+const get = (url: string, bucket: string, key: string, range: string, etag?: string) =>
+  call(
+    url,
+    (sdk, client) => client.send(new sdk.GetObjectCommand({ Bucket: bucket, Key: key, Range: range, IfMatch: etag })),
+    etag,
+  );
+
+/** An S3 request, its failures as slide errors naming the URL. */
+async function call<T>(url: string, request: (sdk: Sdk, client: S3Client) => Promise<T>, etag?: string): Promise<T> {
   let sdk: Sdk | null = null;
   try {
     const s = await s3();
     sdk = s.sdk;
-    return await s.client.send(new sdk.GetObjectCommand({ Bucket: bucket, Key: key, Range: range, IfMatch: etag }));
+    return await request(sdk, s.client);
   } catch (err) {
     if (!sdk || !(err instanceof sdk.S3ServiceException))
       throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${(err as Error).message}`);
