@@ -1,7 +1,8 @@
 // Slides where they live: an OME-TIFF written by tifffile (python3-tifffile) from a synthetic
 // TIFF's very JPEG tiles, the TIFF over HTTP from a real nginx (range requests), and both from a
 // real S3-compatible server (s3rver, SigV4 checked) as s3:// URLs. Each gives the files the local
-// TIFF gives, byte for byte; a remote slide resumes after kill -9; a missing key, refused
+// TIFF gives, byte for byte; so do libvips' LZW (with a predictor) and deflate copies, read
+// remotely by geotiff.js' decoders, against the same files read here by libvips; a remote slide resumes after kill -9; a missing key, refused
 // credentials and a server without ranges are each a TILE_ERR_* row while the other slides finish.
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -169,6 +170,72 @@ t.test(
     t.match(again.stderr, /finished before \(\d+ tiles\); skipped/);
   },
 );
+
+t.test('remote TIFFs with LZW and deflate tiles (libvips): the files their local copies give', async (t) => {
+  const copies = join(dir, 'vips');
+  mkdirSync(copies, { recursive: true });
+  // libvips writes LZW with the horizontal predictor by default; deflate here without one.
+  execFileSync('vips', ['tiffsave', tiffPath, join(copies, 'lzw.tif'), '--compression', 'lzw', '--tile', '--pyramid']);
+  execFileSync('vips', [
+    'tiffsave',
+    tiffPath,
+    join(copies, 'deflate.tif'),
+    '--compression',
+    'deflate',
+    '--predictor',
+    'none',
+    '--tile',
+    '--tile-width',
+    '240',
+    '--tile-height',
+    '240',
+    '--pyramid',
+  ]);
+  execFileSync('vips', [
+    'tiffsave',
+    tiffPath,
+    join(copies, 'webp.tif'),
+    '--compression',
+    'webp',
+    '--tile',
+    '--pyramid',
+  ]);
+  const client = new S3Client({
+    endpoint: s3.url,
+    region: 'us-east-1',
+    forcePathStyle: true,
+    credentials: { accessKeyId: s3.env.AWS_ACCESS_KEY_ID!, secretAccessKey: s3.env.AWS_SECRET_ACCESS_KEY! },
+  });
+  await client.send(
+    new PutObjectCommand({
+      Bucket: 'slides',
+      Key: 'vips/deflate.tif',
+      Body: readFileSync(join(copies, 'deflate.tif')),
+    }),
+  );
+  client.destroy();
+  const [local, remote] = [join(dir, 'vips-local'), join(dir, 'vips-remote')];
+  const here = await tileInfer(args([join(copies, 'lzw.tif'), join(copies, 'deflate.tif')], local));
+  t.equal(here.code, 0, here.stderr);
+  const there = await tileInfer(
+    args([`${nginx.url}/vips/lzw.tif`, 's3://slides/vips/deflate.tif', `${nginx.url}/vips/webp.tif`], remote),
+    { env: s3.env },
+  );
+  t.equal(there.code, 3, `the WebP copy fails: ${there.stderr}`);
+  const expected = outputs(local);
+  const got = outputs(remote);
+  t.ok(expected.size >= 12, `${expected.size} files`);
+  for (const [name, bytes] of expected) t.ok(got.get(name)?.equals(bytes), `${name} identical`);
+  t.match(summaryRows(join(remote, 'summary.csv')), [
+    { status: 'done' },
+    { status: 'done' },
+    {
+      slide: `${nginx.url}/vips/webp.tif`,
+      status: 'failed',
+      reason: /TILE_ERR_SLIDE_FORMAT.*TIFF compression 50001.*copy this one here/,
+    },
+  ]);
+});
 
 t.test('bad remote slides: each a TILE_ERR_* row, the other slides done', async (t) => {
   const out = join(dir, 'bad');

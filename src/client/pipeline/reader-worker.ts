@@ -2,8 +2,8 @@
 // regions (cut from those bands, or read through OpenSlide) into request bodies. Everything here
 // is the client's per-tile CPU: several threads do it while the main thread only posts.
 import { move, transferableSymbol, valueSymbol } from 'piscina';
-import { cutRows, decodeBand, type BandView } from '../slide/bands.js';
-import { decodeFrames } from '../slide/dicom/frames.js';
+import { cutRows, type BandView } from '../slide/bands.js';
+import { decodeBandJob } from '../slide/frames.js';
 import type { BandJob } from '../slide/slide.js';
 import { OpenSlideSlide } from '../slide/openslide-slide.js';
 import { bufferRows, resampledRows, type RegionRows } from '../slide/region.js';
@@ -38,7 +38,7 @@ export interface Bodies {
 }
 
 export async function decode(task: DecodeTask): Promise<void> {
-  await (task.job.frames ? decodeFrames : decodeBand)(task.job, new Uint8Array(task.into));
+  await decodeBandJob(task.job, new Uint8Array(task.into));
 }
 
 const slides = new Map<string, OpenSlideSlide>();

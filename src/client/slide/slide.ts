@@ -105,9 +105,17 @@ export interface BandJob {
     /** A remote slide's streams, fetched (the ranges then only size them). */
     streams?: Uint8Array[];
   };
-  /** DICOM: each tile's frame, in a file or fetched already; null where the series has no frame
-   *  (background). */
-  frames?: { coding: 'jpeg' | 'j2k' | 'raw'; tiles: (FrameBytes | null)[] };
+  /** Each tile's own encoded bytes (a DICOM frame, in a file or fetched already; a remote TIFF's
+   *  tile), decoded one by one (frames.ts); null where the series has no frame (background). */
+  frames?: { coding: 'jpeg' | 'j2k' | 'raw' | 'tiff'; tiles: (FrameBytes | null)[]; tiff?: TiffCoding };
+}
+
+/** How a TIFF's non-JPEG tiles are coded: the Compression tag (none, LZW, deflate, PackBits),
+ *  the Predictor, and the samples per pixel (RGB, or RGB and extra samples), 8 bits each, chunky. */
+export interface TiffCoding {
+  compression: number;
+  predictor: number;
+  samples: number;
 }
 
 export type FrameBytes = { path: string; offset: number; length: number } | { bytes: Uint8Array };

@@ -4,15 +4,23 @@
 // when it is installed, anything else by libvips' own TIFF reader in sharp. The overview is
 // streamed through libvips, so no whole level is ever held in memory. A remote slide (a
 // ByteSource: HTTP, S3) is read the same way, but its tiles' bytes are fetched here and carried
-// to the threads with the band, and its overview and regions are decoded from its JPEG tiles
-// (libvips reads files only).
+// to the threads with the band (JPEG tiles to libturbojpeg, others to geotiff.js' decoders in
+// frames.ts), and its overview and regions are decoded from its tiles (libvips reads files only).
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { fromFile, GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp from 'sharp';
 import { JPEG } from './bands.js';
 import { isOmeXml, omeMpp, subImages } from './ome-tiff.js';
 import type { ByteSource } from './remote/source.js';
-import { checkedMpp, SlideError, type BandJob, type BandSource, type Slide, type SlideLevel } from './slide.js';
+import {
+  checkedMpp,
+  SlideError,
+  type BandJob,
+  type BandSource,
+  type Slide,
+  type SlideLevel,
+  type TiffCoding,
+} from './slide.js';
 import { readTiled } from './tiled-read.js';
 
 const RGB = 2;
@@ -22,6 +30,23 @@ const DECODED = new Set([1, 5, JPEG, 8, 32946, 32773]);
 /** Larger TIFF tiles than any scanner writes (they use 240 to 1024): refused before a band of
  *  them is allocated. */
 const MAX_TILE_SIDE = 4096;
+
+/** Compressions a remote slide's non-JPEG tiles are decoded from (geotiff.js' decoders). */
+const REMOTE_DECODED = new Set([1, 5, 8, 32946, 32773]);
+
+/** How a level's non-JPEG tiles are coded, or why they cannot be decoded from their bytes alone. */
+async function tiffCoding(image: GeoTIFFImage, compression: number): Promise<TiffCoding | string> {
+  const dir = image.fileDirectory;
+  const value = async (tag: 'PlanarConfiguration' | 'Predictor', otherwise: number) =>
+    dir.hasTag(tag) ? Number(await dir.loadValue(tag)) : otherwise;
+  const samples = image.getSamplesPerPixel();
+  const planar = await value('PlanarConfiguration', 1);
+  const predictor = await value('Predictor', 1);
+  if (!REMOTE_DECODED.has(compression)) return `TIFF compression ${compression}`;
+  if (planar !== 1) return `planar configuration ${planar} (one plane per colour)`;
+  if (predictor !== 1 && predictor !== 2) return `predictor ${predictor}`;
+  return { compression, predictor, samples };
+}
 
 /** Aperio writes `|MPP = 0.2520|` into level 0's ImageDescription. */
 export function aperioMpp(description: string | undefined): number | null {
@@ -107,6 +132,9 @@ interface Level extends SlideLevel {
    *  markers are checked against as they are decoded. */
   photometric: number;
   jpegTables: Uint8Array | null;
+  /** How a remote slide's other tiles are coded (decoded on the pool, not by libvips); null when
+   *  JPEG, or when the level's tiles are not in a coding read here (a local file's libvips reads). */
+  tiff: TiffCoding | null;
   image: GeoTIFFImage;
   /** Where each tile's bytes lie, loaded on first use. */
   ranges?: Promise<{ offsets: ArrayLike<number | bigint>; counts: ArrayLike<number | bigint> }>;
@@ -115,7 +143,7 @@ interface Level extends SlideLevel {
 export class TiffSlide implements Slide {
   readonly reader = 'tiff' as const;
 
-  /** Bytes of the JPEG tiles fetched for decoding (remote slides). */
+  /** Bytes of the tiles fetched for decoding (remote slides). */
   tileBytes = 0;
 
   private constructor(
@@ -171,15 +199,16 @@ export class TiffSlide implements Slide {
       const dir = image.fileDirectory;
       const photometric = Number(await dir.loadValue('PhotometricInterpretation'));
       const compression = Number(dir.hasTag('Compression') ? await dir.loadValue('Compression') : 1);
+      const tiff = compression === JPEG ? null : await tiffCoding(image, compression);
+      if (source && typeof tiff === 'string')
+        throw new SlideError(
+          'TILE_ERR_SLIDE_FORMAT',
+          `${path}: directory ${page}: ${tiff}; remote slides are read with JPEG tiles, or 8-bit RGB tiles uncompressed, LZW, deflate or PackBits; copy this one here to read it`,
+        );
       if (!DECODED.has(compression))
         throw new SlideError(
           'TILE_ERR_SLIDE_FORMAT',
           `${path}: TIFF compression ${compression} (JPEG 2000 is 33003/33005) needs libopenslide0`,
-        );
-      if (source && compression !== JPEG)
-        throw new SlideError(
-          'TILE_ERR_SLIDE_FORMAT',
-          `${path}: TIFF compression ${compression}: remote slides are read with JPEG tiles only (what scanners and vips write); copy this one here to read it`,
         );
       if (photometric !== RGB && !(photometric === YCBCR && compression === JPEG)) {
         throw new SlideError(
@@ -212,6 +241,7 @@ export class TiffSlide implements Slide {
         tilesDown: Math.ceil(image.getHeight() / tileHeight),
         compression,
         photometric,
+        tiff: tiff && typeof tiff !== 'string' ? tiff : null,
         jpegTables:
           compression === JPEG && dir.hasTag('JPEGTables')
             ? Uint8Array.from((await dir.loadValue('JPEGTables')) as ArrayLike<number>)
@@ -271,33 +301,40 @@ export class TiffSlide implements Slide {
       tiles: tx1 - tx0,
       ...region,
     };
-    if (l.compression !== JPEG) return job;
+    const remoteTiles = this.source && l.compression !== JPEG;
+    if (l.compression !== JPEG && !remoteTiles) return job;
     const dir = await this.ranges(l);
     const ranges: number[] = [];
     for (let tx = tx0; tx < tx1; tx++) {
       const i = ty * l.tilesAcross + tx;
       ranges.push(Number(dir.offsets[i]), Number(dir.counts[i]));
     }
+    const fetched = this.source ? await this.fetchTiles(ranges) : undefined;
+    if (remoteTiles)
+      return { ...job, frames: { coding: 'tiff', tiles: fetched!.map((bytes) => ({ bytes })), tiff: l.tiff! } };
     const jpeg: BandJob['jpeg'] = {
       tables: l.jpegTables,
       ranges,
       colorspace: l.photometric === YCBCR ? 'ycbcr' : 'rgb',
+      ...(fetched && { streams: fetched }),
     };
-    if (this.source) {
-      const wanted = Array.from({ length: tx1 - tx0 }, (_, k) => [ranges[2 * k], ranges[2 * k + 1]] as const);
-      const fetched = await this.source.readRanges(wanted);
-      // In shared memory, so that the thread decoding them reads them where they are instead of
-      // a copy serialised into its task.
-      const total = wanted.reduce((n, [, length]) => n + length, 0);
-      const shared = new Uint8Array(new SharedArrayBuffer(total));
-      let at = 0;
-      jpeg.streams = fetched.map((stream) => {
-        shared.set(stream, at);
-        return shared.subarray(at, (at += stream.length));
-      });
-      this.tileBytes += total;
-    }
     return { ...job, jpeg };
+  }
+
+  /** A remote slide's tiles at `ranges` (offset, length pairs), fetched into shared memory, so
+   *  that the thread decoding them reads them where they are instead of a copy serialised into
+   *  its task. */
+  private async fetchTiles(ranges: number[]): Promise<Uint8Array[]> {
+    const wanted = Array.from({ length: ranges.length / 2 }, (_, k) => [ranges[2 * k], ranges[2 * k + 1]] as const);
+    const fetched = await this.source!.readRanges(wanted);
+    const total = wanted.reduce((n, [, length]) => n + length, 0);
+    const shared = new Uint8Array(new SharedArrayBuffer(total));
+    let at = 0;
+    this.tileBytes += total;
+    return fetched.map((tile) => {
+      shared.set(tile, at);
+      return shared.subarray(at, (at += tile.length));
+    });
   }
 
   private ranges(l: Level) {

@@ -1,6 +1,7 @@
-// A region of a level decoded here from its TIFF tiles, band by band: the overview and regions of
+// A region of a level decoded here from its tiles, band by band: the overview and regions of
 // a remote slide, which libvips (a file reader) cannot open.
-import { bandBytes, bandView, cutRows, decodeBand, planBands, type BandView } from './bands.js';
+import { bandBytes, bandView, cutRows, planBands, type BandView } from './bands.js';
+import { decodeBandJob } from './frames.js';
 import type { Region, Slide } from './slide.js';
 
 export async function readTiled(
@@ -13,7 +14,7 @@ export async function readTiled(
     bands.map(async ({ ty, tx0, tx1 }): Promise<BandView> => {
       const job = await slide.bandJob(level, ty, tx0, tx1);
       const data = new SharedArrayBuffer(bandBytes(job));
-      await decodeBand(job, new Uint8Array(data));
+      await decodeBandJob(job, new Uint8Array(data));
       return bandView(job, data);
     }),
   );

@@ -4,7 +4,7 @@
 import sharp from 'sharp';
 import { bandBytes, bandView, cutRows, tileSpan, type BandView } from '../bands.js';
 import type { BandJob, BandSource, FrameBytes, Slide, SlideLevel } from '../slide.js';
-import { decodeFrames } from './frames.js';
+import { decodeFrames } from '../frames.js';
 import type { Pyramid } from './pyramid.js';
 
 /** A frame of the series: an instance (index into its instances) and a frame in it, from 0. */

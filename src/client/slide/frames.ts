@@ -1,0 +1,119 @@
+// Decodes a band of frames, each tile's own encoded bytes (DICOM frames, a remote TIFF's tiles),
+// on the reader pool, each once, straight into place: JPEG baseline by libturbojpeg (libvips in
+// sharp without it), JPEG 2000 by OpenJPEG, a TIFF's LZW, deflate, PackBits or uncompressed tiles
+// by geotiff.js' decoders, uncompressed RGB copied; a tile with no frame is background (white, as
+// past a slide's edges). decodeBandJob takes any band: frames here, else bands.ts' decodeBand.
+import { readSync } from 'node:fs';
+import type { getDecoder as GetDecoder } from 'geotiff';
+import sharp from 'sharp';
+import { decodeBand, fileOf } from './bands.js';
+import type { BandJob, FrameBytes, TiffCoding } from './slide.js';
+import { decodeJpegInto, hasTurboJpeg } from './turbojpeg.js';
+import type { J2KDecoder } from '@cornerstonejs/codec-openjpeg/decodewasmjs';
+
+function bytesOf(frame: FrameBytes, k: number, job: BandJob): Uint8Array {
+  if ('bytes' in frame) return frame.bytes;
+  const data = Buffer.allocUnsafe(frame.length);
+  if (readSync(fileOf(frame.path), data, 0, frame.length, frame.offset) !== frame.length)
+    throw new Error(`${frame.path}: the file ends inside frame ${k + 1} of the band at ${job.left},${job.top}`);
+  return data;
+}
+
+let j2k: Promise<J2KDecoder> | undefined;
+
+/** A JPEG 2000 frame as RGB, by OpenJPEG (cornerstonejs' WebAssembly build), one decoder a
+ *  thread, made on first use. */
+async function decodeJ2k(data: Uint8Array, job: BandJob): Promise<Uint8Array> {
+  j2k ??= (async () => {
+    const { default: factory } = await import('@cornerstonejs/codec-openjpeg/decodewasmjs');
+    // OpenJPEG's [INFO] lines would go to stdout.
+    const codec = await factory({ print: () => {}, printErr: () => {} });
+    return new codec.J2KDecoder();
+  })();
+  const decoder = await j2k;
+  decoder.getEncodedBuffer(data.length).set(data);
+  decoder.decode();
+  const info = decoder.getFrameInfo();
+  if (
+    info.width !== job.tileWidth ||
+    info.height !== job.tileHeight ||
+    info.componentCount !== 3 ||
+    info.bitsPerSample !== 8
+  )
+    throw new Error(
+      `a JPEG 2000 frame of ${info.width}x${info.height}, ${info.componentCount} components of ${info.bitsPerSample} bits; expected ${job.tileWidth}x${job.tileHeight} RGB, 8 bits`,
+    );
+  return decoder.getDecodedBuffer();
+}
+
+type TiffDecoder = Awaited<ReturnType<typeof GetDecoder>>;
+const tiffDecoders = new Map<string, Promise<TiffDecoder>>();
+
+/** geotiff.js' decoder registry, imported from its own file: the package's entry point brings its
+ *  worker pool, whose web-worker dependency takes any worker thread that imports it for one of
+ *  its own (and fails in the reader pool's). */
+let registry: Promise<{ getDecoder: typeof GetDecoder }> | undefined;
+const geotiffDecoders = () =>
+  (registry ??= import(new URL('./compression/index.js', import.meta.resolve('geotiff')).href));
+
+/** A TIFF tile as RGB: decoded (predictor undone) by geotiff.js, its extra samples dropped. */
+async function decodeTiffTile(data: Uint8Array, job: BandJob, tiff: TiffCoding): Promise<Uint8Array> {
+  const key = `${tiff.compression}/${tiff.predictor}/${tiff.samples}/${job.tileWidth}x${job.tileHeight}`;
+  let decoder = tiffDecoders.get(key);
+  if (!decoder) {
+    decoder = geotiffDecoders().then(({ getDecoder }) =>
+      getDecoder(tiff.compression, {
+        tileWidth: job.tileWidth,
+        tileHeight: job.tileHeight,
+        predictor: tiff.predictor,
+        bitsPerSample: Array(tiff.samples).fill(8),
+        planarConfiguration: 1,
+        samplesPerPixel: tiff.samples,
+      }),
+    );
+    tiffDecoders.set(key, decoder);
+  }
+  const decoded = new Uint8Array(await (await decoder).decode(data.slice().buffer));
+  const pixels = job.tileWidth * job.tileHeight;
+  if (decoded.length < pixels * tiff.samples)
+    throw new Error(`a TIFF tile of ${decoded.length} bytes decoded, expected ${pixels * tiff.samples}`);
+  if (tiff.samples === 3) return decoded;
+  const rgb = new Uint8Array(pixels * 3);
+  for (let i = 0, j = 0; i < rgb.length; i += 3, j += tiff.samples) rgb.set(decoded.subarray(j, j + 3), i);
+  return rgb;
+}
+
+/** Any band job, decoded into `into`: its frames here, else its TIFF tiles by bands.ts. */
+export const decodeBandJob = (job: BandJob, into: Uint8Array) =>
+  job.frames ? decodeFrames(job, into) : decodeBand(job, into);
+
+export async function decodeFrames(job: BandJob, into: Uint8Array): Promise<void> {
+  const { coding, tiles } = job.frames!;
+  const row = job.tileWidth * 3;
+  const stride = job.tiles * row;
+  for (let k = 0; k < tiles.length; k++) {
+    const frame = tiles[k];
+    const at = k * row;
+    if (!frame) {
+      for (let y = 0; y < job.tileHeight; y++) into.fill(255, at + y * stride, at + y * stride + row);
+      continue;
+    }
+    const data = bytesOf(frame, k, job);
+    let pixels: Uint8Array;
+    if (coding === 'jpeg' && hasTurboJpeg()) {
+      decodeJpegInto(data, into.subarray(at), job.tileWidth, job.tileHeight, stride);
+      continue;
+    }
+    if (coding === 'tiff') pixels = await decodeTiffTile(data, job, job.frames!.tiff!);
+    else if (coding === 'j2k') pixels = await decodeJ2k(data, job);
+    else if (coding === 'jpeg') {
+      const { data: rgb, info } = await sharp(data).removeAlpha().raw().toBuffer({ resolveWithObject: true });
+      if (info.width !== job.tileWidth || info.height !== job.tileHeight)
+        throw new Error(`a frame of ${info.width}x${info.height}, expected ${job.tileWidth}x${job.tileHeight}`);
+      pixels = rgb;
+    } else pixels = data;
+    if (pixels.length < row * job.tileHeight)
+      throw new Error(`a frame of ${pixels.length} bytes, expected ${row * job.tileHeight}`);
+    for (let y = 0; y < job.tileHeight; y++) into.set(pixels.subarray(y * row, (y + 1) * row), at + y * stride);
+  }
+}
