@@ -7,6 +7,8 @@ import { dicomize, startOrthanc, uidsOf } from '../tools/orthanc.js';
 
 export interface SourceCopies {
   copies: { source: string; slide: CohortSlide }[];
+  /** The levels-split copy's files. */
+  files: string[];
   stop(): Promise<void>;
 }
 
@@ -44,6 +46,7 @@ export async function dicomCopies(
         },
         { source: 'DICOMweb, local Orthanc', slide: { label: url, path: url, stem: series, from: 'the bench' } },
       ],
+      files,
       stop: () => orthanc.stop(),
     };
   } catch (err) {

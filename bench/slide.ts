@@ -10,8 +10,9 @@
 //   4. the 0.5 MPP TIFF from other sources, each run beside the local TIFF: as an OME-TIFF written
 //      by tifffile (the same JPEG tiles), over HTTP range requests from nginx (the bytes fetched
 //      against the bytes of the JPEG tiles used), from an S3-compatible server (s3rver), as
-//      OrthancWSIDicomizer's DICOM copies (whole levels, levels split) and from a local Orthanc's
-//      DICOMweb.
+//      OrthancWSIDicomizer's DICOM copies (whole levels, levels split; the latter from s3rver too)
+//      and from a local Orthanc's DICOMweb; each source and the TIFF in turn, --repeats times,
+//      the median pair reported (BENCH_SOURCE=TEXT: only the sources whose name holds TEXT).
 // --smoke runs it all on small slides (a cohort of 4) for seconds: CI's check that it works.
 // `npm run bench:slide -- [--concurrency=16] [--seconds=8] [--repeats=3] [--smoke]`.
 import { execFileSync } from 'node:child_process';
@@ -102,15 +103,17 @@ export interface SlideBench {
   sources: SourceRow[];
 }
 
-/** The 0.5 MPP TIFF read from another source, against the local TIFF run just before it (--smoke:
- *  the one TIFF run before them all). */
+/** The 0.5 MPP TIFF read from another source, each run against the local TIFF run just before it
+ *  (--smoke: the one TIFF run before them all); figures are the medians of `repeats` such pairs. */
 export interface SourceRow {
   source: string;
   tiles: number;
   tilesPerSec: number;
   tiffTilesPerSec: number;
-  /** tilesPerSec / tiffTilesPerSec. */
+  /** The median of the pairs' tilesPerSec / tiffTilesPerSec. */
   ratio: number;
+  /** Each pair's ratio. */
+  ratios: number[];
   cpuMsPerTile: number;
   tiffCpuMsPerTile: number;
   /** HTTP: bytes the server sent for the slide (its access log), and the bytes of the JPEG tiles
@@ -248,8 +251,9 @@ async function stageCosts(
   };
 }
 
-/** The 0.5 MPP TIFF from each other source, each against the local TIFF run just before it
- *  (--smoke: one TIFF run before them all, and one DICOM copy: it checks that each kind runs). */
+/** The 0.5 MPP TIFF from each other source, each against the local TIFF run just before it,
+ *  `repeats` times in turn (--smoke: one TIFF run before them all, and one DICOM copy: it checks
+ *  that each kind runs). */
 async function sourceRows(
   setup: Setup,
   tiff: CohortSlide,
@@ -257,6 +261,7 @@ async function sourceRows(
   warm: string,
   smoke: boolean,
   scale: number,
+  repeats: number,
 ): Promise<SourceRow[]> {
   const name = basename(tiff.path);
   const served = join(dir, 'served');
@@ -272,6 +277,8 @@ async function sourceRows(
   try {
     const put = new S3Client({ forcePathStyle: true });
     await put.send(new PutObjectCommand({ Bucket: 'bench', Key: name, Body: readFileSync(tiff.path) }));
+    for (const f of dicom.files)
+      await put.send(new PutObjectCommand({ Bucket: 'bench', Key: `dicom/${basename(f)}`, Body: readFileSync(f) }));
     put.destroy();
     const url = `${nginx.url}/${name}`;
     const at = (path: string): CohortSlide => ({ label: path, path, stem: tiff.stem, from: 'the bench' });
@@ -280,27 +287,41 @@ async function sourceRows(
       { source: 'HTTP ranges (nginx)', slide: at(url) },
       { source: 'S3 (s3rver)', slide: at(`s3://bench/${name}`) },
       ...dicom.copies,
-    ];
+      {
+        source: `DICOM files in S3 (s3rver), levels split`,
+        slide: { label: 's3://bench/dicom/', path: 's3://bench/dicom/', stem: 'dicom-s3', from: 'the bench' },
+      },
+    ].filter((x) => !process.env.BENCH_SOURCE || x.source.includes(process.env.BENCH_SOURCE));
     const rows: SourceRow[] = [];
+    let runs = 0;
     let local = await timedCohort(setup, [tiff], join(dir, 'beside-0'), 1);
     for (const { source, slide } of sources) {
-      if (!smoke && rows.length) local = await timedCohort(setup, [tiff], join(dir, `beside-${rows.length}`), 1);
-      const logged = nginx.log().length;
-      const other = await timedCohort(setup, [slide], join(dir, `source-${rows.length}`), 1);
+      const pairs: { local: typeof local; other: typeof local }[] = [];
+      let fetchedBytes: number | undefined;
+      for (let r = 0; r < (smoke ? 1 : repeats); r++) {
+        if (!smoke && runs) local = await timedCohort(setup, [tiff], join(dir, `beside-${runs}`), 1);
+        const logged = nginx.log().length;
+        pairs.push({ local, other: await timedCohort(setup, [slide], join(dir, `source-${runs++}`), 1) });
+        if (slide.path === url)
+          fetchedBytes = nginx
+            .log()
+            .slice(logged)
+            .reduce((n, line) => n + Number(line.split(' ')[1]), 0);
+      }
+      const ratios = pairs.map((p) => p.other.tilesPerSec / p.local.tilesPerSec);
+      const mid = pairs[ratios.indexOf(median(ratios))];
       const row: SourceRow = {
         source,
-        tiles: other.tiles,
-        tilesPerSec: other.tilesPerSec,
-        tiffTilesPerSec: local.tilesPerSec,
-        ratio: other.tilesPerSec / local.tilesPerSec,
-        cpuMsPerTile: other.cpuMsPerTile,
-        tiffCpuMsPerTile: local.cpuMsPerTile,
+        tiles: mid.other.tiles,
+        tilesPerSec: mid.other.tilesPerSec,
+        tiffTilesPerSec: mid.local.tilesPerSec,
+        ratio: median(ratios),
+        ratios,
+        cpuMsPerTile: median(pairs.map((p) => p.other.cpuMsPerTile)),
+        tiffCpuMsPerTile: median(pairs.map((p) => p.local.cpuMsPerTile)),
       };
-      if (slide.path === url) {
-        row.fetchedBytes = nginx
-          .log()
-          .slice(logged)
-          .reduce((n, line) => n + Number(line.split(' ')[1]), 0);
+      if (fetchedBytes !== undefined) {
+        row.fetchedBytes = fetchedBytes;
         // The same reads in this process, counting the JPEG tiles' bytes they decode.
         const { slide: opened, read } = await slideBodies(setup, at(url), 0.5, warm);
         await readOverview(opened, 0.5);
@@ -442,10 +463,10 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
           `${s.slide}: CPU ms/tile decode ${s.decode.toFixed(2)}, encode ${s.encode.toFixed(2)}, post ${s.post.toFixed(2)}; pipeline ${s.pipeline.toFixed(2)}`,
         );
 
-      const sources = await sourceRows(setup, tiff, dir, warm, smoke, scale);
+      const sources = await sourceRows(setup, tiff, dir, warm, smoke, scale, repeats);
       for (const r of sources)
         console.error(
-          `${r.source}: ${r.tilesPerSec.toFixed(1)} tiles/s against the TIFF's ${r.tiffTilesPerSec.toFixed(1)} (ratio ${r.ratio.toFixed(2)}); client ${r.cpuMsPerTile.toFixed(2)} CPU ms/tile (TIFF ${r.tiffCpuMsPerTile.toFixed(2)})${r.fetchedBytes ? `; fetched ${r.fetchedBytes} bytes for ${r.tileBytes} bytes of tiles (${(r.fetchedBytes / r.tileBytes!).toFixed(3)}x)` : ''}`,
+          `${r.source}: ${r.tilesPerSec.toFixed(1)} tiles/s against the TIFF's ${r.tiffTilesPerSec.toFixed(1)} (ratio ${r.ratio.toFixed(2)}, median of ${r.ratios.map((x) => x.toFixed(2)).join(', ')}); client ${r.cpuMsPerTile.toFixed(2)} CPU ms/tile (TIFF ${r.tiffCpuMsPerTile.toFixed(2)})${r.fetchedBytes ? `; fetched ${r.fetchedBytes} bytes for ${r.tileBytes} bytes of tiles (${(r.fetchedBytes / r.tileBytes!).toFixed(3)}x)` : ''}`,
         );
 
       // The cohort one slide at a time, then all of it with slides in flight.
@@ -507,11 +528,11 @@ export function slideMarkdown(b: SlideBench): string {
         `| ${s.slide} | ${s.tiles} | ${f(s.decode, 2)} | ${f(s.encode, 2)} | ${f(s.post, 2)} | ${f(s.pipeline, 2)} |`,
     ),
     '',
-    '| source | tiles/s | local TIFF tiles/s (run before it) | ratio | client CPU ms/tile (TIFF) | bytes fetched / bytes of tiles used |',
+    '| source | tiles/s | local TIFF tiles/s (run before it) | ratio: median (each pair) | client CPU ms/tile, median (TIFF) | bytes fetched / bytes of tiles used |',
     '|---|---|---|---|---|---|',
     ...b.sources.map(
       (r) =>
-        `| ${r.source} | ${f(r.tilesPerSec)} | ${f(r.tiffTilesPerSec)} | ${f(r.ratio, 2)} | ${f(r.cpuMsPerTile, 2)} (${f(r.tiffCpuMsPerTile, 2)}) | ${r.fetchedBytes ? `${r.fetchedBytes} / ${r.tileBytes} = ${f(r.fetchedBytes / r.tileBytes!, 3)}` : ''} |`,
+        `| ${r.source} | ${f(r.tilesPerSec)} | ${f(r.tiffTilesPerSec)} | ${f(r.ratio, 2)} (${r.ratios.map((x) => f(x, 2)).join(', ')}) | ${f(r.cpuMsPerTile, 2)} (${f(r.tiffCpuMsPerTile, 2)}) | ${r.fetchedBytes ? `${r.fetchedBytes} / ${r.tileBytes} = ${f(r.fetchedBytes / r.tileBytes!, 3)}` : ''} |`,
     ),
     '',
     `Cohort of ${b.cohort.slides} slides (0.5 and 0.25 MPP, TIFF and SVS; ${b.cohort.slidesInFlight} in flight): ${b.cohort.tiles} tiles in ${f(b.cohort.seconds)} s, ${f(b.cohort.slidesPerHour, 0)} slides/hour, ${f(b.cohort.tilesPerSec)} tiles/s against ${f(b.cohort.oneAtATimeTilesPerSec)} one slide at a time (ratio ${f(b.cohort.ratio, 2)}).`,

@@ -84,6 +84,7 @@ t.test('npm run bench -- --smoke', async (t) => {
       'S3 (s3rver)',
       'DICOM files, levels split',
       'DICOMweb, local Orthanc',
+      'DICOM files in S3 (s3rver), levels split',
     ],
     'the source rows',
   );
