@@ -26,7 +26,7 @@ import { writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { dicomize, startOrthanc, uidsOf, type Orthanc } from '../../tools/orthanc.js';
 import { startNginx, startS3rver } from '../../tools/remote-servers.js';
 import { openSlide } from '../../src/client/slide/open.js';
-import { startServer, waitFor, type TestServer } from '../helpers/server.js';
+import { ROOT, startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { freePort, outputs, tileInfer } from '../helpers/tile-infer.js';
 
 const MODELS = [
@@ -109,6 +109,14 @@ t.before(async () => {
   folders.level0 = join(dir, 'level0-local');
   mkdirSync(folders.level0);
   copyFileSync(levelZero(folders.full), join(folders.level0, 'level0.dcm'));
+  // Level 0 rewritten by pydicom with an Extended Offset Table (and an empty Basic one).
+  folders.eot = join(dir, 'eot-local');
+  mkdirSync(folders.eot);
+  execFileSync('/usr/bin/python3', [
+    join(ROOT, 'tools/synthetic/dicom-eot.py'),
+    levelZero(folders.full),
+    join(folders.eot, 'level0.dcm'),
+  ]);
   const served = join(dir, 'served');
   mkdirSync(served);
   copyFileSync(levelZero(folders.full), join(served, 'level0.dcm'));
@@ -140,6 +148,10 @@ t.before(async () => {
   // The split series beside an instance of another series, which its folder's listing finds too.
   await put('s3-split/zz-other-series.dcm', readFileSync(levelZero(folders.wrong)));
   await put('no-table/no-table.dcm', emptied);
+  // The same, beside a folder marker and a subfolder holding another series (not part of it).
+  await put('eot/level0.dcm', readFileSync(join(folders.eot, 'level0.dcm')));
+  await put('eot/.keep', Buffer.alloc(0));
+  await put('eot/sub/other-series.dcm', readFileSync(levelZero(folders.wrong)));
   await put('not-dicom/readme.txt', Buffer.from('no slide here'));
   bucket.destroy();
   urls.s3Full = 's3://wsi/s3-full/';
@@ -149,6 +161,7 @@ t.before(async () => {
   urls.s3NotDicom = 's3://wsi/not-dicom/';
   urls.s3Missing = 's3://wsi/s3-full/no-such-instance.dcm';
   urls.https = `${nginx.url}/level0.dcm`;
+  urls.s3Eot = 's3://wsi/eot/';
   const files = (folder: string) => readdirSync(folder).map((f) => join(folder, f));
   await orthanc.upload([...files(folders.full), ...files(folders.split)]);
   await locked.upload(files(locked_));
@@ -194,6 +207,15 @@ async function h5(path: string): Promise<{ features: Float32Array; coords: Int32
 
 const out = join(dir, 'cohort');
 
+/** summary.csv's rows by slide. */
+const summaryOf = (folder: string) =>
+  new Map(
+    (parse(readFileSync(join(folder, 'summary.csv')), { columns: true }) as Record<string, string>[]).map((r) => [
+      r.slide,
+      r,
+    ]),
+  );
+
 t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICOM: each as it should be', async (t) => {
   const manifest = join(dir, 'cohort.csv');
   const wrongWithMpp = copyFolder(folders.wrong, 'wrong-given-mpp');
@@ -209,21 +231,16 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     [urls.missing, ''],
     [urls.down, ''],
     [urls.locked, ''],
-    ...['s3Full', 's3SplitInstance', 's3Truncated', 's3NoTable', 's3NotDicom', 's3Missing', 'https'].map((k) => [
-      urls[k],
-      '',
-    ]),
+    ...['s3Full', 's3SplitInstance', 's3Truncated', 's3NoTable', 's3NotDicom', 's3Missing', 'https', 's3Eot'].map(
+      (k) => [urls[k], ''],
+    ),
     [folders.level0, ''],
+    [folders.eot, ''],
   ];
   writeFileSync(manifest, `wsi,mpp\n${rows.map((r) => r.join(',')).join('\n')}\n`);
   const run = await tileInfer(args([manifest], out), { timeoutMs: 600_000, env: s3.env });
   t.equal(run.code, 3, `some slides failed: ${run.stderr}`);
-  const summary = new Map(
-    (parse(readFileSync(join(out, 'summary.csv')), { columns: true }) as Record<string, string>[]).map((r) => [
-      r.slide,
-      r,
-    ]),
-  );
+  const summary = summaryOf(out);
   const reason = (slide: string) => summary.get(slide)?.reason ?? `no row: ${[...summary.keys()].join(' ')}`;
   // The copies of the TIFF's pixels, which the features below compare with the TIFF's.
   const copies = [
@@ -235,7 +252,7 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     urls.s3Full,
     urls.s3SplitInstance,
   ];
-  for (const slide of [tiff, ...copies, urls.https, folders.level0])
+  for (const slide of [tiff, ...copies, urls.https, folders.level0, folders.eot, urls.s3Eot])
     t.equal(summary.get(slide)?.status, 'done', `${slide}: ${reason(slide)}`);
   t.match(
     reason(urls.s3Truncated),
@@ -285,17 +302,19 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     t.ok(readFileSync(join(out, `tissue/${stemOf(slide)}.png`)).equals(mask), `${stemOf(slide)}: tissue mask`);
   }
 
-  // One instance over HTTP is its level alone: the same files as that instance alone in a folder.
-  const [remote, local] = [
-    await h5(join(out, 'features_gene-expr/level0.h5')),
-    await h5(join(out, 'features_gene-expr/level0-local.h5')),
-  ];
-  t.ok(remote.coords.length > 0, `https instance: ${remote.coords.length / 2} tiles`);
-  t.same(Array.from(remote.coords), Array.from(local.coords), 'https instance: coordinates');
-  t.ok(
-    Buffer.from(remote.features.buffer).equals(Buffer.from(local.features.buffer)),
-    'https instance: features bit for bit',
-  );
+  // One instance over HTTP is its level alone, and so is its Extended Offset Table copy (here and
+  // in S3): the same files as that instance alone in a folder.
+  const local = await h5(join(out, 'features_gene-expr/level0-local.h5'));
+  t.ok(local.coords.length > 0, `level 0 alone: ${local.coords.length / 2} tiles`);
+  for (const [label, stem] of [
+    ['https instance', 'level0'],
+    ['Extended Offset Table, here', 'eot-local'],
+    ['Extended Offset Table, S3', 'eot'],
+  ]) {
+    const got = await h5(join(out, `features_gene-expr/${stem}.h5`));
+    t.same(Array.from(got.coords), Array.from(local.coords), `${label}: coordinates`);
+    t.ok(Buffer.from(got.features.buffer).equals(Buffer.from(local.features.buffer)), `${label}: features bit for bit`);
+  }
 
   // JPEG 2000: level 0 holds the TIFF's pixels losslessly, so a tile in both grids has the same
   // features bit for bit; the grid itself may differ at the tissue's edge, the overview being
@@ -327,6 +346,18 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     `JPEG 2000: ${common} tiles in both grids of ${rowOf.size} and ${j2k.coords.length / 2}`,
   );
   t.equal(same, common, 'JPEG 2000: the common tiles have the same features');
+
+  // S3 down: the finished series fails this run (its identity cannot be read) and keeps its files.
+  const down = await tileInfer(args([urls.s3Full], out), {
+    env: { ...s3.env, AWS_ENDPOINT_URL: `http://127.0.0.1:${await freePort()}` },
+  });
+  t.equal(down.code, 3, down.stderr);
+  t.match(
+    summaryOf(out).get(urls.s3Full)?.reason,
+    /^\[TILE_ERR_SLIDE_REMOTE\] s3:\/\/wsi\/s3-full\/: .*ECONNREFUSED/,
+    'S3 down: a row naming the URL',
+  );
+  t.ok(existsSync(join(out, 'features_gene-expr/s3-full.h5')), 'S3 down: its finished files kept');
 
   // A rerun skips the finished series, and a token opens the locked server.
   const rerun = await tileInfer(args([folders.full, urls.series, urls.locked, urls.s3Full], out), {

@@ -4,7 +4,7 @@
 // pool reads each frame's bytes straight from the file, as it does TIFF tiles.
 import { closeSync, fstatSync, openSync, readdirSync, readSync, statSync } from 'node:fs';
 import { extname, join } from 'node:path';
-import dicomParser, { type Element } from 'dicom-parser';
+import dicomParser from 'dicom-parser';
 import { SlideError } from '../slide.js';
 import { fileAttrs } from './attributes.js';
 import { framesOf, seriesOf, type Instance } from './pyramid.js';
@@ -42,37 +42,71 @@ export function isDicomFile(path: string): boolean {
 
 export const unreadable = (message: string) => new SlideError('TILE_ERR_SLIDE_UNREADABLE', message);
 
+/** (7FE0,0001) Extended Offset Table as explicit VR little endian writes it: tag, "OV", 2 reserved
+ *  bytes. dicom-parser 1.8 reads OV's length as 2 bytes (it predates the VR), so an instance with
+ *  one is parsed up to it, and the two tables and the pixel data's header are read here. */
+const EXTENDED_OFFSETS = Buffer.from([0xe0, 0x7f, 0x01, 0x00, 0x4f, 0x56, 0x00, 0x00]);
+
+/** What dicom-parser throws (a string, or {exception, dataSet}) as a message. */
+const parserMessage = (err: unknown) =>
+  typeof err === 'string' ? err : ((err as { exception?: string }).exception ?? (err as Error).message ?? String(err));
+
+/** The element of `tag` (explicit VR, 4-byte length) at `at` in `head`: its value's offset and
+ *  length, or null when the head ends inside its header. */
+function longElementAt(head: Buffer, at: number, tag: number): { offset: number; length: number } | null {
+  if (at + 12 > head.length) return null;
+  if (head.readUInt16LE(at) !== 0x7fe0 || head.readUInt16LE(at + 2) !== tag)
+    throw new Error(`expected (7FE0,${tag.toString(16).padStart(4, '0').toUpperCase()}) at byte ${at}`);
+  return { offset: at + 12, length: head.readUInt32LE(at + 8) };
+}
+
 /** An instance's data set from the first `head.length` bytes of its `size`: null when the head
  *  ends before the pixel data (read more); a file that ends there is unreadable. Local files
  *  (readInstance) and remote ones (remote-files.ts) read their heads this way. */
 export function instanceFromHead(head: Uint8Array, size: number, where: string): DataSetHead | null {
+  const bytes = Buffer.from(head.buffer, head.byteOffset, head.length);
   try {
-    const data = dicomParser.parseDicom(head, { untilTag: 'x7fe00010' });
-    const pixel = data.elements.x7fe00010;
+    const table = bytes.indexOf(EXTENDED_OFFSETS, 132);
+    const data = dicomParser.parseDicom(table < 0 ? head : head.subarray(0, table), { untilTag: 'x7fe00010' });
+    let pixel: { offset: number; length: number | null } | null = null;
+    let extendedOffsets: DataSetHead['extendedOffsets'];
+    if (table >= 0) {
+      const offsets = longElementAt(bytes, table, 0x0001);
+      const lengths = offsets && longElementAt(bytes, offsets.offset + offsets.length, 0x0002);
+      const pixels = lengths && longElementAt(bytes, lengths.offset + lengths.length, 0x0010);
+      if (!pixels || pixels.offset > head.length) return head.length < size ? null : truncatedHead(where, size);
+      extendedOffsets = { offsets: uint64s(bytes, offsets!), lengths: uint64s(bytes, lengths!) };
+      pixel = { offset: pixels.offset, length: pixels.length === 0xffffffff ? null : pixels.length };
+    } else {
+      const e = data.elements.x7fe00010;
+      pixel = e ? { offset: e.dataOffset, length: e.hadUndefinedLength ? null : e.length } : null;
+    }
     // A head that ends between two elements parses: only the file's end says there is no pixel data.
     if (!pixel && head.length < size) return null;
-    const [offsets, lengths] = [data.elements.x7fe00001, data.elements.x7fe00002];
     return {
       where,
       attrs: fileAttrs(data),
       transferSyntax: data.string('x00020010')?.replace(/\0/g, '').trim(),
-      pixelData: pixel ? { offset: pixel.dataOffset, length: pixel.hadUndefinedLength ? null : pixel.length } : null,
-      ...(offsets &&
-        lengths && { extendedOffsets: { offsets: uint64s(head, offsets), lengths: uint64s(head, lengths) } }),
+      pixelData: pixel,
+      ...(extendedOffsets && { extendedOffsets }),
     };
   } catch (err) {
     if (head.length < size) return null;
-    const reason = err instanceof Error ? err.message : String(err);
-    throw unreadable(
-      `${where}: not a readable DICOM instance (${/overread|beyond|past/i.test(reason) ? `truncated: the data set goes past the file's end at byte ${size}` : reason})`,
-    );
+    const reason = parserMessage(err);
+    if (/past end|overrun|overread|beyond|maxPosition/i.test(reason)) return truncatedHead(where, size);
+    throw unreadable(`${where}: not a readable DICOM instance (${reason})`);
   }
 }
 
-/** An OV element's unsigned 64-bit values (little endian). */
-function uint64s(bytes: Uint8Array, e: Element): Float64Array {
-  const view = new DataView(bytes.buffer, bytes.byteOffset + e.dataOffset, e.length);
-  return Float64Array.from({ length: e.length / 8 }, (_, k) => Number(view.getBigUint64(k * 8, true)));
+function truncatedHead(where: string, size: number): never {
+  throw unreadable(
+    `${where}: not a readable DICOM instance (truncated: the data set goes past the file's end at byte ${size})`,
+  );
+}
+
+/** An OV value's unsigned 64-bit numbers (little endian). */
+function uint64s(bytes: Buffer, value: { offset: number; length: number }): Float64Array {
+  return Float64Array.from({ length: value.length / 8 }, (_, k) => Number(bytes.readBigUInt64LE(value.offset + k * 8)));
 }
 
 /** The size of the next head to try after `head` bytes: `first`, then four times more. */

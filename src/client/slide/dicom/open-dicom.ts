@@ -25,11 +25,11 @@ export function dicomKind(path: string): 'dicom' | 'remote' | 'dicomweb' | null 
 
 /** The series UID of a DICOM slide path, read from the first DICOM file of a folder (local or
  *  remote), the file, or the URL; null for other paths (and for a study URL, or a folder with no
- *  DICOM file). */
+ *  DICOM file). A remote series that cannot be read now fails (its identity is not guessed). */
 export async function dicomSeries(path: string): Promise<string | null> {
   const kind = dicomKind(path);
   if (kind === 'dicomweb') return parseDicomWebUrl(path)!.series;
-  if (kind === 'remote') return remoteSeriesUid(path).catch(() => null);
+  if (kind === 'remote') return remoteSeriesUid(path);
   if (!kind) return null;
   try {
     const file = statSync(path).isDirectory()

@@ -32,9 +32,11 @@ export const isDicomHead = (b: Uint8Array) =>
   b.length >= 132 && Buffer.from(b.subarray(128, 132)).toString('latin1') === 'DICM';
 
 const SEQUENCE_ITEM = 0xe000fffe; // (FFFE,E000) read as one little-endian uint32
+const SEQUENCE_END = 0xe0ddfffe; // (FFFE,E0DD)
 
 /** Frames' ranges from the Extended Offset Table, or from the Basic Offset Table (a frame runs to
- *  the next one's item; the last one's length from its item header). */
+ *  the next one's item; the last one's length from its item header, the sequence's end right
+ *  after it). Each frame's item header is checked as it arrives (RemoteFrames). */
 async function locateFrames(i: RemoteInstance): Promise<void> {
   const { source, where } = i;
   const count = framesOf(i);
@@ -54,13 +56,13 @@ async function locateFrames(i: RemoteInstance): Promise<void> {
     throw unreadable(`${where}: the encapsulated pixel data does not start with its offset table's item`);
   const tableLength = item.getUint32(4, true);
   const first = offset + 8 + tableLength;
-  let starts: number[];
   if (i.extendedOffsets) {
     const { offsets, lengths } = i.extendedOffsets;
-    if (offsets.length < count)
-      throw unreadable(`${where}: its Extended Offset Table places ${offsets.length} of its ${count} frames`);
+    if (Math.min(offsets.length, lengths.length) < count)
+      throw unreadable(
+        `${where}: its Extended Offset Table places ${Math.min(offsets.length, lengths.length)} of its ${count} frames`,
+      );
     for (let f = 0; f < count; f++) frames.set([first + offsets[f], 8 + lengths[f]], f * 2);
-    starts = [];
   } else {
     if (tableLength === 0)
       throw new SlideError(
@@ -70,7 +72,7 @@ async function locateFrames(i: RemoteInstance): Promise<void> {
     const table = new DataView((await source.read(offset + 8, tableLength)).slice().buffer);
     if (table.byteLength / 4 < count)
       throw unreadable(`${where}: its Basic Offset Table places ${table.byteLength / 4} of its ${count} frames`);
-    starts = Array.from({ length: count }, (_, f) => first + table.getUint32(f * 4, true));
+    const starts = Array.from({ length: count }, (_, f) => first + table.getUint32(f * 4, true));
     const past = starts.findIndex((at) => at + 8 > source.size);
     if (past >= 0)
       throw unreadable(
@@ -80,25 +82,46 @@ async function locateFrames(i: RemoteInstance): Promise<void> {
     if (lastItem.byteLength < 8 || lastItem.getUint32(0, true) !== SEQUENCE_ITEM)
       throw unreadable(`${where}: frame ${count} is missing (no item where its offset table places it)`);
     starts.push(starts[count - 1] + 8 + lastItem.getUint32(4, true));
+    // The last frame is one fragment when the sequence ends right after it.
+    const after = await source.read(starts[count], 8);
+    if (after.length === 8 && Buffer.from(after).readUInt32LE(0) !== SEQUENCE_END)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_FORMAT',
+        `${where}: frame ${count} goes on in another fragment: frames split across fragments are not read`,
+      );
     for (let f = 0; f < count; f++) {
       if (starts[f + 1] <= starts[f])
         throw unreadable(`${where}: its Basic Offset Table is out of order at frame ${f + 1}`);
       frames.set([starts[f], starts[f + 1] - starts[f]], f * 2);
     }
   }
-  const end = frames[count * 2 - 2] + frames[count * 2 - 1];
-  if (end > source.size)
-    throw unreadable(`${where}: truncated: frame ${count} of ${count} goes past the file's end at byte ${source.size}`);
+  for (let f = 0; f < count; f++)
+    if (frames[f * 2] + frames[f * 2 + 1] > source.size)
+      throw unreadable(
+        `${where}: truncated: frame ${f + 1} of ${count} goes past the file's end at byte ${source.size}`,
+      );
   [i.frames, i.items] = [frames, true];
 }
+
+/** The most of an instance read before its pixel data (its data set, per-frame positions
+ *  included): past it, a file is not read on (it would be read whole). */
+const MAX_HEAD = 32 * 1024 * 1024;
 
 /** An instance's head, read in growing ranges from the block its source opened with. */
 async function readHead(source: ByteSource): Promise<RemoteInstance> {
   for (let head = nextHead(0, source.size, BLOCK); ; head = nextHead(head, source.size, BLOCK)) {
+    if (head > MAX_HEAD)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_FORMAT',
+        `${source.url}: no pixel data in its first ${MAX_HEAD} bytes: not read on, which could read the whole file`,
+      );
     const found = instanceFromHead(await source.read(0, head), source.size, source.url);
     if (found) return { ...found, source };
   }
 }
+
+/** Each instance's block cache: its head and offset table (frames are fetched once, for a band). */
+const INSTANCE_CACHE = 4 * 1024 * 1024;
 
 /** Instances opened a few at a time (one request each for the first block), non-DICOM objects
  *  skipped; `opened` is the one the caller has open already. */
@@ -107,7 +130,7 @@ async function openInstances(urls: string[], opened?: ByteSource): Promise<Remot
   for (let k = 0; k < urls.length; k += 8) {
     const batch = await Promise.all(
       urls.slice(k, k + 8).map(async (url) => {
-        const source = url === opened?.url ? opened : await openSource(url);
+        const source = url === opened?.url ? opened : await openSource(url, INSTANCE_CACHE);
         if (isDicomHead(source.transport.first)) return readHead(source);
         source.close();
         return null;
@@ -131,7 +154,7 @@ async function seriesInstances(path: string, opened?: ByteSource): Promise<Remot
     if (!all.length) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${path}: no DICOM file in this folder`);
     return all;
   }
-  const named = await openInstances([path], opened ?? (await openSource(path)));
+  const named = await openInstances([path], opened ?? (await openSource(path, INSTANCE_CACHE)));
   if (!named.length)
     throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: not a DICOM file (no "DICM" after its 128-byte preamble)`);
   if (!/^s3:/i.test(path)) return named;
@@ -141,7 +164,9 @@ async function seriesInstances(path: string, opened?: ByteSource): Promise<Remot
   return [named[0], ...others.filter((o) => seriesOf(o) === series)];
 }
 
-/** The series UID of a remote DICOM path, for its identity: its first DICOM instance's. */
+/** The series UID of a remote DICOM path, for its identity: its first DICOM instance's; null when
+ *  there is none (it fails at opening, saying so). A server that cannot be reached fails here:
+ *  a slide's identity is never guessed. */
 export async function remoteSeriesUid(path: string): Promise<string | null> {
   for (const url of path.endsWith('/') && /^s3:/i.test(path) ? await listS3Folder(path) : [path]) {
     const [instance] = await openInstances([url]);
@@ -173,7 +198,8 @@ class RemoteFrames implements FrameSource {
           const frame = at[ks[j]].frame + 1;
           if (i.items) {
             const head = Buffer.from(bytes.buffer, bytes.byteOffset, 8);
-            if (head.readUInt32LE(0) !== SEQUENCE_ITEM || head.readUInt32LE(4) !== bytes.length - 8)
+            // An odd-length frame's item is padded to even; its Extended Offset Table length may not be.
+            if (head.readUInt32LE(0) !== SEQUENCE_ITEM || Math.abs(head.readUInt32LE(4) - (bytes.length - 8)) > 1)
               throw new SlideError(
                 'TILE_ERR_SLIDE_FORMAT',
                 `${i.where}: frame ${frame} is not one fragment where its offset table places it: frames split across fragments are not read`,

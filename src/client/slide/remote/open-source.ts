@@ -8,7 +8,8 @@ const REMOTE = /^(https?|s3):\/\//i;
 /** Whether a slide path is a URL read by range requests (http, https, s3). */
 export const isRemote = (path: string) => REMOTE.test(path);
 
-/** A remote slide's bytes, opened with one request for its first block. */
-export async function openSource(url: string): Promise<ByteSource> {
-  return new ByteSource(/^s3:/i.test(url) ? await S3Transport.open(url) : await HttpTransport.open(url));
+/** A remote slide's bytes, opened with one request for its first block; `cacheBytes`: its block
+ *  cache (source.ts' CACHE_BYTES by default). */
+export async function openSource(url: string, cacheBytes?: number): Promise<ByteSource> {
+  return new ByteSource(/^s3:/i.test(url) ? await S3Transport.open(url) : await HttpTransport.open(url), cacheBytes);
 }

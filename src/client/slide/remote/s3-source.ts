@@ -43,13 +43,13 @@ export class S3Transport implements RangeTransport {
   static async open(url: string): Promise<S3Transport> {
     const { bucket, key } = parts(url);
     const res = await get(url, bucket, key, `bytes=0-${BLOCK - 1}`);
-    const total = /\/(\d+)$/.exec(res.ContentRange ?? '');
+    const total = /\/(\d+)$/.exec(res.contentRange ?? '');
     if (!total)
       throw new SlideError(
         'TILE_ERR_SLIDE_REMOTE',
-        `${url}: a ranged GetObject without the object's size (Content-Range ${res.ContentRange})`,
+        `${url}: a ranged GetObject without the object's size (Content-Range ${res.contentRange})`,
       );
-    return new S3Transport(url, bucket, key, Number(total[1]), res.ETag ?? '', await res.Body!.transformToByteArray());
+    return new S3Transport(url, bucket, key, Number(total[1]), res.etag ?? '', res.body);
   }
 
   async fetch(offset: number, length: number): Promise<Uint8Array> {
@@ -60,15 +60,16 @@ export class S3Transport implements RangeTransport {
       `bytes=${offset}-${offset + length - 1}`,
       this.etag || undefined,
     );
-    return res.Body!.transformToByteArray();
+    return res.body;
   }
 
   close(): void {}
 }
 
-/** The objects of an s3:// folder (every key under the URL's prefix up to its last '/'), as s3://
- *  URLs in key order: a DICOM series kept as one object per instance (as the Imaging Data Commons
- *  keeps them). */
+/** The objects of an s3:// folder (the keys right under the URL's prefix up to its last '/', not
+ *  in its subfolders, as a local folder is read), as s3:// URLs in key order: a DICOM series kept
+ *  as one object per instance (as the Imaging Data Commons keeps them). Objects too small to be a
+ *  DICOM file (a folder marker, an empty .keep) are left out. */
 export async function listS3Folder(url: string): Promise<string[]> {
   const { bucket, key } = parts(url, true);
   const prefix = key.slice(0, key.lastIndexOf('/') + 1);
@@ -76,9 +77,12 @@ export async function listS3Folder(url: string): Promise<string[]> {
   let token: string | undefined;
   do {
     const page = await call(url, (sdk, client) =>
-      client.send(new sdk.ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token })),
+      client.send(
+        new sdk.ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, Delimiter: '/', ContinuationToken: token }),
+      ),
     );
-    for (const o of page.Contents ?? []) if (o.Key && !o.Key.endsWith('/')) urls.push(`s3://${bucket}/${o.Key}`);
+    for (const o of page.Contents ?? [])
+      if (o.Key && !o.Key.endsWith('/') && (o.Size ?? 0) >= 132) urls.push(`s3://${bucket}/${o.Key}`);
     token = page.IsTruncated ? page.NextContinuationToken : undefined;
   } while (token);
   return urls.sort();
@@ -95,10 +99,17 @@ function parts(url: string, folder = false): { bucket: string; key: string } {
   return { bucket: m[1], key: m[2] };
 }
 
+/** A ranged GetObject, its body read inside the call: a connection lost mid-body is a coded error
+ *  naming the URL too. */
 const get = (url: string, bucket: string, key: string, range: string, etag?: string) =>
   call(
     url,
-    (sdk, client) => client.send(new sdk.GetObjectCommand({ Bucket: bucket, Key: key, Range: range, IfMatch: etag })),
+    async (sdk, client) => {
+      const res = await client.send(
+        new sdk.GetObjectCommand({ Bucket: bucket, Key: key, Range: range, IfMatch: etag }),
+      );
+      return { contentRange: res.ContentRange, etag: res.ETag, body: await res.Body!.transformToByteArray() };
+    },
     etag,
   );
 

@@ -22,7 +22,7 @@ export interface RangeTransport {
 
 /** Reads below this are rounded out to aligned blocks of it (and cached). */
 export const BLOCK = 64 * 1024;
-/** Fetched bytes kept, per slide. */
+/** Fetched bytes kept by default, per source (a slide's file; DICOM instances keep less). */
 export const CACHE_BYTES = 32 * 1024 * 1024;
 /** Ranges with less than this between them are fetched in one request (the gap is read). */
 const MERGE_GAP = 2048;
