@@ -26,13 +26,17 @@ export interface FileInstance extends DataSetHead {
 
 const HEAD = 1 << 20;
 
-/** Whether the file starts as a DICOM Part 10 file does (128 bytes, then "DICM"). */
+/** Whether a file's first bytes are a DICOM Part 10 file's (128 bytes, then "DICM"). */
+export const isDicomHead = (b: Uint8Array) =>
+  b.length >= 132 && Buffer.from(b.buffer, b.byteOffset + 128, 4).toString('latin1') === 'DICM';
+
+/** Whether the file starts as a DICOM Part 10 file does. */
 export function isDicomFile(path: string): boolean {
   let fd: number | undefined;
   try {
     fd = openSync(path, 'r');
-    const magic = Buffer.alloc(4);
-    return readSync(fd, magic, 0, 4, 128) === 4 && magic.toString('latin1') === 'DICM';
+    const head = Buffer.alloc(132);
+    return isDicomHead(head.subarray(0, readSync(fd, head, 0, 132, 0)));
   } catch {
     return false;
   } finally {
@@ -129,6 +133,22 @@ export function readInstance(path: string): FileInstance {
   }
 }
 
+/** An uncompressed instance's frames, rows x columns x 3 bytes one after another: their byte
+ *  ranges in a file of `size` bytes, which must hold them all. */
+export function nativeFrames(i: DataSetHead, size: number): Float64Array {
+  const count = framesOf(i);
+  const { offset, length } = i.pixelData!;
+  const bytes = i.attrs.number('00280010')! * i.attrs.number('00280011')! * 3;
+  const held = Math.floor(Math.min(length!, size - offset) / bytes);
+  if (held < count)
+    throw unreadable(
+      `${i.where}: holds ${held} of its ${count} frames (NumberOfFrames): ${length! > size - offset ? `truncated at byte ${size}` : `frame ${held + 1} is missing`}`,
+    );
+  const frames = new Float64Array(count * 2);
+  for (let f = 0; f < count; f++) frames.set([offset + f * bytes, bytes], f * 2);
+  return frames;
+}
+
 /** The frames' byte ranges: one fragment a frame after the basic offset table (encapsulated), or
  *  frames of rows x columns x 3 bytes one after another (uncompressed). A fragment past the
  *  file's end is a truncated instance; fewer fragments than NumberOfFrames, a missing frame. */
@@ -141,16 +161,7 @@ export function locateFrames(i: FileInstance): Float64Array {
   try {
     const size = fstatSync(fd).size;
     const { offset, length } = i.pixelData;
-    if (length !== null) {
-      const bytes = i.attrs.number('00280010')! * i.attrs.number('00280011')! * 3;
-      const held = Math.floor(Math.min(length, size - offset) / bytes);
-      if (held < count)
-        throw unreadable(
-          `${i.path}: holds ${held} of its ${count} frames (NumberOfFrames): ${length > size - offset ? `truncated at byte ${size}` : `frame ${held + 1} is missing`}`,
-        );
-      for (let f = 0; f < count; f++) frames.set([offset + f * bytes, bytes], f * 2);
-      return (i.frames = frames);
-    }
+    if (length !== null) return (i.frames = nativeFrames(i, size));
     const header = Buffer.alloc(8);
     let at = offset;
     let fragment = -1; // the basic offset table comes first

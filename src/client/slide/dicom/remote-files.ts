@@ -10,7 +10,7 @@ import { listS3Folder } from '../remote/s3-source.js';
 import { BLOCK, type ByteSource } from '../remote/source.js';
 import { SlideError, type FrameBytes } from '../slide.js';
 import { DicomSlide, type FrameAt, type FrameSource } from './dicom-slide.js';
-import { instanceFromHead, nextHead, unreadable, type DataSetHead } from './files.js';
+import { instanceFromHead, isDicomHead, nativeFrames, nextHead, unreadable, type DataSetHead } from './files.js';
 import { buildPyramid, framesOf, seriesOf, wsiInstances } from './pyramid.js';
 
 export interface RemoteInstance extends DataSetHead {
@@ -27,10 +27,6 @@ export function isRemoteDicom(path: string): boolean {
   return /\.dcm$/i.test(new URL(path).pathname);
 }
 
-/** Whether a file's first bytes are a DICOM Part 10 file's (128 bytes, then "DICM"). */
-export const isDicomHead = (b: Uint8Array) =>
-  b.length >= 132 && Buffer.from(b.subarray(128, 132)).toString('latin1') === 'DICM';
-
 const SEQUENCE_ITEM = 0xe000fffe; // (FFFE,E000) read as one little-endian uint32
 const SEQUENCE_END = 0xe0ddfffe; // (FFFE,E0DD)
 
@@ -44,11 +40,7 @@ async function locateFrames(i: RemoteInstance): Promise<void> {
   const { offset, length } = i.pixelData;
   const frames = new Float64Array(count * 2);
   if (length !== null) {
-    const bytes = i.attrs.number('00280010')! * i.attrs.number('00280011')! * 3;
-    const held = Math.floor(Math.min(length, source.size - offset) / bytes);
-    if (held < count) throw unreadable(`${where}: holds ${held} of its ${count} frames (NumberOfFrames)`);
-    for (let f = 0; f < count; f++) frames.set([offset + f * bytes, bytes], f * 2);
-    [i.frames, i.items] = [frames, false];
+    [i.frames, i.items] = [nativeFrames(i, source.size), false];
     return;
   }
   const item = new DataView((await source.read(offset, 8)).slice().buffer);

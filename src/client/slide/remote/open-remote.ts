@@ -1,7 +1,8 @@
 // A remote slide's reader, chosen by its first bytes: TIFF, SVS and OME-TIFF by the built-in TIFF
 // reader over the byte source, a DICOM file by the DICOM reader (its series, as remote-files.ts
 // finds it).
-import { isDicomHead, openRemoteDicom } from '../dicom/remote-files.js';
+import { isDicomHead } from '../dicom/files.js';
+import { openRemoteDicom } from '../dicom/remote-files.js';
 import { SlideError, type Slide } from '../slide.js';
 import { TiffSlide } from '../tiff-slide.js';
 import type { ByteSource } from './source.js';
