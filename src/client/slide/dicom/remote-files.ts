@@ -190,11 +190,13 @@ class RemoteFrames implements FrameSource {
           const frame = at[ks[j]].frame + 1;
           if (i.items) {
             const head = Buffer.from(bytes.buffer, bytes.byteOffset, 8);
+            if (head.readUInt32LE(0) !== SEQUENCE_ITEM)
+              throw unreadable(`${i.where}: its offset table places frame ${frame} where no item starts`);
             // An odd-length frame's item is padded to even; its Extended Offset Table length may not be.
-            if (head.readUInt32LE(0) !== SEQUENCE_ITEM || Math.abs(head.readUInt32LE(4) - (bytes.length - 8)) > 1)
+            if (Math.abs(head.readUInt32LE(4) - (bytes.length - 8)) > 1)
               throw new SlideError(
                 'TILE_ERR_SLIDE_FORMAT',
-                `${i.where}: frame ${frame} is not one fragment where its offset table places it: frames split across fragments are not read`,
+                `${i.where}: frame ${frame} is not one fragment: frames split across fragments are not read`,
               );
           }
           shared.set(bytes.subarray(skip), to);
