@@ -58,8 +58,15 @@ export function toWire(feeds: Record<string, ort.Tensor>): {
   return { wire, transfer };
 }
 
+/** Spare input buffers kept per size: a batch's buffers come back with its outputs, and the next
+ *  batch of that size is written into them. A fresh one costs a page fault every 4 KiB while it is
+ *  filled: a float32 batch of 32 tiles of 224 px (19 MB) took 24 ms to fill fresh against 3.6 ms
+ *  reused, uint8 4.9 ms against 0.05 (this VM, Node 22). */
+const SPARE_BUFFERS = 2;
+
 export class ModelSession {
   private readonly runs = new RequestReply<Record<string, WireTensor>>();
+  private readonly spare = new Map<number, ArrayBuffer[]>();
 
   private constructor(
     private readonly thread: Worker,
@@ -72,6 +79,7 @@ export class ModelSession {
     readonly sessionMs: number,
   ) {
     thread.on('message', (message: ThreadReply) => {
+      if ('inputs' in message) for (const b of message.inputs) this.keep(b);
       if (message.type === 'result') this.runs.settle(message.id, message.outputs);
       else if (message.type === 'failed') this.runs.settle(message.id, new Error(message.reason));
     });
@@ -118,6 +126,17 @@ export class ModelSession {
   /** Ends the session thread (the packaging lint; a worker process just exits). */
   close(): Promise<number> {
     return this.thread.terminate();
+  }
+
+  /** A buffer of `bytes` for a batch's input: a spare one back from an earlier run, else new. Its
+   *  contents are an earlier batch's: the caller writes every byte. */
+  buffer(bytes: number): ArrayBuffer {
+    return this.spare.get(bytes)?.pop() ?? new ArrayBuffer(bytes);
+  }
+
+  private keep(buffer: ArrayBuffer): void {
+    const list = this.spare.get(buffer.byteLength) ?? [];
+    if (list.length < SPARE_BUFFERS) this.spare.set(buffer.byteLength, [...list, buffer]);
   }
 
   run(feeds: Record<string, ort.Tensor>): Promise<Record<string, WireTensor>> {

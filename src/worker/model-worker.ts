@@ -72,9 +72,9 @@ export interface ModelWorkerOptions {
   clock?: Clock;
 }
 
-/** What the worker uses of its model session: the plan, the provider and the runs (tests give
- *  their own). */
-export type WorkerSession = Pick<ModelSession, 'plan' | 'choice' | 'run'>;
+/** What the worker uses of its model session: the plan, the provider, the runs and, where it has
+ *  them, spare input buffers (tests give their own). */
+export type WorkerSession = Pick<ModelSession, 'plan' | 'choice' | 'run'> & Partial<Pick<ModelSession, 'buffer'>>;
 
 /** Decodes tiles, batches them and runs them through the model session. */
 export class ModelWorker {
@@ -112,7 +112,7 @@ export class ModelWorker {
     private readonly session: WorkerSession,
     private readonly options: ModelWorkerOptions,
   ) {
-    this.preprocess = makePreprocessor(pkg.manifest, session.plan.imageInput);
+    this.preprocess = makePreprocessor(pkg.manifest, session.plan.imageInput, session.buffer?.bind(session));
     this.maxBatch = Math.min(options.maxBatch || Infinity, session.plan.maxBatch);
     this.shapes = Array.from({ length: this.maxBatch }, (_, i) => i + 1);
     const { width, height } = pkg.manifest.tile;

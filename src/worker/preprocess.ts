@@ -10,10 +10,12 @@ export interface Preprocessor {
   tensor(tiles: Pixels[]): ort.Tensor;
 }
 
-/** `input` is the plan's image input: the manifest's, or the graph's float type when omitted. */
+/** `input` is the plan's image input: the manifest's, or the graph's float type when omitted.
+ *  `buffer` gives the tensor's memory (the session's spare buffers: every byte is written here). */
 export function makePreprocessor(
   manifest: Manifest,
   input: ImageInput = manifest.preprocess.input ?? 'float32',
+  buffer: (bytes: number) => ArrayBuffer = (bytes) => new ArrayBuffer(bytes),
 ): Preprocessor {
   const { width, height } = manifest.tile;
   const plane = width * height;
@@ -25,7 +27,7 @@ export function makePreprocessor(
     return {
       tensor(tiles) {
         const passThrough = tiles.length === 1 && tiles[0].channels === 3 && p.channel_order === 'RGB';
-        const out = passThrough ? tiles[0].data : new Uint8Array(tiles.length * size);
+        const out = passThrough ? tiles[0].data : new Uint8Array(buffer(tiles.length * size));
         if (!passThrough) {
           tiles.forEach(({ data, channels }, t) => {
             if (channels === 3 && p.channel_order === 'RGB') return out.set(data, t * size);
@@ -49,7 +51,7 @@ export function makePreprocessor(
   const size = plane * 3;
   return {
     tensor(tiles) {
-      const out = new Float32Array(tiles.length * size);
+      const out = new Float32Array(buffer(tiles.length * size * 4));
       tiles.forEach(({ data, channels }, t) => {
         for (let c = 0; c < 3; c++) {
           const ac = a[c];

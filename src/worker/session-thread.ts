@@ -34,8 +34,9 @@ export type ThreadReply =
     } & ProviderChoice)
   /** `noProvider`: no provider of the list can run the model (retrying cannot help). */
   | { type: 'load-failed'; reason: string; noProvider: boolean }
-  | { type: 'result'; id: number; outputs: Record<string, WireTensor> }
-  | { type: 'failed'; id: number; reason: string };
+  /** `inputs`: the feeds' buffers, handed back for the next batches (model-session.ts). */
+  | { type: 'result'; id: number; outputs: Record<string, WireTensor>; inputs: ArrayBuffer[] }
+  | { type: 'failed'; id: number; reason: string; inputs: ArrayBuffer[] };
 
 /** TEST HOOK (TILE_TEST_DEVICE_FAULT=<file>): the first session thread to find that file removes
  *  it, and its run then fails, and every later run, with a sticky CUDA error's message, as a real
@@ -57,7 +58,7 @@ function injectedFault(): void {
 }
 
 const port = parentPort!;
-const reply = (message: ThreadReply) => port.postMessage(message);
+const reply = (message: ThreadReply) => port.postMessage(message, 'inputs' in message ? message.inputs : undefined);
 const data = workerData as SessionThreadData;
 
 try {
@@ -83,6 +84,8 @@ try {
     ...choice,
   });
   port.on('message', async ({ id, feeds }: ThreadRequest) => {
+    // The run is over when the reply leaves, and ONNX Runtime holds no input after it.
+    const buffers = Object.values(feeds).map((t) => (t.data as ArrayBufferView).buffer as ArrayBuffer);
     try {
       injectedFault();
       const inputs = Object.fromEntries(
@@ -91,9 +94,9 @@ try {
       const results = await session.run(inputs);
       const outputs: Record<string, WireTensor> = {};
       for (const [name, t] of Object.entries(results)) outputs[name] = { type: t.type, data: t.data, dims: t.dims };
-      reply({ type: 'result', id, outputs });
+      reply({ type: 'result', id, outputs, inputs: buffers });
     } catch (err) {
-      reply({ type: 'failed', id, reason: (err as Error).message });
+      reply({ type: 'failed', id, reason: (err as Error).message, inputs: buffers });
     }
   });
 } catch (err) {

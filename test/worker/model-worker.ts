@@ -104,17 +104,16 @@ const rgbJob = (value: number, bytes = PIXELS): TileJob => ({
 });
 const FAR = () => Date.now() + 60_000;
 const tick = (ms = 0) => new Promise((r) => setTimeout(r, ms));
+/** Tiles `ids`, tile k's every byte k x 10, far from their deadlines. */
+const sendTens = (link: FrontLink, ids: number[]) => {
+  for (const id of ids) void link.accept(id, rgbJob(id * 10), FAR());
+};
 const valuesOf = (m: ChannelReply) => (m.type === 'result' && m.output.role === 'embedding' ? m.output.values : null);
 
 t.test('tiles that arrive together run as one batch, each answered with its own row', async (t) => {
   const fake = fakeSession();
   const { link, replied } = makeWorker(fake.session);
-  for (const [id, value] of [
-    [1, 10],
-    [2, 20],
-    [3, 30],
-  ])
-    void link.accept(id, rgbJob(value), FAR());
+  sendTens(link, [1, 2, 3]);
   const replies = await replied(3);
   t.same(fake.batches, [3], 'one run of three (before warm-up every size is served)');
   for (const m of replies) {
@@ -123,6 +122,30 @@ t.test('tiles that arrive together run as one batch, each answered with its own 
     t.equal(values.length, DIM, `tile ${m.id}: one row of ${DIM}`);
     t.equal(values[0], m.id * 10, `tile ${m.id}: its own row`);
     t.equal(values[DIM - 1], m.id * 10 * PIXELS);
+  }
+});
+
+t.test("a batch is written into the session's spare buffer, whatever an earlier batch left in it", async (t) => {
+  const fake = fakeSession();
+  const given: number[] = [];
+  // One buffer, handed out again and again, full of another batch's bytes each time.
+  let spare: ArrayBuffer | null = null;
+  fake.session.buffer = (bytes) => {
+    given.push(bytes);
+    if (spare?.byteLength !== bytes) spare = new ArrayBuffer(bytes);
+    new Uint8Array(spare).fill(0xab);
+    return spare;
+  };
+  const { link, replied } = makeWorker(fake.session);
+  sendTens(link, [1, 2, 3]);
+  await replied(3);
+  sendTens(link, [4, 5]);
+  const replies = await replied(5);
+  t.same(fake.batches, [3, 2], 'two runs');
+  t.same(given, [3 * PIXELS, 2 * PIXELS], "each batch's tensor in a buffer the session gave");
+  for (const m of replies) {
+    t.equal(valuesOf(m)![0], m.id * 10, `tile ${m.id}: its own row`);
+    t.equal(valuesOf(m)![DIM - 1], m.id * 10 * PIXELS, `tile ${m.id}: every byte its own`);
   }
 });
 
