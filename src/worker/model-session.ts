@@ -61,8 +61,9 @@ export function toWire(feeds: Record<string, ort.Tensor>): {
 /** Spare input buffers kept per size: a batch's buffers come back with its outputs, and the next
  *  batch of that size is written into them. A fresh one costs a page fault every 4 KiB while it is
  *  filled: a float32 batch of 32 tiles of 224 px (19 MB) took 24 ms to fill fresh against 3.6 ms
- *  reused, uint8 4.9 ms against 0.05 (this VM, Node 22). */
-const SPARE_BUFFERS = 2;
+ *  reused, uint8 4.9 ms against 0.05 (this VM, Node 22). One is enough: the worker runs one batch
+ *  at a time, and its buffers are back before the next one is made. */
+const SPARE_BUFFERS = 1;
 
 export class ModelSession {
   private readonly runs = new RequestReply<Record<string, WireTensor>>();
