@@ -132,8 +132,8 @@ interface Level extends SlideLevel {
    *  markers are checked against as they are decoded. */
   photometric: number;
   jpegTables: Uint8Array | null;
-  /** How a remote slide's other tiles are coded (decoded on the pool, not by libvips); null when
-   *  JPEG, or when the level's tiles are not in a coding read here (a local file's libvips reads). */
+  /** How a remote slide's tiles other than JPEG are coded (decoded on the pool, as libvips reads
+   *  files only); null for JPEG tiles and for a local file's. */
   tiff: TiffCoding | null;
   image: GeoTIFFImage;
   /** Where each tile's bytes lie, loaded on first use. */
@@ -199,8 +199,8 @@ export class TiffSlide implements Slide {
       const dir = image.fileDirectory;
       const photometric = Number(await dir.loadValue('PhotometricInterpretation'));
       const compression = Number(dir.hasTag('Compression') ? await dir.loadValue('Compression') : 1);
-      const tiff = compression === JPEG ? null : await tiffCoding(image, compression);
-      if (source && typeof tiff === 'string')
+      const tiff = source && compression !== JPEG ? await tiffCoding(image, compression) : null;
+      if (typeof tiff === 'string')
         throw new SlideError(
           'TILE_ERR_SLIDE_FORMAT',
           `${path}: directory ${page}: ${tiff}; remote slides are read with JPEG tiles, or 8-bit RGB tiles uncompressed, LZW, deflate or PackBits; copy this one here to read it`,
@@ -241,7 +241,7 @@ export class TiffSlide implements Slide {
         tilesDown: Math.ceil(image.getHeight() / tileHeight),
         compression,
         photometric,
-        tiff: tiff && typeof tiff !== 'string' ? tiff : null,
+        tiff: typeof tiff === 'string' ? null : tiff,
         jpegTables:
           compression === JPEG && dir.hasTag('JPEGTables')
             ? Uint8Array.from((await dir.loadValue('JPEGTables')) as ArrayLike<number>)
@@ -301,8 +301,8 @@ export class TiffSlide implements Slide {
       tiles: tx1 - tx0,
       ...region,
     };
-    const remoteTiles = this.source && l.compression !== JPEG;
-    if (l.compression !== JPEG && !remoteTiles) return job;
+    // A local file's other tiles are libvips' to read.
+    if (l.compression !== JPEG && !this.source) return job;
     const dir = await this.ranges(l);
     const ranges: number[] = [];
     for (let tx = tx0; tx < tx1; tx++) {
@@ -310,8 +310,8 @@ export class TiffSlide implements Slide {
       ranges.push(Number(dir.offsets[i]), Number(dir.counts[i]));
     }
     const fetched = this.source ? await this.fetchTiles(ranges) : undefined;
-    if (remoteTiles)
-      return { ...job, frames: { coding: 'tiff', tiles: fetched!.map((bytes) => ({ bytes })), tiff: l.tiff! } };
+    if (l.tiff)
+      return { ...job, frames: { coding: 'tiff', tiles: fetched!.map((bytes) => ({ bytes })), tiff: l.tiff } };
     const jpeg: BandJob['jpeg'] = {
       tables: l.jpegTables,
       ranges,

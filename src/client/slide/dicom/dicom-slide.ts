@@ -13,6 +13,14 @@ export interface FrameAt {
   frame: number;
 }
 
+/** The places in `at` of each instance's frames, by instance: a source fetches an instance's
+ *  frames together. */
+export function byInstance(at: FrameAt[]): Map<number, number[]> {
+  const places = new Map<number, number[]>();
+  at.forEach((a, k) => places.set(a.instance, [...(places.get(a.instance) ?? []), k]));
+  return places;
+}
+
 /** Where the frames' bytes come from. */
 export interface FrameSource {
   /** The frames' bytes, or where they lie in files, in order. */

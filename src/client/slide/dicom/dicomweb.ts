@@ -8,7 +8,7 @@
 import type { CodesOf } from '../../../lib/errors.js';
 import { SlideError, type FrameBytes } from '../slide.js';
 import { jsonAttrs, type JsonDataSet } from './attributes.js';
-import type { FrameAt, FrameSource } from './dicom-slide.js';
+import { byInstance, type FrameAt, type FrameSource } from './dicom-slide.js';
 import { EXPLICIT_LE, JPEG_BASELINE, type Instance } from './pyramid.js';
 
 export const AUTH_ENV = 'TILE_INFER_DICOMWEB_AUTHORIZATION';
@@ -196,11 +196,9 @@ export class DicomWebFrames implements FrameSource {
   }
 
   private async fetch(at: FrameAt[]): Promise<FrameBytes[]> {
-    const byInstance = new Map<number, number[]>();
-    at.forEach((a, k) => byInstance.set(a.instance, [...(byInstance.get(a.instance) ?? []), k]));
     const out: FrameBytes[] = new Array(at.length);
     await Promise.all(
-      [...byInstance].map(async ([instance, ks]) => {
+      [...byInstance(at)].map(async ([instance, ks]) => {
         const url = `${this.instances[instance].url}/frames/${ks.map((k) => at[k].frame + 1).join(',')}`;
         const accept = acceptFor(this.instances[instance].transferSyntax!);
         const response = await get(url, accept);

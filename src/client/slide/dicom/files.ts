@@ -78,7 +78,7 @@ export function instanceFromHead(head: Uint8Array, size: number, where: string):
       const offsets = longElementAt(bytes, table, 0x0001);
       const lengths = offsets && longElementAt(bytes, offsets.offset + offsets.length, 0x0002);
       const pixels = lengths && longElementAt(bytes, lengths.offset + lengths.length, 0x0010);
-      if (!pixels || pixels.offset > head.length) return head.length < size ? null : truncatedHead(where, size);
+      if (!pixels) return head.length < size ? null : truncatedHead(where, size);
       extendedOffsets = { offsets: uint64s(bytes, offsets!), lengths: uint64s(bytes, lengths!) };
       pixel = { offset: pixels.offset, length: pixels.length === 0xffffffff ? null : pixels.length };
     } else {

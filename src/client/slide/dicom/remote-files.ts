@@ -9,7 +9,7 @@ import { isRemote, openSource } from '../remote/open-source.js';
 import { listS3Folder } from '../remote/s3-source.js';
 import { BLOCK, type ByteSource } from '../remote/source.js';
 import { SlideError, type FrameBytes } from '../slide.js';
-import { DicomSlide, type FrameAt, type FrameSource } from './dicom-slide.js';
+import { byInstance, DicomSlide, type FrameAt, type FrameSource } from './dicom-slide.js';
 import { instanceFromHead, isDicomHead, nativeFrames, nextHead, unreadable, type DataSetHead } from './files.js';
 import { buildPyramid, framesOf, seriesOf, wsiInstances } from './pyramid.js';
 
@@ -38,11 +38,11 @@ async function locateFrames(i: RemoteInstance): Promise<void> {
   const count = framesOf(i);
   if (!i.pixelData) throw unreadable(`${where}: no pixel data`);
   const { offset, length } = i.pixelData;
-  const frames = new Float64Array(count * 2);
   if (length !== null) {
     [i.frames, i.items] = [nativeFrames(i, source.size), false];
     return;
   }
+  const frames = new Float64Array(count * 2);
   const item = new DataView((await source.read(offset, 8)).slice().buffer);
   if (item.byteLength < 8 || item.getUint32(0, true) !== SEQUENCE_ITEM)
     throw unreadable(`${where}: the encapsulated pixel data does not start with its offset table's item`);
@@ -133,16 +133,22 @@ async function openInstances(urls: string[], opened?: ByteSource): Promise<Remot
   return out;
 }
 
+/** The objects of a folder path (ending in "/"): an s3 folder's; an http(s) folder cannot be
+ *  listed. */
+async function folderObjects(path: string): Promise<string[]> {
+  if (!/^s3:/i.test(path))
+    throw new SlideError(
+      'TILE_ERR_SLIDE_MISSING',
+      `${path}: an http(s) folder cannot be listed; give one instance's URL, an s3:// folder, or the series' DICOMweb URL`,
+    );
+  return listS3Folder(path);
+}
+
 /** The instances of the series a path names: an s3 folder's, an s3 instance's in its folder, or
  *  an http(s) instance alone. */
 async function seriesInstances(path: string, opened?: ByteSource): Promise<RemoteInstance[]> {
   if (path.endsWith('/')) {
-    if (!/^s3:/i.test(path))
-      throw new SlideError(
-        'TILE_ERR_SLIDE_MISSING',
-        `${path}: an http(s) folder cannot be listed; give one instance's URL, an s3:// folder, or the series' DICOMweb URL`,
-      );
-    const all = await openInstances(await listS3Folder(path));
+    const all = await openInstances(await folderObjects(path));
     if (!all.length) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${path}: no DICOM file in this folder`);
     return all;
   }
@@ -160,7 +166,7 @@ async function seriesInstances(path: string, opened?: ByteSource): Promise<Remot
  *  there is none (it fails at opening, saying so). A server that cannot be reached fails here:
  *  a slide's identity is never guessed. */
 export async function remoteSeriesUid(path: string): Promise<string | null> {
-  for (const url of path.endsWith('/') && /^s3:/i.test(path) ? await listS3Folder(path) : [path]) {
+  for (const url of path.endsWith('/') ? await folderObjects(path) : [path]) {
     const [instance] = await openInstances([url]);
     if (!instance) continue;
     instance.source.close();
@@ -175,11 +181,9 @@ class RemoteFrames implements FrameSource {
   constructor(private readonly instances: RemoteInstance[]) {}
 
   async frames(at: FrameAt[]): Promise<FrameBytes[]> {
-    const byInstance = new Map<number, number[]>();
-    at.forEach((a, k) => byInstance.set(a.instance, [...(byInstance.get(a.instance) ?? []), k]));
     const out: FrameBytes[] = new Array(at.length);
     await Promise.all(
-      [...byInstance].map(async ([instance, ks]) => {
+      [...byInstance(at)].map(async ([instance, ks]) => {
         const i = this.instances[instance];
         const ranges = ks.map((k) => [i.frames![at[k].frame * 2], i.frames![at[k].frame * 2 + 1]] as const);
         const fetched = await i.source.readRanges(ranges);
