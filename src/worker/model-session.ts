@@ -58,16 +58,14 @@ export function toWire(feeds: Record<string, ort.Tensor>): {
   return { wire, transfer };
 }
 
-/** Spare input buffers kept per size: a batch's buffers come back with its outputs, and the next
- *  batch of that size is written into them. A fresh one costs a page fault every 4 KiB while it is
- *  filled: a float32 batch of 32 tiles of 224 px (19 MB) took 24 ms to fill fresh against 3.6 ms
- *  reused, uint8 4.9 ms against 0.05 (this VM, Node 22). One is enough: the worker runs one batch
- *  at a time, and its buffers are back before the next one is made. */
-const SPARE_BUFFERS = 1;
-
 export class ModelSession {
   private readonly runs = new RequestReply<Record<string, WireTensor>>();
-  private readonly spare = new Map<number, ArrayBuffer[]>();
+  /** One spare input buffer per size: a batch's buffers come back with its outputs, and the next
+   *  batch of that size is written into them. A fresh one costs a page fault every 4 KiB while it
+   *  is filled: a float32 batch of 32 tiles of 224 px (19 MB) took 24 ms to fill fresh against
+   *  3.6 ms reused, uint8 4.9 ms against 0.05 (this VM, Node 22). One is enough: the worker runs
+   *  one batch at a time, and its buffers are back before the next one is made. */
+  private readonly spare = new Map<number, ArrayBuffer>();
 
   private constructor(
     private readonly thread: Worker,
@@ -132,12 +130,13 @@ export class ModelSession {
   /** A buffer of `bytes` for a batch's input: a spare one back from an earlier run, else new. Its
    *  contents are an earlier batch's: the caller writes every byte. */
   buffer(bytes: number): ArrayBuffer {
-    return this.spare.get(bytes)?.pop() ?? new ArrayBuffer(bytes);
+    const spare = this.spare.get(bytes);
+    this.spare.delete(bytes);
+    return spare ?? new ArrayBuffer(bytes);
   }
 
   private keep(buffer: ArrayBuffer): void {
-    const list = this.spare.get(buffer.byteLength) ?? [];
-    if (list.length < SPARE_BUFFERS) this.spare.set(buffer.byteLength, [...list, buffer]);
+    if (!this.spare.has(buffer.byteLength)) this.spare.set(buffer.byteLength, buffer);
   }
 
   run(feeds: Record<string, ort.Tensor>): Promise<Record<string, WireTensor>> {

@@ -18,6 +18,10 @@ async function app() {
   return app;
 }
 
+/** A JSON body sent as it is written (malformed, not an object), not serialised by inject. */
+const postText = (server: Awaited<ReturnType<typeof app>>, text: string) =>
+  server.inject({ method: 'POST', url: '/tile', payload: text, headers: { 'content-type': 'application/json' } });
+
 const valid = { image_data: 'iVBORw0KGgo=', slide_name: 's', x: 0, y: 0, width: 224, height: 224, patch_idx: 0 };
 
 t.test('types map to pydantic type names with the offending input', async (t) => {
@@ -79,12 +83,7 @@ t.test('missing fields, bounds, list items and query literals', async (t) => {
 
 t.test('a body that is not an object, and nulls for optional fields', async (t) => {
   const server = await app();
-  const array = await server.inject({
-    method: 'POST',
-    url: '/tile',
-    payload: '[1,2]',
-    headers: { 'content-type': 'application/json' },
-  });
+  const array = await postText(server, '[1,2]');
   t.same(array.json().detail, [
     {
       loc: ['body'],
@@ -112,20 +111,10 @@ t.test('long inputs are not echoed back', async (t) => {
 
 t.test('malformed JSON', async (t) => {
   const server = await app();
-  const res = await server.inject({
-    method: 'POST',
-    url: '/tile',
-    payload: '{"x": ',
-    headers: { 'content-type': 'application/json' },
-  });
+  const res = await postText(server, '{"x": ');
   t.equal(res.statusCode, 422);
   t.match(res.json().detail[0], { type: 'json_invalid', msg: 'JSON decode error', ctx: { error: String } });
-  const empty = await server.inject({
-    method: 'POST',
-    url: '/tile',
-    payload: '',
-    headers: { 'content-type': 'application/json' },
-  });
+  const empty = await postText(server, '');
   t.equal(empty.statusCode, 422);
   t.same(jsonInvalid('Unexpected token } in JSON at position 18').loc, ['body', 18]);
 });
@@ -222,12 +211,7 @@ t.test('a number out of range (1e400) says so', async (t) => {
     .replace('"X"', '1e400')
     .replace('"B"', '-1e400')
     .replace('"T"', '1e400');
-  const res = await server.inject({
-    method: 'POST',
-    url: '/tile',
-    payload: body,
-    headers: { 'content-type': 'application/json' },
-  });
+  const res = await postText(server, body);
   t.equal(res.statusCode, 422);
   const msg = 'Input should be a finite number; the number is out of range (beyond 1.8e+308 in magnitude)';
   t.same(res.json().detail, [
