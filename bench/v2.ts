@@ -111,8 +111,27 @@ async function http(
   };
 }
 
+/** ModelInfer, as autocannon sends HTTP: requests encoded once beforehand, answers counted and not
+ * decoded, so that the load generator's CPU weighs the same on both sides of the comparison. */
+function grpcClientFor(port: number) {
+  const service = protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)[
+    'inference.GRPCInferenceService'
+  ] as protoLoader.ServiceDefinition;
+  const method = service.ModelInfer as protoLoader.MethodDefinition<object, Buffer>;
+  const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), {
+    'grpc.max_receive_message_length': -1,
+  });
+  const same = (message: Buffer) => message;
+  return {
+    encode: (request: object) => method.requestSerialize(request),
+    infer: (message: Buffer, done: (err: unknown) => void) =>
+      client.makeUnaryRequest(method.path, same, same, message, done),
+    close: () => client.close(),
+  };
+}
+
 /** `concurrency` calls in flight on one channel, for the span. */
-function grpcLoad(stub: any, requests: object[], concurrency: number, span: Span) {
+function grpcLoad(client: ReturnType<typeof grpcClientFor>, requests: Buffer[], concurrency: number, span: Span) {
   return async () => {
     const started = performance.now();
     const until = 'seconds' in span ? started + span.seconds * 1000 : Infinity;
@@ -122,7 +141,7 @@ function grpcLoad(stub: any, requests: object[], concurrency: number, span: Span
     const worker = async (count: number) => {
       for (let i = 0; i < count && performance.now() < until; i++) {
         await new Promise<void>((resolve) =>
-          stub.ModelInfer(requests[next++ % requests.length], (err: unknown) => (err ? errors++ : ok++, resolve())),
+          client.infer(requests[next++ % requests.length], (err) => (err ? errors++ : ok++, resolve())),
         );
       }
     };
@@ -154,11 +173,7 @@ export async function benchV2(options: { span: Span; concurrency: number; smoke:
     supervisor: { drain_delay_ms: 0 },
   });
   const pid = service.proc.pid!;
-  const definition = protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS);
-  const { inference } = grpc.loadPackageDefinition(definition) as any;
-  const stub = new inference.GRPCInferenceService(`127.0.0.1:${grpcPort}`, grpc.credentials.createInsecure(), {
-    'grpc.max_receive_message_length': -1,
-  });
+  const client = grpcClientFor(grpcPort);
   try {
     await waitFor(async () => (await fetch(`${service.url}/health/ready`)).status === 200, 120000);
     const tiles = rgbTiles(options.smoke ? 32 : 64);
@@ -204,17 +219,19 @@ export async function benchV2(options: { span: Span; concurrency: number; smoke:
       rows.push(await measure('v2 binary', n, concurrency, pid, load));
     }
     for (const n of [1, 32]) {
-      const requests = batches(n).map((group) => ({
-        model_name: MODEL,
-        inputs: [{ name: 'image', datatype: 'UINT8', shape: [group.length, SIZE, SIZE, 3] }],
-        raw_input_contents: [Buffer.concat(group)],
-      }));
-      await grpcLoad(stub, requests, concurrency, warmUp(span))();
-      rows.push(await measure('gRPC', n, concurrency, pid, grpcLoad(stub, requests, concurrency, span)));
+      const requests = batches(n).map((group) =>
+        client.encode({
+          model_name: MODEL,
+          inputs: [{ name: 'image', datatype: 'UINT8', shape: [group.length, SIZE, SIZE, 3] }],
+          raw_input_contents: [Buffer.concat(group)],
+        }),
+      );
+      await grpcLoad(client, requests, concurrency, warmUp(span))();
+      rows.push(await measure('gRPC', n, concurrency, pid, grpcLoad(client, requests, concurrency, span)));
     }
     return rows;
   } finally {
-    stub.close();
+    client.close();
     service.proc.kill('SIGTERM');
     await service.exited;
   }
