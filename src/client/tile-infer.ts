@@ -16,7 +16,7 @@ import {
 } from './pipeline/cohort.js';
 import { modelPlan } from './pipeline/inference.js';
 import type { SlideRun } from './pipeline/process-slide.js';
-import { defaultSlidesInFlight, runCohort } from './pipeline/run-cohort.js';
+import { defaultSlidesInFlight, recordFailure, runCohort } from './pipeline/run-cohort.js';
 import { processTiles } from './pipeline/process-tiles.js';
 import { lockOutput } from './pipeline/out-lock.js';
 import { makeDir } from './pipeline/outputs.js';
@@ -224,14 +224,7 @@ async function main(): Promise<number> {
               `${entry.label}: ${r.tiles} tiles in ${seconds.toFixed(1)} s, ${client.retries} retries${r.failed.length ? `, ${r.failed.length} tile files failed` : ''}; wrote ${r.files.join(', ') || 'nothing'}`,
             );
           } catch (err) {
-            summary.record({
-              slide: entry.label,
-              status: 'failed',
-              tiles: 0,
-              seconds: (performance.now() - started) / 1000,
-              reason: errorLine(err as Error),
-            });
-            progress.slideDone(`${entry.label}: failed: ${errorLine(err as Error)}`);
+            recordFailure(summary, progress, entry.label, started, err as Error);
           }
         }
       } else {

@@ -44,14 +44,7 @@ export async function runCohort(
               : `${entry.label}: ${r.tiles} tiles in ${seconds.toFixed(1)} s, ${client.retries - retries} retries; wrote ${r.files.join(', ')}`,
           );
         } catch (err) {
-          summary.record({
-            slide: entry.label,
-            status: 'failed',
-            tiles: 0,
-            seconds: (performance.now() - started) / 1000,
-            reason: errorLine(err as Error),
-          });
-          progress.slideDone(`${entry.label}: failed: ${(err as Error).message}`);
+          recordFailure(summary, progress, entry.label, started, err as Error);
         } finally {
           release();
         }
@@ -59,4 +52,17 @@ export async function runCohort(
     );
   }
   await Promise.all(running);
+}
+
+/** A slide (or tile folder) that failed: its summary row and its progress line give one reason. */
+export function recordFailure(
+  summary: Summary,
+  progress: Pick<CohortProgress, 'slideDone'>,
+  label: string,
+  started: number,
+  err: Error,
+): void {
+  const reason = errorLine(err);
+  summary.record({ slide: label, status: 'failed', tiles: 0, seconds: (performance.now() - started) / 1000, reason });
+  progress.slideDone(`${label}: failed: ${reason}`);
 }
