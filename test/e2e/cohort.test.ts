@@ -85,7 +85,11 @@ t.test('a manifest with a corrupt slide: it is recorded as failed with its reaso
     broken.reason,
     /\[TILE_ERR_SLIDE_TRUNCATED\] .*broken\.tif: the file is cut short: it is \d+ bytes, and directory 0 starts at byte \d+/,
   );
-  t.match(run.stderr, /site-a\/broken\.tif: failed: \[TILE_ERR_SLIDE_TRUNCATED\] /, 'its progress line: the code first');
+  t.match(
+    run.stderr,
+    /site-a\/broken\.tif: failed: \[TILE_ERR_SLIDE_TRUNCATED\] /,
+    'its progress line: the code first',
+  );
   for (const r of rows.filter((r) => r.slide !== CORRUPT)) {
     t.equal(r.status, 'done', r.slide);
     t.ok(r.tiles > 5, `${r.slide}: ${r.tiles} tiles`);
