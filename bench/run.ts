@@ -6,7 +6,8 @@
 // `npm run bench -- --smoke` runs it for seconds (CI: no thresholds, it only has to work);
 // `--sections=ceiling,models`, `--baseline=DIR` (another built checkout, measured in the same run:
 // in the ceiling, and in the models section the two services take turns per endpoint and concurrency),
-// `--fronts=1,2`, `--root=DIR` (the models section on another checkout). Writes bench/results/<date>.json and .md.
+// `--fronts=1,2`, `--root=DIR` (the models section on another checkout), `--rounds=N` (the v2 section
+// measures every system in turn N times, default 2). Writes bench/results/<date>.json and .md.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
@@ -250,7 +251,9 @@ async function main(): Promise<void> {
   }
 
   // The Open Inference Protocol against the raw-body route (bench/v2.ts: its own service).
-  const v2: V2Row[] = sections.includes('v2') ? await benchV2({ span, concurrency: smoke ? 4 : 16, smoke }) : [];
+  const v2: V2Row[] = sections.includes('v2')
+    ? await benchV2({ span, concurrency: smoke ? 4 : 16, smoke, rounds: option('rounds', 2) })
+    : [];
 
   const date = new Date().toISOString().slice(0, 10);
   const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;

@@ -39,6 +39,7 @@ import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { drive, type BenchBody, type Span } from './load.js';
 import { writeNullPackage } from './null-models.js';
+import { median } from './overload.js';
 import { dicomCopies } from './dicom-copies.js';
 
 const MODEL = 'null-224';
@@ -132,8 +133,6 @@ const benchBody = (made: MadeBody): BenchBody =>
   made.type === 'application/json'
     ? made.bytes.toString('latin1')
     : { type: made.type, body: Buffer.from(made.bytes), query: tileQuery(made.fields) };
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 interface Setup {
   url: string;

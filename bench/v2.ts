@@ -13,10 +13,13 @@ import { LOADER_OPTIONS, PROTO_FILE } from '../src/front/v2/grpc-server.js';
 import { cpuByRole } from './cpu.js';
 import { fire, warmUp, type BenchBody, type Span } from './load.js';
 import { writeNullPackages } from './null-models.js';
+import { median } from './overload.js';
 
 export interface V2Row {
   /** raw-body route, v2 JSON, v2 binary, gRPC. */
   system: string;
+  /** Each round measures every system in turn; ratios compare rows of one round. */
+  round: number;
   batch: number;
   concurrency: number;
   tilesPerSec: number;
@@ -61,14 +64,16 @@ function binaryBody(tiles: Buffer[]): { body: Buffer; headerLength: number } {
 const jsonBody = (tile: Buffer): string =>
   JSON.stringify({ inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, SIZE, SIZE, 3], data: Array.from(tile) }] });
 
-/** Runs `load` after a warm-up and measures tiles/s and CPU per tile around it. */
+type Load = () => Promise<{ ok: number; errors: number; seconds: number }>;
+
+/** Runs `load` and measures tiles/s and CPU per tile around it. */
 async function measure(
   system: string,
   batch: number,
   concurrency: number,
   pid: number,
-  load: () => Promise<{ ok: number; errors: number; seconds: number }>,
-): Promise<V2Row> {
+  load: Load,
+): Promise<Omit<V2Row, 'round'>> {
   const before = cpuByRole(pid);
   const client0 = process.cpuUsage();
   const { ok, errors, seconds } = await load();
@@ -172,7 +177,13 @@ function grpcLoad(client: ReturnType<typeof grpcClientFor>, requests: Buffer[], 
   };
 }
 
-export async function benchV2(options: { span: Span; concurrency: number; smoke: boolean }): Promise<V2Row[]> {
+/** Every system in turn, `rounds` times on one service (after one warm-up each). */
+export async function benchV2(options: {
+  span: Span;
+  concurrency: number;
+  smoke: boolean;
+  rounds: number;
+}): Promise<V2Row[]> {
   const { concurrency } = options;
   // The smoke run only has to work: a request per connection and row.
   const span: Span = options.smoke ? { perConnection: 1 } : options.span;
@@ -199,44 +210,36 @@ export async function benchV2(options: { span: Span; concurrency: number; smoke:
     const tiles = rgbTiles(options.smoke ? 32 : 64);
     const batches = (n: number) =>
       Array.from({ length: Math.max(1, tiles.length / n) }, (_, i) => tiles.slice(i * n, i * n + n));
-    const rows: V2Row[] = [];
     const query = `slide_name=bench&x=0&y=0&width=${SIZE}&height=${SIZE}&patch_idx=0`;
-    rows.push(
-      await measure(
-        'raw-body route',
-        1,
-        concurrency,
-        pid,
-        await http(
+    const systems: { system: string; batch: number; load: Load }[] = [
+      {
+        system: 'raw-body route',
+        batch: 1,
+        load: await http(
           service.url,
           `/api/predict/${MODEL}`,
           tiles.map((body) => ({ type: 'application/octet-stream', body, query })),
           concurrency,
           span,
         ),
-      ),
-    );
-    rows.push(
-      await measure(
-        'v2 JSON',
-        1,
-        concurrency,
-        pid,
-        await http(service.url, `/v2/models/${MODEL}/infer`, tiles.slice(0, 8).map(jsonBody), concurrency, span),
-      ),
-    );
+      },
+      {
+        system: 'v2 JSON',
+        batch: 1,
+        load: await http(service.url, `/v2/models/${MODEL}/infer`, tiles.slice(0, 8).map(jsonBody), concurrency, span),
+      },
+    ];
     for (const n of BATCHES) {
       const bodies = batches(n).map(binaryBody);
-      const path = `/v2/models/${MODEL}/infer`;
       const load = await http(
         service.url,
-        path,
+        `/v2/models/${MODEL}/infer`,
         bodies.map(({ body }) => ({ type: 'application/octet-stream', body, query: '' })),
         concurrency,
         span,
         { 'inference-header-content-length': String(bodies[0].headerLength) },
       );
-      rows.push(await measure('v2 binary', n, concurrency, pid, load));
+      systems.push({ system: 'v2 binary', batch: n, load });
     }
     for (const n of [1, 32]) {
       const requests = batches(n).map((group) =>
@@ -247,8 +250,12 @@ export async function benchV2(options: { span: Span; concurrency: number; smoke:
         }),
       );
       await grpcLoad(client, requests, concurrency, warmUp(span))();
-      rows.push(await measure('gRPC', n, concurrency, pid, grpcLoad(client, requests, concurrency, span)));
+      systems.push({ system: 'gRPC', batch: n, load: grpcLoad(client, requests, concurrency, span) });
     }
+    const rows: V2Row[] = [];
+    for (let round = 1; round <= (options.smoke ? 1 : options.rounds); round++)
+      for (const { system, batch, load } of systems)
+        rows.push({ round, ...(await measure(system, batch, concurrency, pid, load)) });
     return rows;
   } finally {
     client.close();
@@ -257,17 +264,30 @@ export async function benchV2(options: { span: Span; concurrency: number; smoke:
   }
 }
 
+/** A row per system: its tiles/s in each round, its ratios to the raw-body route (and gRPC's to v2
+ *  binary at the same batch) in each round with their median, and median CPU figures. */
 export function v2Markdown(rows: V2Row[]): string {
-  const raw = rows.find((r) => r.system === 'raw-body route');
   const f = (n: number, d = 0) => n.toFixed(d);
+  const find = (round: number, system: string, batch: number) =>
+    rows.find((r) => r.round === round && r.system === system && r.batch === batch);
+  const ratios = (of: V2Row[], to: (r: V2Row) => V2Row | undefined) => {
+    const xs = of.flatMap((r) => {
+      const base = to(r);
+      return base?.tilesPerSec ? [r.tilesPerSec / base.tilesPerSec] : [];
+    });
+    return xs.length ? `${xs.map((x) => f(x, 2)).join(' / ')} (median ${f(median(xs), 2)})` : '';
+  };
+  const groups = new Map<string, V2Row[]>();
+  for (const r of rows) groups.set(`${r.system}|${r.batch}`, [...(groups.get(`${r.system}|${r.batch}`) ?? []), r]);
+  const rounds = Math.max(0, ...rows.map((r) => r.round));
   return [
-    `Open Inference Protocol: a null model (${SIZE} px, 2 instances), c=${rows[0]?.concurrency}, one front; tiles/s against the contract's raw-body route (one application/octet-stream tile per request) in the same run.`,
+    `Open Inference Protocol: a null model (${SIZE} px, 2 instances), c=${rows[0]?.concurrency}, one front, ${rounds} round(s) of every system in turn; tiles/s against the contract's raw-body route (one application/octet-stream tile per request) in the same round.`,
     '',
-    '| system | tiles/request | tiles/s | of raw-body route | errors | client CPU ms/tile | front CPU ms/tile |',
-    '|---|---|---|---|---|---|---|',
-    ...rows.map(
-      (r) =>
-        `| ${r.system} | ${r.batch} | ${f(r.tilesPerSec)} | ${raw ? f(r.tilesPerSec / raw.tilesPerSec, 2) : ''} | ${r.errors} | ${f(r.clientCpuMsPerTile, 3)} | ${f(r.frontCpuMsPerTile, 3)} |`,
-    ),
+    '| system | tiles/request | tiles/s, each round | of raw-body route | of v2 binary, same batch | errors | client CPU ms/tile | front CPU ms/tile |',
+    '|---|---|---|---|---|---|---|---|',
+    ...[...groups.values()].map((of) => {
+      const { system, batch } = of[0];
+      return `| ${system} | ${batch} | ${of.map((r) => f(r.tilesPerSec)).join(' / ')} | ${ratios(of, (r) => find(r.round, 'raw-body route', 1))} | ${system === 'gRPC' ? ratios(of, (r) => find(r.round, 'v2 binary', batch)) : ''} | ${of.reduce((n, r) => n + r.errors, 0)} | ${f(median(of.map((r) => r.clientCpuMsPerTile)), 3)} | ${f(median(of.map((r) => r.frontCpuMsPerTile)), 3)} |`;
+    }),
   ].join('\n');
 }
