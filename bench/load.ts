@@ -67,8 +67,7 @@ export function fire(
   bodies: BenchBody[],
   concurrency: number,
   span: Span,
-  headers: Record<string, string> = {},
-  building: Building = 'per request',
+  { headers = {}, building = 'per request' }: { headers?: Record<string, string>; building?: Building } = {},
 ): Promise<autocannon.Result> {
   let next = 0;
   const built = (body: BenchBody) => {
@@ -113,9 +112,9 @@ export async function drive(
   span: Span,
   headers: Record<string, string> = {},
 ): Promise<LoadResult> {
-  await fire(url, path, bodies, concurrency, warmUp(span), headers);
+  await fire(url, path, bodies, concurrency, warmUp(span), { headers });
   const before = await scrape(url, model);
-  const result = await fire(url, path, bodies, concurrency, span, headers);
+  const result = await fire(url, path, bodies, concurrency, span, { headers });
   const seconds = result.duration;
   const after = await scrape(url, model);
   const stages: Record<string, number> = {};

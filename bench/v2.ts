@@ -105,9 +105,9 @@ async function http(
   span: Span,
   headers: Record<string, string> = {},
 ) {
-  await fire(url, path, bodies, concurrency, warmUp(span), headers, 'prebuilt');
+  await fire(url, path, bodies, concurrency, warmUp(span), { headers, building: 'prebuilt' });
   return async () => {
-    const result = await fire(url, path, bodies, concurrency, span, headers, 'prebuilt');
+    const result = await fire(url, path, bodies, concurrency, span, { headers, building: 'prebuilt' });
     return {
       ok: result.requests.total - result.non2xx,
       errors: result.errors + result.non2xx + result.timeouts,
