@@ -11,7 +11,7 @@ import t from 'tap';
 import { writeNullPackage } from '../../bench/null-models.js';
 import { renderLevel0, writeSlide } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
-import { freePort, smallSlide as spec, summaryRows, tileInfer } from '../helpers/tile-infer.js';
+import { freePort, slideCommand, smallSlide as spec, summaryRows, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'client-defects-'));
 const models = mkdtempSync(join(tmpdir(), 'defects-models-'));
@@ -22,19 +22,8 @@ const MODELS = [
 let port: number;
 let server: TestServer;
 const url = () => `http://127.0.0.1:${port}`;
-const slide = (paths: string[], out: string, extra: string[] = []) => [
-  'slide',
-  ...paths,
-  '--model',
-  'null-224',
-  '--out',
-  out,
-  '--server',
-  url(),
-  '--concurrency',
-  '4',
-  ...extra,
-];
+const slide = (paths: string[], out: string, extra: string[] = []) =>
+  slideCommand(paths, { model: 'null-224', out, server: url() }, extra);
 
 async function features(path: string): Promise<{ coords: number[]; values: number[] }> {
   await h5wasm.ready;

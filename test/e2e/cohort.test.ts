@@ -10,7 +10,7 @@ import t from 'tap';
 import { writeNullPackage } from '../../bench/null-models.js';
 import { writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
-import { outputs, summaryRows, tileInfer } from '../helpers/tile-infer.js';
+import { outputs, slideCommand, summaryRows, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'cohort-'));
 const spec = (format: 'tiff' | 'svs', mpp: number, seed: number): SlideSpec => ({
@@ -33,19 +33,8 @@ const manifest = join(dir, 'manifest', 'cohort.csv');
 // One instance, batches of one: a tile's output does not depend on its batch, so runs compare
 // byte for byte.
 let server: TestServer;
-const args = (out: string, extra: string[] = []) => [
-  'slide',
-  manifest,
-  '--model',
-  'null-224',
-  '--out',
-  out,
-  '--server',
-  server.url,
-  '--concurrency',
-  '4',
-  ...extra,
-];
+const args = (out: string, extra: string[] = []) =>
+  slideCommand([manifest], { model: 'null-224', out, server: server.url }, extra);
 
 t.before(async () => {
   mkdirSync(join(dir, 'manifest'));

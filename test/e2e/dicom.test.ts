@@ -27,7 +27,7 @@ import { dicomize, startOrthanc, uidsOf, type Orthanc } from '../../tools/orthan
 import { startNginx, startS3rver } from '../../tools/remote-servers.js';
 import { openSlide } from '../../src/client/slide/open.js';
 import { ROOT, startServer, waitFor, type TestServer } from '../helpers/server.js';
-import { freePort, outputs, tileInfer } from '../helpers/tile-infer.js';
+import { freePort, outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
 
 const MODELS = [
   { name: 'tissue-seg', instances: 1, intra_op_threads: 1 },
@@ -177,18 +177,8 @@ t.before(async () => {
 });
 t.teardown(() => Promise.all([server?.stop(), orthanc?.stop(), locked?.stop(), s3?.stop(), nginx?.stop()]));
 
-const args = (inputs: string[], out: string) => [
-  'slide',
-  ...inputs,
-  '--model',
-  'gene-expr',
-  '--out',
-  out,
-  '--server',
-  `http://127.0.0.1:${port}`,
-  '--concurrency',
-  '4',
-];
+const args = (inputs: string[], out: string) =>
+  slideCommand(inputs, { model: 'gene-expr', out, server: `http://127.0.0.1:${port}` });
 
 async function h5(path: string): Promise<{ features: Float32Array; coords: Int32Array; mpp: number }> {
   await h5wasm.ready;

@@ -25,24 +25,13 @@ import t from 'tap';
 import { writeNullPackage } from '../../bench/null-models.js';
 import { renderLevel0, writeSlide } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
-import { outputs, smallSlide as spec, tileInfer } from '../helpers/tile-infer.js';
+import { outputs, slideCommand, smallSlide as spec, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'results-'));
 chmodSync(dir, 0o755);
 let server: TestServer;
-const slide = (paths: string[], out: string, extra: string[] = [], model = 'null-224') => [
-  'slide',
-  ...paths,
-  '--model',
-  model,
-  '--out',
-  out,
-  '--server',
-  server.url,
-  '--concurrency',
-  '4',
-  ...extra,
-];
+const slide = (paths: string[], out: string, extra: string[] = [], model = 'null-224') =>
+  slideCommand(paths, { model, out, server: server.url }, extra);
 const rowsOf = (out: string) =>
   (
     parse(readFileSync(join(out, 'summary.csv')), { columns: true }) as {

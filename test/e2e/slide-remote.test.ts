@@ -14,7 +14,7 @@ import { openSlide } from '../../src/client/slide/open.js';
 import { startNginx, startS3rver } from '../../tools/remote-servers.js';
 import { writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { ROOT, startServer, waitFor, type TestServer } from '../helpers/server.js';
-import { outputs, summaryRows, tileInfer } from '../helpers/tile-infer.js';
+import { outputs, slideCommand, summaryRows, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'slide-remote-'));
 // Small (about 30 tiles): five runs of it fit the file's time on a shared machine.
@@ -44,19 +44,8 @@ let nginx: Awaited<ReturnType<typeof startNginx>>;
 let s3: Awaited<ReturnType<typeof startS3rver>>;
 const reference = join(dir, 'reference');
 
-const args = (slides: string[], out: string, extra: string[] = []) => [
-  'slide',
-  ...slides,
-  '--model',
-  'gene-expr',
-  '--out',
-  out,
-  '--server',
-  server.url,
-  '--concurrency',
-  '4',
-  ...extra,
-];
+const args = (slides: string[], out: string, extra: string[] = []) =>
+  slideCommand(slides, { model: 'gene-expr', out, server: server.url }, extra);
 
 /** The files of `out` are the reference's, byte for byte. */
 function sameOutputs(t: Test, out: string) {

@@ -9,7 +9,7 @@ import sharp from 'sharp';
 import t from 'tap';
 import { truthMask, writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
-import { freePort, outputs, tileInfer } from '../helpers/tile-infer.js';
+import { freePort, outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
 
 // A port of its own, kept for the run: the restarted service must come back where the command is
 // talking.
@@ -45,21 +45,12 @@ const SVS: SlideSpec = {
 const tiffPath = join(dir, 'tiff-slide.tif');
 const svsPath = join(dir, 'svs-slide.svs');
 
-const slideArgs = (slide: string, out: string, extra: string[] = []) => [
-  'slide',
-  slide,
-  '--model',
-  'gene-expr',
-  '--out',
-  out,
-  '--server',
-  `http://127.0.0.1:${PORT}`,
-  '--concurrency',
-  '4',
-  '--heatmap',
-  'ESR1',
-  ...extra,
-];
+const slideArgs = (slide: string, out: string, extra: string[] = []) =>
+  slideCommand([slide], { model: 'gene-expr', out, server: `http://127.0.0.1:${PORT}` }, [
+    '--heatmap',
+    'ESR1',
+    ...extra,
+  ]);
 
 const journalLines = (out: string) => {
   const path = join(out, '.journal', 'tiff-slide.gene-expr.jsonl');

@@ -14,8 +14,16 @@ export interface Run {
   seconds: number;
 }
 
-/** Runs tile-infer with `args`; `onStart` sees the process while it runs. */
-/** `fileModesBind`: run without the capabilities that let root pass file modes (a test as root
+/** `tile-infer slide` as the e2e files run it: INPUTS through `model` on `server`, results in
+ *  `out`, 4 tiles in flight, then `extra`. */
+export const slideCommand = (
+  inputs: string[],
+  { model, out, server }: { model: string; out: string; server: string },
+  extra: string[] = [],
+): string[] => ['slide', ...inputs, '--model', model, '--out', out, '--server', server, '--concurrency', '4', ...extra];
+
+/** Runs tile-infer with `args`; `onStart` sees the process while it runs.
+ *  `fileModesBind`: run without the capabilities that let root pass file modes (a test as root
  *  would otherwise write into a folder of mode 0555). Dropping them, not switching to nobody,
  *  keeps the run able to reach a node and a checkout that live in root's 0700 temp folders. */
 export function tileInfer(
