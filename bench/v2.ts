@@ -1,8 +1,8 @@
 // The Open Inference Protocol's section of `npm run bench`: tiles/s and the load generator's CPU
 // per tile at c=16 for v2 JSON, v2 binary at batches of 1, 8 and 32, and gRPC at 1 and 32, against
-// the contract's raw-body route (application/octet-stream, one tile per request), in one run on
-// one service serving a null model (bench/null-models.ts, batch.max raised to 32), each system
-// taking its turn so that ratios compare runs seconds apart.
+// the contract's raw-body route (application/octet-stream, one tile per request), on one service
+// serving a null model (bench/null-models.ts, batch.max raised to 32), each system taking its turn,
+// a number of rounds, so that each ratio compares runs of one round, seconds apart.
 import { readFileSync, writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import { join } from 'node:path';
@@ -105,9 +105,10 @@ async function http(
   span: Span,
   headers: Record<string, string> = {},
 ) {
-  await fire(url, path, bodies, concurrency, warmUp(span), { headers, building: 'prebuilt' });
+  const options = { headers, building: 'prebuilt' } as const;
+  await fire(url, path, bodies, concurrency, warmUp(span), options);
   return async () => {
-    const result = await fire(url, path, bodies, concurrency, span, { headers, building: 'prebuilt' });
+    const result = await fire(url, path, bodies, concurrency, span, options);
     return {
       ok: result.requests.total - result.non2xx,
       errors: result.errors + result.non2xx + result.timeouts,
@@ -278,7 +279,10 @@ export function v2Markdown(rows: V2Row[]): string {
     return xs.length ? `${xs.map((x) => f(x, 2)).join(' / ')} (median ${f(median(xs), 2)})` : '';
   };
   const groups = new Map<string, V2Row[]>();
-  for (const r of rows) groups.set(`${r.system}|${r.batch}`, [...(groups.get(`${r.system}|${r.batch}`) ?? []), r]);
+  for (const r of rows) {
+    const key = `${r.system}|${r.batch}`;
+    groups.set(key, [...(groups.get(key) ?? []), r]);
+  }
   const rounds = Math.max(0, ...rows.map((r) => r.round));
   return [
     `Open Inference Protocol: a null model (${SIZE} px, 2 instances), c=${rows[0]?.concurrency}, one front, ${rounds} round(s) of every system in turn; tiles/s against the contract's raw-body route (one application/octet-stream tile per request) in the same round.`,
