@@ -17,10 +17,14 @@ function stat(pid: number): { ppid: number; cpuMs: number } | null {
   }
 }
 
-function roleOf(pid: number, supervisor: number): Role {
+/** A process's role; null once it has exited (between reading its stat and its command line). */
+function roleOf(pid: number, supervisor: number): Role | null {
   if (pid === supervisor) return 'supervisor';
-  const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-  return cmd.includes('worker/main.js') ? 'workers' : 'fronts';
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('worker/main.js') ? 'workers' : 'fronts';
+  } catch {
+    return null;
+  }
 }
 
 /** CPU milliseconds used so far by each role of the service whose supervisor is `supervisor`
@@ -32,7 +36,8 @@ export function cpuByRole(supervisor: number): Record<Role, number> {
     if (!pid) continue;
     const s = stat(pid);
     if (!s || (pid !== supervisor && s.ppid !== supervisor)) continue;
-    totals[roleOf(pid, supervisor)] += s.cpuMs;
+    const role = roleOf(pid, supervisor);
+    if (role) totals[role] += s.cpuMs;
   }
   return totals;
 }

@@ -129,6 +129,9 @@ function grpcClientFor(port: number) {
   const method = service.ModelInfer as protoLoader.MethodDefinition<object, object>;
   // Unbounded as grpc-js's own client session: 16 calls of 4.8 MB are more than http2's 10 MB default.
   const session = http2.connect(`http://127.0.0.1:${port}`, { maxSessionMemory: Number.MAX_SAFE_INTEGER });
+  // A session error (the service gone while the session closes: ECONNRESET) fails the calls still
+  // open, each closing without a grpc-status and counted as an error; unheard, it ends the bench.
+  session.on('error', () => {});
   return {
     encode(request: object): Buffer {
       const message = method.requestSerialize(request);
@@ -152,7 +155,8 @@ function grpcClientFor(port: number) {
       call.resume();
       call.end(framed);
     },
-    close: () => session.close(),
+    /** Resolves once the connection is closed, so that the service stops after it. */
+    close: () => new Promise<void>((resolve) => session.close(resolve)),
   };
 }
 
@@ -205,9 +209,11 @@ export async function benchV2(options: {
     supervisor: { drain_delay_ms: 0 },
   });
   const pid = service.proc.pid!;
-  const client = grpcClientFor(grpcPort);
+  let channel: ReturnType<typeof grpcClientFor> | undefined;
   try {
     await waitFor(async () => (await fetch(`${service.url}/health/ready`)).status === 200, 120000);
+    const client = grpcClientFor(grpcPort);
+    channel = client;
     const tiles = rgbTiles(options.smoke ? 32 : 64);
     const batches = (n: number) =>
       Array.from({ length: Math.max(1, tiles.length / n) }, (_, i) => tiles.slice(i * n, i * n + n));
@@ -259,7 +265,7 @@ export async function benchV2(options: {
         rows.push({ round, ...(await measure(system, batch, concurrency, pid, load)) });
     return rows;
   } finally {
-    client.close();
+    await channel?.close();
     service.proc.kill('SIGTERM');
     await service.exited;
   }

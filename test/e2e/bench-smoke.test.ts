@@ -61,9 +61,12 @@ t.test('npm run bench -- --smoke', async (t) => {
     report.slide.tiles > 0 && report.slide.ratio > 0 && report.slide.clientCpuMsPerTile > 0,
     'the whole-slide row: tiles, ratio and client CPU',
   );
+  // Solo capacity is a count of answers within the 300 ms deadline: on a starved machine (the
+  // clients run at nice 19) it may be 0, and that is a measurement, not a failure.
+  const { overload } = report;
   t.ok(
-    report.overload.soloTilesPerSec > 0 && report.overload.worker.startedLate === 0,
-    'the overload section: solo capacity, and no tile started after its deadline',
+    Number.isFinite(overload.soloTilesPerSec) && overload.burstStatuses !== '' && overload.worker.startedLate === 0,
+    `the overload section: solo ${overload.soloTilesPerSec} tiles/s, burst ${overload.burstStatuses}, and no tile started after its deadline (${overload.worker.startedLate})`,
   );
   t.same(
     report.v2.map((r: { system: string; batch: number }) => `${r.system} ${r.batch}`),
