@@ -103,4 +103,16 @@ t.test('npm run bench -- --smoke', async (t) => {
   t.match(md, /Overload, one gene-expr worker, 300 ms deadline/);
   t.match(md, /\| endpoint \| provider \| conc\. \| tiles\/s/);
   t.match(md, /\| system \| body \| tile \| conc\. \| tiles\/s \| of JSON \| of irreducible/);
+  // CI shows the end of a failing test's output: what failed, said last.
+  if (!t.passing())
+    t.comment(
+      JSON.stringify({
+        exit: run.status,
+        stderr: run.stderr.slice(-1500),
+        runErrors: report.runs.map((r: { errors: number }) => r.errors),
+        ceilingErrors: report.ceiling.map((r: { errors: number }) => r.errors),
+        overload: { solo: report.overload.soloTilesPerSec, worker: report.overload.worker },
+        v2Errors: report.v2.map((r: { errors: number }) => r.errors),
+      }),
+    );
 });
