@@ -9,6 +9,7 @@ import { connect, type Socket } from 'node:net';
 import { getPriority, setPriority } from 'node:os';
 import { spawnService, waitFor, type ServiceProcess } from '../tools/service-process.js';
 import { cellularTile, encodePng } from '../tools/synthetic/tissue.js';
+import { median } from './stats.js';
 
 const agent = new Agent({ keepAlive: true, maxSockets: 512 });
 
@@ -113,8 +114,6 @@ export const stall = (url: string, path: string, count: number, bytes: number) =
     count,
     `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${bytes}\r\n\r\n{"image_data":"`,
   );
-
-export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
 
 /** Statuses with their error codes, counted: "200: 610, 503 TILE_ERR_QUEUE_FULL: 5210". */
 export function statusCounts(answers: Answer[]): string {

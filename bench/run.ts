@@ -23,6 +23,7 @@ import type { SlideBench } from './slide.js';
 import { drive, type Span } from './load.js';
 import { benchOverload, overloadMarkdown, type OverloadBench } from './overload.js';
 import { benchV2, v2Markdown, type V2Row } from './v2.js';
+import { medianMs } from './stats.js';
 
 const args = process.argv.slice(2);
 const smoke = args.includes('--smoke');
@@ -99,16 +100,6 @@ function body(png: Buffer, i: number, size: number): string {
 
 const label = (t: Target) => `${t.path}${t.tensor ? ' (tensor answer)' : ''}`;
 
-/** Median milliseconds of fn over n runs. */
-function median(fn: () => unknown, n = 30): number {
-  const times = Array.from({ length: n }, () => {
-    const t = performance.now();
-    fn();
-    return performance.now() - t;
-  }).sort((a, b) => a - b);
-  return times[Math.floor(n / 2)];
-}
-
 async function main(): Promise<void> {
   const count = smoke ? 4 : 32;
   const pngs = { 224: tiles(224, count), 512: tiles(512, smoke ? 4 : 16) };
@@ -121,13 +112,13 @@ async function main(): Promise<void> {
   const response = tileResponseJson(fields, outcome);
   const tensor = outputTensor(outcome.output, 512, 512);
   const serialization = {
-    fastMs: median(() => maskJson(mask)),
-    jsonStringifyMs: median(() => JSON.stringify(Array.from(mask))),
+    fastMs: medianMs(() => maskJson(mask)),
+    jsonStringifyMs: medianMs(() => JSON.stringify(Array.from(mask))),
     responseBytes: { json: response.length, tensor: tensor.bytes.length },
-    tensorMs: median(() => outputTensor(outcome.output, 512, 512)),
+    tensorMs: medianMs(() => outputTensor(outcome.output, 512, 512)),
     clientParseMs: {
-      json: median(() => JSON.parse(response.toString('utf8'))),
-      tensor: median(() => new Uint8Array(Buffer.from(tensor.bytes))),
+      json: medianMs(() => JSON.parse(response.toString('utf8'))),
+      tensor: medianMs(() => new Uint8Array(Buffer.from(tensor.bytes))),
     },
   };
 

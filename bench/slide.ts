@@ -39,7 +39,7 @@ import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { drive, type BenchBody, type Span } from './load.js';
 import { writeNullPackage } from './null-models.js';
-import { median } from './overload.js';
+import { median } from './stats.js';
 import { dicomCopies } from './dicom-copies.js';
 
 const MODEL = 'null-224';

@@ -13,7 +13,7 @@ import { LOADER_OPTIONS, PROTO_FILE } from '../src/front/v2/grpc-server.js';
 import { cpuByRole } from './cpu.js';
 import { fire, warmUp, type BenchBody, type Span } from './load.js';
 import { writeNullPackages } from './null-models.js';
-import { median } from './overload.js';
+import { median } from './stats.js';
 
 export interface V2Row {
   /** raw-body route, v2 JSON, v2 binary, gRPC. */

@@ -9,13 +9,13 @@ import { workers } from '../helpers/load.js';
 import {
   abandon,
   closedLoop as loop,
-  median,
   post as postTo,
   stall,
   statusCounts,
   tileBodies,
   workerProbe,
 } from '../../bench/overload.js';
+import { median } from '../../bench/stats.js';
 
 const DEADLINE_MS = 300;
 const BURST_S = Number(process.env.OVERLOAD_BURST_S ?? 5);

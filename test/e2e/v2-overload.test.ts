@@ -7,7 +7,8 @@ import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { inferBody, V2Client, type Tensor } from '../helpers/v2-client.js';
-import { median, rawSockets, workerProbe } from '../../bench/overload.js';
+import { rawSockets, workerProbe } from '../../bench/overload.js';
+import { median } from '../../bench/stats.js';
 
 const MODEL = 'tile-embed';
 const SIZE = 224;
