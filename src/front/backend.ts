@@ -57,6 +57,9 @@ export interface InferOptions {
   signal?: AbortSignal;
   /** The request's place, held until the worker is done with the tile. */
   ticket?: Ticket;
+  /** The bytes the tiles' images are (or are views of), which the caller reads no more: freed
+   *  once every tile is answered with a result (free-bytes.ts). */
+  spent?: Uint8Array;
 }
 
 /** Why a model cannot take a request now (failed to load, or still loading), or null when ready. */

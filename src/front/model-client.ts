@@ -14,6 +14,7 @@ import { type Connect, Instances } from './instances.js';
 import { QueueShare } from './queue-share.js';
 import { Routing } from './routing.js';
 import { UsageBatch } from './usage-batch.js';
+import { freeBytes } from './free-bytes.js';
 
 export interface ModelClientOptions {
   /** Opens a stream to a worker's socket path; node:net's createConnection by default. */
@@ -94,10 +95,15 @@ export class ModelClient implements ModelBackend {
   async inferBatch(
     model: string,
     jobs: TileJob[],
-    { deadline = Date.now() + this.entry(model).request_timeout_ms, signal, ticket }: InferOptions = {},
+    { deadline = Date.now() + this.entry(model).request_timeout_ms, signal, ticket, spent }: InferOptions = {},
   ): Promise<(InferResult | ServiceError)[]> {
     const hold = ticket ? () => ticket.hold() : () => () => {};
-    return this.routing.run(model, jobs, deadline, hold, signal);
+    const results = await this.routing.run(model, jobs, deadline, hold, signal);
+    // A worker answers a tile only once it has read the whole of it, and a tile goes to another
+    // worker only after the first answered or died: with every tile answered with a result, no
+    // write to a worker still reads these bytes. Otherwise (dropped, cancelled, failed) one may.
+    if (spent && results.every((r) => !(r instanceof ServiceError))) freeBytes(spent);
+    return results;
   }
 
   diagnostics(categories: string[]): Promise<unknown> {

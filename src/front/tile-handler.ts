@@ -33,7 +33,8 @@ export function tileHandler(fastify: FastifyInstance, backend: ModelBackend, con
     const result = await backend.infer(
       name,
       { task, withEmbedding, image, width: body.width, height: body.height, bulk },
-      { ticket, signal },
+      // The image's bytes are the body's, or decoded from its image_data: read no more here.
+      { ticket, signal, spent: image.bytes },
     );
     const received = performance.now();
     reply.request.tile!.times = result.times;

@@ -17,17 +17,19 @@ export function decodeBase64Strict(text: string | Buffer): { bytes: Buffer } | {
   }
   if (text.length % 4 !== 0)
     return { reason: `image_data has ${text.length} characters, not a multiple of 4; expected ${BASE64_ALPHABET}` };
-  const bytes = typeof text === 'string' ? Buffer.from(text, 'base64') : decodeSlices(text);
   const tail = typeof text === 'string' ? text.slice(-2) : text.toString('latin1', Math.max(0, text.length - 2));
   const padding = tail.endsWith('==') ? 2 : tail.endsWith('=') ? 1 : 0;
+  const length = (text.length / 4) * 3 - padding;
+  const bytes = typeof text === 'string' ? Buffer.from(text, 'base64') : decodeSlices(text, length);
   // A decoded length other than the text length implies means characters were skipped.
-  if (bytes.length !== (text.length / 4) * 3 - padding)
-    return { reason: `image_data holds characters outside ${BASE64_ALPHABET}` };
+  if (bytes.length !== length) return { reason: `image_data holds characters outside ${BASE64_ALPHABET}` };
   return { bytes };
 }
 
-function decodeSlices(text: Buffer): Buffer {
-  const out = Buffer.allocUnsafe((text.length / 4) * 3);
+/** The text's `length` bytes (fewer where it holds characters outside the alphabet), in a buffer
+ *  of their own once sent to a worker: the front frees it when the tile is answered. */
+function decodeSlices(text: Buffer, length: number): Buffer {
+  const out = Buffer.allocUnsafe(length);
   let written = 0;
   for (let at = 0; at < text.length; at += SLICE)
     written += out.write(text.toString('latin1', at, Math.min(text.length, at + SLICE)), written, 'base64');

@@ -198,3 +198,45 @@ t.test('a worker lost with a tile in flight: retried when killed from outside, e
     else t.match(got, { code: 'TILE_ERR_WORKER_GONE' }, 'died of its own: answered, not given to another');
   }
 });
+
+t.test("a request's bytes are freed once every tile is answered with a result, and only then", async (t) => {
+  let answers = 0;
+  const { client, workers } = await setUp(t, [(id) => result(id, 4), (id) => result(id, 4)]);
+  const TILE = 150_528;
+  const tile = (bytes: Buffer): TileJob => ({ ...job, image: { format: 'rgb', bytes, loc: ['body'] } });
+
+  const body = Buffer.alloc(2 * TILE, 7);
+  const jobs = [tile(body.subarray(0, TILE)), tile(body.subarray(TILE))];
+  const results = await client.inferBatch('gene-expr', jobs, { spent: body });
+  t.same(
+    results.map((r) => valueIn(r as never)),
+    [4, 4],
+  );
+  t.equal(body.byteLength, 0, 'every tile answered with a result: the body is freed');
+  const got = workers.flatMap((w) => w.tiles()).map((s) => s.job.image.bytes);
+  t.ok(
+    got.length === 2 && got.every((b) => b.length === TILE && b.every((v) => v === 7)),
+    'after each worker had every byte of its tile',
+  );
+
+  const slice = Buffer.alloc(2 * TILE, 7).subarray(0, TILE);
+  await client.infer('gene-expr', tile(slice), { spent: slice });
+  t.equal(slice.byteLength, TILE, 'a slice of a larger buffer is kept: the rest of it is not the request’s');
+
+  // One tile of two answered with an error: its write is done, but not every tile's need be.
+  for (const w of workers)
+    w.answer = (id) =>
+      answers++ % 2 ? { type: 'error', id, error: errors.workerGone('gone').toWire(), load } : result(id, 4);
+  const mixed = Buffer.alloc(2 * TILE, 7);
+  await client.inferBatch('gene-expr', [tile(mixed.subarray(0, TILE)), tile(mixed.subarray(TILE))], {
+    spent: mixed,
+  });
+  t.equal(mixed.byteLength, 2 * TILE, 'a tile answered with an error: kept');
+
+  for (const w of workers) w.answer = () => null;
+  const late = Buffer.alloc(TILE, 7);
+  await t.rejects(client.infer('gene-expr', tile(late), { spent: late, deadline: Date.now() + 100 }), {
+    code: 'TILE_ERR_DEADLINE',
+  });
+  t.equal(late.byteLength, TILE, 'unanswered at its deadline (its write may still be under way): kept');
+});

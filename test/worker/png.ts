@@ -357,6 +357,20 @@ t.test('strict standard base64; the URL-safe alphabet is refused by name', async
   t.match(decodeBase64Strict('abc$'), { reason: /characters outside standard base64/ });
   t.match(decodeBase64Strict('abc'), { reason: /3 characters, not a multiple of 4/ });
   t.match(decodeBase64Strict('ab=c'), { reason: /outside standard base64/ });
+  // A JSON body's image_data comes as bytes, decoded a slice at a time, into a buffer of its own
+  // (the front frees it once its tile is answered: src/front/free-bytes.ts), whatever the padding.
+  for (const size of [60000, 60001, 60002]) {
+    const png = Buffer.alloc(size, 9);
+    png[size - 1] = 5;
+    const decoded = decodeBase64Strict(Buffer.from(png.toString('base64'), 'latin1'));
+    t.ok(
+      'bytes' in decoded && decoded.bytes.equals(png) && decoded.bytes.buffer.byteLength === size,
+      `${size} bytes: decoded whole, in a buffer of their own`,
+    );
+  }
+  const text = Buffer.from(Buffer.alloc(60000, 9).toString('base64'), 'latin1');
+  text[100] = 0x24;
+  t.match(decodeBase64Strict(text), { reason: /outside standard base64/ }, 'bytes with a character outside it');
 });
 
 t.test("a worker's decode failures are typed; the front words each at the image's place", async (t) => {

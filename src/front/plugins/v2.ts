@@ -10,6 +10,7 @@ import { ServiceError } from '../../lib/errors.js';
 import type { V2Service } from '../v2/v2-service.js';
 import { countBytes, holdTicket, uploadOf } from '../request-ticket.js';
 import {
+  binaryBody,
   binaryOutputs,
   HEADER_LENGTH,
   InferRequestBody,
@@ -121,11 +122,12 @@ export default async function v2(
       },
       async (request, reply) => {
         const { ticket, signal } = request.tile!;
+        // The tiles' bytes are the body's, read no more here once they are answered.
         const response = await service.infer(
           request.params.model,
           request.params.version,
           toInferRequest(request.body),
-          { ticket, signal },
+          { ticket, signal, spent: binaryBody(request.body) },
         );
         const { body, headerLength } = writeResponse(response, binaryOutputs(request.body));
         if (headerLength === null) return reply.type('application/json').send(body);

@@ -32,9 +32,11 @@ export const InferRequestBody = Type.Object({
 });
 export type InferRequestBody = Static<typeof InferRequestBody>;
 
-/** JSON cannot make a symbol key: the binary section rides beside the parsed header. */
+/** JSON cannot make a symbol key: the binary section, and the body it is part of, ride beside
+ *  the parsed header. */
 const BINARY: unique symbol = Symbol('binary tensor data');
-type Parsed = Record<string, unknown> & { [BINARY]?: Buffer };
+const BODY: unique symbol = Symbol('binary request body');
+type Parsed = Record<string, unknown> & { [BINARY]?: Buffer; [BODY]?: Buffer };
 
 export const HEADER_LENGTH = 'inference-header-content-length';
 
@@ -65,9 +67,12 @@ export function parseBody(body: Buffer, headerLength: string | undefined): unkno
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value))
     throw errors.v2Invalid('the request should be a JSON object with "inputs"');
-  if (headerLength !== undefined) (value as Parsed)[BINARY] = body.subarray(length);
+  if (headerLength !== undefined) Object.assign(value, { [BINARY]: body.subarray(length), [BODY]: body });
   return value;
 }
+
+/** The body of a binary request, which its tiles' bytes are views of; none for a JSON one. */
+export const binaryBody = (body: InferRequestBody): Buffer | undefined => (body as Parsed)[BODY];
 
 const binarySize = (input: { name: string; parameters?: Record<string, unknown> }): number | undefined => {
   const size = input.parameters?.binary_data_size;
