@@ -152,6 +152,10 @@ t.test('binary bodies: the PNG file or raw RGB pixels, the fields in the query, 
     [tile224, rgb],
     'the body reaches the backend as sent',
   );
+  t.ok(
+    backend.jobs.every((j, i) => backend.spent[i] === j.image.bytes),
+    "each tile's image bytes are given up once answered (src/front/free-bytes.ts)",
+  );
   t.same(
     backend.jobs.map((j) => j.bulk),
     [0, 1, 2].map(() => fields.bulk_rna),

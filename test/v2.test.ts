@@ -4,6 +4,7 @@
 import t from 'tap';
 import { fakeService } from './helpers/fake-backend.js';
 import { inferBody, type Tensor } from './helpers/v2-client.js';
+import { messageBuffer } from '../src/front/v2/grpc-server.js';
 
 type Json = Record<string, any>;
 const tile = (n: number): Tensor => ({
@@ -51,6 +52,12 @@ t.test('a batch in JSON and in binary; outputs picked; the id echoed', async (t)
     { name: 'embedding', datatype: 'FP32', shape: [2, 160], parameters: { binary_data_size: 2 * 160 * 4 } },
   ]);
   t.equal(bin.rawPayload.length, length + 2 * 160 * 4, 'the raw tensor after the header');
+  const sent = binary.header.length + binary.binary.reduce((n, b) => n + b.length, 0);
+  t.same(
+    backend.spent.map((s) => s?.byteLength),
+    [undefined, undefined, undefined, sent, sent],
+    'a binary request gives up its body once its tiles are answered (free-bytes.ts); a JSON one, whose tiles are made from its numbers, nothing',
+  );
   const unknown = await app.inject({
     method: 'POST',
     url: '/v2/models/nope/infer',
@@ -108,4 +115,13 @@ t.test('framing errors are 400 {"error"}; states are 404 and 503', async (t) => 
   t.equal((await app.inject('/v2/models/tile-embed/ready')).statusCode, 503);
   t.equal((await app.inject('/v2/health/ready')).statusCode, 503);
   t.equal((await app.inject('/v2/health/live')).statusCode, 200);
+});
+
+t.test("a ModelInferRequest's bytes: the buffer grpc-js framed it in, when it holds nothing else", async (t) => {
+  const framed = Buffer.alloc(5 + 150_528);
+  t.equal(messageBuffer(framed.subarray(5)).byteLength, 5 + 150_528, 'behind its 5-byte prefix, alone: that buffer');
+  const pooled = Buffer.from('a small message');
+  t.equal(messageBuffer(pooled), pooled, 'a slice of the pool: itself, which freeBytes leaves alone');
+  const shared = Buffer.alloc(10 + 150_528).subarray(5, 5 + 150_528);
+  t.equal(messageBuffer(shared), shared, 'bytes after it: itself');
 });

@@ -25,6 +25,8 @@ import { MODELS, ROOT } from './server.js';
 export class FakeBackend implements ModelBackend {
   readonly usage: UsageReport[] = [];
   readonly jobs: TileJob[] = [];
+  /** Each tile's InferOptions.spent: the bytes its request gave up once answered (free-bytes.ts). */
+  readonly spent: (Uint8Array | undefined)[] = [];
   draining = false;
   /** Resolves inference; a test may hold it. */
   gate: Promise<void> = Promise.resolve();
@@ -109,6 +111,7 @@ export class FakeBackend implements ModelBackend {
   /** Output from the tile: a mask of the image's bytes' low bits, or their mean per output. */
   async infer(model: string, job: TileJob, options: InferOptions = {}): Promise<InferResult> {
     this.jobs.push(job);
+    this.spent.push(options.spent);
     const done = options.ticket?.hold();
     await this.gate.finally(done);
     const manifest = this.views.get(model)!.info!.manifest;

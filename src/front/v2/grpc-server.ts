@@ -34,6 +34,10 @@ interface GrpcInput {
   parameters: Record<string, Param>;
   contents: Contents | null;
 }
+
+/** JSON cannot make a symbol key: the bytes a request was decoded from ride beside its fields. */
+const MESSAGE: unique symbol = Symbol('ModelInferRequest message');
+
 interface GrpcInferRequest {
   model_name: string;
   model_version: string;
@@ -42,6 +46,18 @@ interface GrpcInferRequest {
   inputs: GrpcInput[];
   outputs: { name: string; parameters: Record<string, Param> }[];
   raw_input_contents: Buffer[];
+  /** The bytes it was decoded from (requestDeserialize, below). */
+  [MESSAGE]: Buffer;
+}
+
+/** What a ModelInferRequest's raw_input_contents are views of, to be freed once its tiles are
+ *  answered (free-bytes.ts): grpc-js gathers each message's frames into one buffer, its gRPC
+ *  prefix (5 bytes) and then the message, and decodes the message from behind the prefix; a
+ *  buffer of just that holds nothing else. Otherwise the message itself (a decompressed one is
+ *  a buffer of its own; a small one a slice of Node's pool, which freeBytes leaves alone). */
+export function messageBuffer(message: Buffer): Uint8Array {
+  const framed = message.byteOffset === 5 && message.buffer.byteLength === message.byteLength + 5;
+  return framed ? new Uint8Array(message.buffer) : message;
 }
 
 /** Which InferTensorContents field holds a datatype's elements. */
@@ -138,13 +154,18 @@ export async function startGrpc(
   const definition = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as unknown as {
     inference: { GRPCInferenceService: { service: grpc.ServiceDefinition } };
   };
+  const methods = definition.inference.GRPCInferenceService.service;
+  const infer = methods.ModelInfer!;
+  // Each ModelInferRequest keeps the bytes it was decoded from.
+  const requestDeserialize = (bytes: Buffer) => Object.assign(infer.requestDeserialize(bytes), { [MESSAGE]: bytes });
+  const inferenceService = { ...methods, ModelInfer: { ...infer, requestDeserialize } };
   const { logger } = options;
   const server = new grpc.Server({
     'grpc.max_receive_message_length': options.maxMessageBytes,
     'grpc.max_send_message_length': -1,
   });
   widenWindow(server, 'settings');
-  server.addService(definition.inference.GRPCInferenceService.service, {
+  server.addService(inferenceService, {
     ServerLive: unary(logger, () => ({ live: true })),
     ServerReady: unary(logger, () => ({ ready: service.ready() })),
     ModelReady: unary(logger, (r: { name: string; version: string }) => ({
@@ -165,6 +186,7 @@ export async function startGrpc(
         const response = await service.infer(r.model_name, r.model_version || undefined, toInferRequest(r), {
           ticket,
           signal: cancelled.signal,
+          spent: messageBuffer(r[MESSAGE]),
         });
         return {
           model_name: response.model_name,
