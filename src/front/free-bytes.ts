@@ -14,10 +14,15 @@ type Detachable = ArrayBuffer & { transfer(length: number): ArrayBuffer; readonl
 export function freeBytes(bytes: Uint8Array): void {
   const buffer = bytes.buffer as Detachable;
   if (
-    buffer instanceof ArrayBuffer &&
-    !buffer.detached &&
-    bytes.byteOffset === 0 &&
-    bytes.byteLength === buffer.byteLength
+    !(buffer instanceof ArrayBuffer) ||
+    buffer.detached ||
+    bytes.byteOffset !== 0 ||
+    bytes.byteLength !== buffer.byteLength
   )
+    return;
+  try {
     buffer.transfer(0);
+  } catch {
+    // Not detachable (Node 24 marks its Buffer pool so): the collector's, as before.
+  }
 }

@@ -121,6 +121,8 @@ export class Channel<In, Out> extends EventEmitter<{ message: [In]; close: [] }>
     if (n) this.socket.write(PADDING.subarray(0, n));
   }
 
+  /** A message is emitted only once the whole of its frame is here: the front frees a tile's
+   *  bytes once its answer comes (src/front/free-bytes.ts), which relies on that. */
   private receive(data: Buffer): void {
     this.chunks.push(data);
     this.buffered += data.length;

@@ -97,7 +97,6 @@ t.test('v2 batches under overload', async (t) => {
       statuses.every((s) => s === 200 || s === 503 || s === 504),
       `answers: ${JSON.stringify(counts)}`,
     );
-    t.ok(counts[200], 'some batches are served');
     await server.waitFor(async () => (await probe(server)).queued === 0, 10000);
     const p = await probe(server);
     t.equal(
@@ -107,5 +106,8 @@ t.test('v2 batches under overload', async (t) => {
     );
     await server.waitFor(async () => (await queueDepth(server)) === 0, 5000);
     t.equal(await queueDepth(server), 0, 'every place is given back');
+    // How many batches the burst served depends on the machine's load against the lone tile's
+    // (on the e2e tier's busy cores, none once: 18 refused, 4 expired); after it, one must be.
+    t.equal((await v2.infer(MODEL, [image(4)], binary)).status, 200, 'after the burst, a batch is served');
   });
 });
