@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { encodePng, cellularTile, slideTile, type SyntheticTile } from '../tools/synthetic/tissue.js';
 import { cpuByRole, cpuOfTree, type Role } from './cpu.js';
-import { fire, warmUp, type BenchBody, type Span } from './load.js';
+import { errorCount, fire, warmUp, type BenchBody, type Span } from './load.js';
 import { writeNullPackages } from './null-models.js';
 
 /** The request bodies compared: the contract's JSON (base64 PNG), the PNG file, raw uint8 RGB. */
@@ -120,7 +120,7 @@ async function measure(
     tilesPerSec: ok / seconds,
     p50: result.latency.p50,
     p99: result.latency.p99,
-    errors: result.errors + result.non2xx + result.timeouts,
+    errors: errorCount(result),
     cpuMsPerTile,
   };
 }

@@ -10,6 +10,8 @@ export interface LoadResult {
   p50: number;
   p99: number;
   errors: number;
+  /** The errors by what they were: each non-2xx status, and "socket" and "timeout". */
+  errorKinds: Record<string, number>;
   meanBatch: number;
   /** Mean milliseconds per tile in each server stage. */
   stages: Record<string, number>;
@@ -126,8 +128,23 @@ export async function drive(
     tilesPerSec: ok / seconds,
     p50: result.latency.p50,
     p99: result.latency.p99,
-    errors: result.errors + result.non2xx + result.timeouts,
+    errors: errorCount(result),
+    errorKinds: errorKinds(result),
     meanBatch: delta(before, after, 'batch'),
     stages,
   };
+}
+
+/** Requests that got no 2xx answer: autocannon's `errors` (connection errors, timeouts included)
+ *  and its non-2xx answers. */
+export const errorCount = (result: autocannon.Result) => result.errors + result.non2xx;
+
+/** An autocannon result's errors by kind, so that a report says "503: 6395" rather than a count. */
+export function errorKinds(result: autocannon.Result): Record<string, number> {
+  const kinds: Record<string, number> = {};
+  for (const [status, { count = 0 }] of Object.entries(result.statusCodeStats ?? {}))
+    if (!status.startsWith('2') && count) kinds[status] = count;
+  if (result.errors - result.timeouts > 0) kinds.socket = result.errors - result.timeouts;
+  if (result.timeouts) kinds.timeout = result.timeouts;
+  return kinds;
 }

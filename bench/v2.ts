@@ -11,7 +11,7 @@ import { spawnService, waitFor } from '../tools/service-process.js';
 import { cellularTile } from '../tools/synthetic/tissue.js';
 import { LOADER_OPTIONS, PROTO_FILE } from '../src/front/v2/grpc-server.js';
 import { cpuByRole } from './cpu.js';
-import { fire, warmUp, type BenchBody, type Span } from './load.js';
+import { errorCount, fire, warmUp, type BenchBody, type Span } from './load.js';
 import { writeNullPackages } from './null-models.js';
 import { median } from './stats.js';
 
@@ -111,7 +111,7 @@ async function http(
     const result = await fire(url, path, bodies, concurrency, span, options);
     return {
       ok: result.requests.total - result.non2xx,
-      errors: result.errors + result.non2xx + result.timeouts,
+      errors: errorCount(result),
       seconds: result.duration,
     };
   };

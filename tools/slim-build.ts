@@ -6,7 +6,8 @@
 // platform's ONNX Runtime binary (onnxruntime-node ships all five: ~290 MB). --bench adds the
 // benchmark's development dependencies (autocannon, onnx-proto), so that `bin/gpu-report` and
 // `bin/node dist/bench/run.js` run on that host; --vulkan-loader adds this machine's
-// libvulkan.so.1 under lib/ for a host whose GPU driver came without the Vulkan loader;
+// libvulkan.so.1 (and libglvnd's EGL, which NVIDIA's Vulkan driver opens) under lib/ for a host
+// whose GPU driver came without them;
 // --cuda FILE installs the CUDA provider libraries from a local package (see cuda-install.ts).
 // --client adds the whole-slide client (bin/tile-infer) and its slide readers (sharp and libvips,
 // geotiff, h5wasm: ~10 MB compressed); a GPU host is measured and served without them, the client
@@ -106,20 +107,31 @@ try {
 }
 rmSync(packed, { recursive: true, force: true });
 
+/** What --vulkan-loader brings, with its Debian package: the loader Dawn opens, and the two libglvnd
+ *  libraries NVIDIA's Vulkan driver needs: libGLX_nvidia.so.0 opens libEGL.so.1 at run time
+ *  (listed by no `ldd`), which needs libGLdispatch.so.0; without them the loader finds NVIDIA's
+ *  ICD and no device (an H200 whose driver was mounted as NVIDIA's container toolkit does, docs/gpu.md). */
+const VULKAN_LIBRARIES = [
+  ['libvulkan.so.1', 'libvulkan1'],
+  ['libEGL.so.1', 'libegl1'],
+  ['libGLdispatch.so.0', 'libglvnd0'],
+] as const;
+
 if (values['vulkan-loader']) {
-  const line = execFileSync('ldconfig', ['-p'], { encoding: 'utf8' })
-    .split('\n')
-    .find((l) => /libvulkan\.so\.1 .*x86-64|libvulkan\.so\.1 \(/.test(l));
-  if (!line) throw new Error('--vulkan-loader: this machine has no libvulkan.so.1 (Debian: libvulkan1)');
+  const cache = execFileSync('ldconfig', ['-p'], { encoding: 'utf8' }).split('\n');
   mkdirSync(join(out, 'lib'));
-  copyFileSync(line.split('=> ')[1].trim(), join(out, 'lib', 'libvulkan.so.1'));
+  for (const [soname, pkg] of VULKAN_LIBRARIES) {
+    const line = cache.find((l) => l.trim().startsWith(`${soname} (libc6,x86-64)`));
+    if (!line) throw new Error(`--vulkan-loader: this machine has no ${soname} (Debian: ${pkg})`);
+    copyFileSync(line.split('=> ')[1].trim(), join(out, 'lib', soname));
+  }
 }
 if (values.cuda) install(resolve(values.cuda), join(ortBin, process.platform, process.arch));
 
 /** A launcher that finds the kit from its own path (through symlinks), whatever the working
  *  directory; `cdKit`: the service, whose configuration and models are relative to the kit. */
 const launcher = (entry: string, cdKit = false) => `#!/bin/sh
-# ${basename(entry)} with the bundled node; lib/ holds a Vulkan loader when the build added one.
+# ${basename(entry)} with the bundled node; lib/ holds a Vulkan loader (and libglvnd's EGL) when the build added one.
 here=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
 ${
   cdKit

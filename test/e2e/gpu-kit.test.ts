@@ -51,6 +51,11 @@ t.test(
       [`${process.platform}/${process.arch}`],
       "this platform's ONNX Runtime only",
     );
+    t.same(
+      readdirSync(join(built, 'kit/lib')).sort(),
+      ['libEGL.so.1', 'libGLdispatch.so.0', 'libvulkan.so.1'],
+      "the Vulkan loader and the libglvnd libraries NVIDIA's Vulkan driver opens",
+    );
   },
 );
 

@@ -3,6 +3,7 @@
 // fabricated libraries (the real ones cannot be downloaded here).
 import t from 'tap';
 import AdmZip from 'adm-zip';
+import type autocannon from 'autocannon';
 import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,6 +20,7 @@ import {
 import { vulkanDevices } from '../../src/gpu/vulkan.js';
 import { candidateShapes, padTo, servedShapes } from '../../src/worker/batch-shapes.js';
 import { install } from '../../tools/cuda-install.js';
+import { errorCount, errorKinds } from '../../bench/load.js';
 import { ROOT } from '../helpers/server.js';
 
 // Recorded on a 2 x H100 host (nvidia-smi 550.54.15), with the service's query options.
@@ -262,4 +264,16 @@ t.test('npm run cuda:install: from a local package, checked before anything is c
   );
   t.equal(run.code, 2);
   t.match(run.stderr, /^cuda:install: .*is ONNX Runtime 1\.22\.0, expected/);
+});
+
+t.test("gpu-report's load errors by kind: autocannon counts timeouts among its errors", async (t) => {
+  const result = {
+    errors: 3,
+    timeouts: 1,
+    non2xx: 6397,
+    statusCodeStats: { '200': { count: 900 }, '503': { count: 6395 }, '504': { count: 2 } },
+  } as unknown as autocannon.Result;
+  t.same(errorKinds(result), { '503': 6395, '504': 2, socket: 2, timeout: 1 });
+  t.equal(errorCount(result), 6400, 'each request without a 2xx once');
+  t.same(errorKinds({ errors: 0, timeouts: 0, non2xx: 0, statusCodeStats: { '200': { count: 5 } } } as never), {});
 });

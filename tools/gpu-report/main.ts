@@ -20,7 +20,7 @@ import { deviceLabel, type VulkanDevice } from '../../src/gpu/vulkan.js';
 import { ROOT } from '../service-process.js';
 import { probe, within } from './deadline.js';
 import { measure, modelDir, type Answer, type Row } from './measure.js';
-import { findNvidiaIcd } from './vulkan-icd.js';
+import { findNvidiaIcd, GLVND_HINT } from './vulkan-icd.js';
 import { markdown, type Host, type Report } from './markdown.js';
 
 /** The options; an unknown one is an error message and exit status 2, with the usage. */
@@ -114,7 +114,9 @@ async function main(): Promise<number> {
         ? 'no Vulkan loader (libvulkan.so.1)'
         : devices.length
           ? devices.map(deviceLabel).join('; ')
-          : 'no Vulkan device',
+          : icd.manifest
+            ? `no Vulkan device, though NVIDIA's ICD is there: ${GLVND_HINT}`
+            : 'no Vulkan device',
     cuda:
       cuda.state === 'ok'
         ? `provider libraries for ONNX Runtime ${version}`

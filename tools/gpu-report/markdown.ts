@@ -31,6 +31,11 @@ export interface Report {
   rows: Row[];
 }
 
+/** "503: 6395, socket: 2" */
+const kinds = (k: Record<string, number> | undefined) =>
+  Object.entries(k ?? {})
+    .map(([kind, n]) => `${kind}: ${n}`)
+    .join(', ');
 const f = (n: number | null | undefined, d = 1) => (n === null || n === undefined ? '–' : n.toFixed(d));
 const cell = (s: string) => s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 
@@ -72,7 +77,7 @@ export function markdown(report: Report): string {
       : '–';
     const load = cs.map((c) => {
       const l = r.load.find((x) => x.concurrency === c);
-      return l ? `${f(l.tilesPerSec)} (${l.p50}/${l.p99})${l.errors ? `, ${l.errors} errors` : ''}` : '–';
+      return l ? `${f(l.tilesPerSec)} (${l.p50}/${l.p99})${l.errors ? `, errors ${kinds(l.errorKinds)}` : ''}` : '–';
     });
     const ratio = cs.map((c) => f(r.load.find((x) => x.concurrency === c)?.over_floor, 2));
     const floor = r.floor.best ? `${f(r.floor.best.tilesPerSec)} (${r.floor.best.batch})` : '–';

@@ -74,3 +74,8 @@ export function findNvidiaIcd(env: NodeJS.ProcessEnv = process.env): IcdSearch {
   );
   return { manifest, how: 'written', env: add(manifest), note: `no nvidia_icd.json; one written for ${library}` };
 }
+
+/** Why the loader can find NVIDIA's ICD and no device (seen on an H200, docs/gpu.md):
+ *  libGLX_nvidia.so.0 opens libglvnd's libEGL.so.1 at run time, which needs libGLdispatch.so.0. */
+export const GLVND_HINT =
+  "NVIDIA's libGLX_nvidia.so.0 needs libglvnd's libEGL.so.1 and libGLdispatch.so.0 (Debian: libegl1), which a kit built with --vulkan-loader brings under lib/";
