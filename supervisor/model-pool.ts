@@ -127,6 +127,9 @@ export class ModelPool {
       decodeThreads: entry.decode_threads ?? availableParallelism(),
       maxBatch: entry.max_batch ?? 0,
       maxDelayMs: entry.max_queue_delay_ms,
+      // The fronts admit by the workers' reports, which can be a beat old: the instances hold
+      // the bound itself.
+      maxHeld: Math.max(1, Math.ceil(entry.max_queue / this.options.gpus.length)),
       socketPath: (generation) => `${socketDir}/${entry.name}-${instance}-${reload}-${generation}.sock`,
       config: config.supervisor,
       logger: this.options.logger,

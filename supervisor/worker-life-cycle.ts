@@ -74,6 +74,7 @@ export interface WorkerLifeCycleOptions {
   decodeThreads: number;
   maxBatch: number;
   maxDelayMs: number;
+  maxHeld: number;
   /** The Unix socket path this instance listens on (one per generation). */
   socketPath: (generation: number) => string;
   config: ServiceConfig['supervisor'];
@@ -189,6 +190,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       decodeThreads: this.options.decodeThreads,
       maxBatch: this.options.maxBatch,
       maxDelayMs: this.options.maxDelayMs,
+      maxHeld: this.options.maxHeld,
       heartbeatMs: this.options.config.heartbeat_interval_ms,
       gpu: this.options.gpu,
       gpuPci: this.options.gpuInfo ? pciAddress(this.options.gpuInfo.pci_bus_id) : null,

@@ -390,7 +390,9 @@ t.test('503s: loading, failed with its reason, queue full; each with Retry-After
   await waitFor(() => backend.jobs.length === 1);
   const full = await app.inject({ method: 'POST', url: '/api/predict/gene-expr', payload: tileRequest(tile224) });
   t.equal(full.statusCode, 503);
-  t.match(full.json(), { detail: /gene-expr cannot take the request: 1 requests outstanding/ });
+  t.match(full.json(), {
+    detail: /gene-expr cannot take the request: 1 tiles outstanding on this front: its share of max_queue \(1\)/,
+  });
   t.equal(full.headers['x-error-code'], 'TILE_ERR_QUEUE_FULL');
   open();
   t.equal((await first).statusCode, 200);

@@ -1,23 +1,27 @@
-// Admission by expected wait, decided before a request's body is read: a request that could not
-// finish before its deadline is refused at once (503 TILE_ERR_QUEUE_FULL, Retry-After from the
+// Admission by the places a front may hold in a model's queue and by expected wait, decided before
+// a request's body is read: a request that could not finish before its deadline is refused at once (503 TILE_ERR_QUEUE_FULL, Retry-After from the
 // estimate) rather than queued for a 504 later. Pure logic over what a front knows of each
-// instance: the tiles it has in flight there and the worker's last report of its queue and pace;
+// instance: the tiles it has in flight there and the worker's last report of its load and pace;
 // the clock is injected so the fast tier can drive it.
 import type { WorkerLoad } from '../ipc/protocol.js';
 
 export type Clock = () => number;
 
 /** One instance's backlog as a front sees it: the worker's last report (every answer carries
- *  one), drained since at the worker's own recent pace (a full batch per batch time). */
+ *  one, and the worker sends one every LOAD_REPORT_MS), drained since at the worker's own recent
+ *  pace (a full batch per batch time). */
 export class Backlog {
-  private report: WorkerLoad = { queued: 0, batchMs: null, maxBatch: 1 };
+  private report: WorkerLoad = { queued: 0, held: 0, batchMs: null, maxBatch: 1 };
   private at = 0;
+  /** This front's tiles at the worker when the report came. */
+  private mine = 0;
 
   constructor(private readonly clock: Clock) {}
 
-  update(load: WorkerLoad): void {
+  update(load: WorkerLoad, mine = 0): void {
     this.report = load;
     this.at = this.clock();
+    this.mine = mine;
   }
 
   /** Recent milliseconds of one batch (null until the worker has run one), and its largest. */
@@ -28,12 +32,41 @@ export class Backlog {
     return this.report.maxBatch;
   }
 
+  /** Tiles the other fronts hold at the worker, by a recent report (within two batch times, at
+   *  least FRESH_MS): what it held less this front's tiles there then. Null without one. */
+  heldByOthers(): number | null {
+    const { held, batchMs } = this.report;
+    if (batchMs === null || this.clock() - this.at > Math.max(FRESH_MS, 2 * batchMs)) return null;
+    return Math.max(0, held - this.mine);
+  }
+
   /** Tiles the worker holds now from every front, by its last report less what it ran since. */
   queued(): number {
     const { queued, batchMs, maxBatch } = this.report;
     if (!batchMs) return queued;
     return Math.max(0, queued - ((this.clock() - this.at) / batchMs) * maxBatch);
   }
+}
+
+/** How old a worker's report may be for a front to take room that other fronts leave unused. A
+ *  front with tiles at a worker has one with every answer. */
+export const FRESH_MS = 250;
+
+/** Places a front may hold in a model's queue: its share of max_queue, or, while every ready
+ *  instance has reported recently, what the other fronts leave of max_queue by those reports.
+ *  The kernel gives a connection to whichever front accepts first (supervisor/fronts.ts), so one
+ *  front may carry most of a client's connections: with a fixed share, 64 connections to a
+ *  model with room for 128 got thousands of 503s on an H200 (docs/gpu.md). Fronts that admit on
+ *  the same reports may together send more than the queue has room for: the instances, each
+ *  holding its part of max_queue, refuse the excess. */
+export function places(share: number, maxQueue: number, instances: InstanceLoad[]): number {
+  let others = 0;
+  for (const { backlog } of instances) {
+    const held = backlog.heldByOthers();
+    if (held === null) return share;
+    others += held;
+  }
+  return instances.length ? Math.max(share, maxQueue - others) : share;
 }
 
 export interface InstanceLoad {
@@ -47,8 +80,8 @@ export interface AdmissionInput {
   held: number;
   /** Tiles of requests admitted whose bodies are still arriving: no place yet, but ahead. */
   arriving: number;
-  /** This front's share of the model's max_queue. */
-  share: number;
+  /** Places this front may hold in the model's queue (`places`). */
+  places: number;
   timeoutMs: number;
   /** The model's ready instances. */
   instances: InstanceLoad[];
@@ -77,7 +110,7 @@ export function arrivingTiles(arrivals: Iterable<Arrival>, now: number, timeoutM
 
 export type Decision =
   | { admit: true }
-  | { admit: false; reason: 'share' | 'wait'; waitMs: number; retryAfterS: number };
+  | { admit: false; reason: 'places' | 'wait'; waitMs: number; retryAfterS: number };
 
 /** Milliseconds until a tile sent to this instance now would have its answer: the batches of
  *  the tiles ahead of it (the worker's report, or this front's own count when higher, plus its
@@ -91,14 +124,14 @@ export function expectedMs(instance: InstanceLoad, unsentShare: number): number 
   return (Math.floor(ahead / backlog.maxBatch) + 1) * backlog.batchMs;
 }
 
-/** Whether a request may enter: within the front's share of max_queue, and able to finish on
+/** Whether a request may enter: within the places this front may hold, and able to finish on
  *  the least loaded instance before its deadline. An instance that has not run a batch yet has
- *  no estimate and admits (the share still bounds it). */
-export function decide({ held, arriving, share, timeoutMs, instances }: AdmissionInput): Decision {
+ *  no estimate and admits (the places still bound it). */
+export function decide({ held, arriving, places, timeoutMs, instances }: AdmissionInput): Decision {
   const unsentShare = arriving / Math.max(1, instances.length);
   let best = instances.length ? Infinity : 0;
   for (const instance of instances) best = Math.min(best, expectedMs(instance, unsentShare) ?? 0);
-  if (held >= share) return { admit: false, reason: 'share', waitMs: best, retryAfterS: retryAfter(best, timeoutMs) };
+  if (held >= places) return { admit: false, reason: 'places', waitMs: best, retryAfterS: retryAfter(best, timeoutMs) };
   if (best > timeoutMs) return { admit: false, reason: 'wait', waitMs: best, retryAfterS: retryAfter(best, timeoutMs) };
   return { admit: true };
 }

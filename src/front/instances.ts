@@ -4,7 +4,7 @@
 // worker), or the worker's exit as the supervisor tells it, waited for a moment.
 import { createConnection, type Socket } from 'node:net';
 import { Channel } from '../ipc/channel.js';
-import type { ChannelReply, ChannelRequest, ModelView } from '../ipc/protocol.js';
+import type { ChannelRequest, ModelView, WorkerMessage } from '../ipc/protocol.js';
 import { unavailable } from './backend.js';
 import { NotSent, WorkerLost } from './tile-failures.js';
 import { WorkerLink } from './worker-link.js';
@@ -74,7 +74,7 @@ export class Instances {
   }
 
   private open(pid: number, path: string): void {
-    const link = new WorkerLink(pid, new Channel<ChannelReply, ChannelRequest>(this.connect(path)));
+    const link = new WorkerLink(pid, new Channel<WorkerMessage, ChannelRequest>(this.connect(path)));
     this.links.set(pid, link);
     link.channel.on('close', () => {
       if (this.links.get(pid) === link) this.links.delete(pid);

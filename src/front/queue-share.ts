@@ -1,9 +1,10 @@
 // This front's part of each model's queue: the tickets of admitted requests (admission.ts decides
-// by this front's share of max_queue and the expected wait), the places their tiles hold once
-// sent to a worker, and a bound on the request bytes the front holds.
+// by the places this front may hold, its share of max_queue or the room the other fronts leave,
+// and by the expected wait), the places their tiles hold once sent to a worker, and a bound on
+// the request bytes the front holds.
 import { modelEntry, type ServiceConfig } from '../config/config.js';
 import { errors } from '../lib/errors.js';
-import { arrivingTiles, decide, type Arrival, type InstanceLoad } from './admission.js';
+import { arrivingTiles, decide, places, type Arrival, type InstanceLoad } from './admission.js';
 import type { Ticket, Upload } from './backend.js';
 
 export class QueueShare {
@@ -32,21 +33,20 @@ export class QueueShare {
    *  why not (queue full, front busy). */
   admit(model: string, tiles: number, upload?: Upload): Ticket {
     const entry = this.entry(model);
-    const share = this.share(model);
+    const instances = this.instances(model);
     const held = this.queued(model);
     const decision = decide({
       held,
       arriving: arrivingTiles(this.arriving.get(model) ?? [], Date.now(), entry.request_timeout_ms) + tiles - 1,
-      share,
+      places: this.places(model, instances),
       timeoutMs: entry.request_timeout_ms,
-      instances: this.instances(model),
+      instances,
     });
-    const shareFull = `${share} requests outstanding on this front, its share of max_queue`;
     if (!decision.admit)
       throw errors.queueFull(
         model,
-        decision.reason === 'share'
-          ? shareFull
+        decision.reason === 'places'
+          ? this.full(model, held)
           : `an expected wait of ${Math.round(decision.waitMs)} ms, past its ${entry.request_timeout_ms} ms deadline`,
         decision.retryAfterS,
       );
@@ -67,9 +67,10 @@ export class QueueShare {
         bytes += n;
       },
       hold: () => {
-        if (this.queued(model) >= share) throw errors.queueFull(model, shareFull, 1);
+        const now = this.queued(model);
+        if (now >= this.places(model, this.instances(model))) throw errors.queueFull(model, this.full(model, now), 1);
         if (arrival.tiles > 0 && --arrival.tiles === 0) arrivals.delete(arrival);
-        this.outstanding.set(model, this.queued(model) + 1);
+        this.outstanding.set(model, now + 1);
         let held = true;
         return () => {
           if (held) this.outstanding.set(model, this.queued(model) - 1);
@@ -85,9 +86,19 @@ export class QueueShare {
     };
   }
 
-  /** Each front may hold its share of the model's queue: together never more than max_queue. */
-  private share(model: string): number {
-    return Math.max(1, Math.ceil(this.entry(model).max_queue / this.fronts));
+  /** Each front may hold its share of the model's queue, and what the others leave of it. */
+  private places(model: string, instances: InstanceLoad[]): number {
+    const { max_queue } = this.entry(model);
+    return places(this.share(max_queue), max_queue, instances);
+  }
+
+  private share(maxQueue: number): number {
+    return Math.max(1, Math.ceil(maxQueue / this.fronts));
+  }
+
+  private full(model: string, held: number): string {
+    const share = this.share(this.entry(model).max_queue);
+    return `${held} tiles outstanding on this front: its share of max_queue (${share})${held > share ? ' and the room the other fronts left' : ''}`;
   }
 
   private entry(model: string) {

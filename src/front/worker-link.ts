@@ -3,7 +3,7 @@
 // its load report, which each carries) matched to them, cancellations batched, and a retired
 // instance's channel hung up once the worker is done with this front's tiles.
 import type { Channel } from '../ipc/channel.js';
-import type { ChannelReply, ChannelRequest, InferResult, TileJob } from '../ipc/protocol.js';
+import type { ChannelReply, ChannelRequest, InferResult, TileJob, WorkerMessage } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { errors, ServiceError } from '../lib/errors.js';
 import { Backlog } from './admission.js';
@@ -25,25 +25,30 @@ export class WorkerLink {
 
   constructor(
     readonly pid: number,
-    readonly channel: Channel<ChannelReply, ChannelRequest>,
+    readonly channel: Channel<WorkerMessage, ChannelRequest>,
   ) {
     channel.socket.once('connect', () => (this.connected = true));
     channel.on('message', (m) => {
-      this.backlog.update(m.load);
-      this.requests.settle(
-        m.id,
-        m.type === 'result'
-          ? m
-          : m.type === 'error'
-            ? ServiceError.fromWire(m.error)
-            : m.type === 'undecodable'
-              ? new Undecodable(m.failure)
-              : m.reason === 'expired'
-                ? new Expired()
-                : errors.cancelled(),
-      );
-      this.done(m.id);
+      if (m.type !== 'load') this.answered(m);
+      // After the answer's tile has left `inflight`, as it left the worker's count.
+      this.backlog.update(m.load, this.inflight);
     });
+  }
+
+  private answered(m: ChannelReply): void {
+    this.requests.settle(
+      m.id,
+      m.type === 'result'
+        ? m
+        : m.type === 'error'
+          ? ServiceError.fromWire(m.error)
+          : m.type === 'undecodable'
+            ? new Undecodable(m.failure)
+            : m.reason === 'expired'
+              ? new Expired()
+              : errors.cancelled(),
+    );
+    this.done(m.id);
   }
 
   /** Tiles of this front the worker holds. */

@@ -19,6 +19,8 @@ export interface WorkerConfig {
   /** Largest batch; 0 means the manifest's batch.max (never more than it). */
   maxBatch: number;
   maxDelayMs: number;
+  /** Tiles this instance holds at most, from every front: its part of the model's max_queue. */
+  maxHeld: number;
   heartbeatMs: number;
   /** GPU id this worker is pinned to, or null for CPU; its PCI address ("0000:3b:00.0") and
    *  UUID when nvidia-smi listed it, for checking which Vulkan device webgpu would use. */

@@ -158,8 +158,10 @@ export type DropReason = 'expired' | 'cancelled';
 
 /** What a worker says of its queue with each answer, for the fronts' admission. */
 export interface WorkerLoad {
-  /** Tiles it holds (decoding or queued), from every front. */
+  /** Tiles waiting for a batch (undecoded, decoding or queued), from every front. */
   queued: number;
+  /** Tiles it holds from every front: accepted and not yet answered (waiting or running). */
+  held: number;
   /** Recent milliseconds of one batch (preprocess and session.run), or null before the first. */
   batchMs: number | null;
   /** The largest batch it runs. */
@@ -183,6 +185,10 @@ export type InferResult = {
   times: StageTimes;
   load: WorkerLoad;
 };
+
+/** What a worker sends a front: an answer to one of its tiles, or the worker's load alone, sent to
+ *  every front every LOAD_REPORT_MS (src/worker/load-reports.ts). */
+export type WorkerMessage = ChannelReply | { type: 'load'; load: WorkerLoad };
 
 export type ChannelReply =
   | InferResult

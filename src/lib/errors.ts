@@ -100,7 +100,7 @@ const REGISTRY = {
     status: 503,
     body: 'detail',
     meaning:
-      "Refused at once: the model's requests outstanding reached its max_queue share on this front, or its queue is too long for the request to finish before request_timeout_ms; retry after Retry-After (from the expected wait).",
+      "Refused at once: the model's queue is full (the tiles this front may hold in it, or an instance's part of max_queue), or too long for the request to finish before request_timeout_ms; retry after Retry-After (from the expected wait).",
   },
   TILE_ERR_FRONT_BUSY: {
     status: 503,

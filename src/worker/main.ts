@@ -4,13 +4,14 @@
 import { createServer } from 'node:net';
 import { rmSync } from 'node:fs';
 import ort from './ort.js';
-import type { ChannelReply, ChannelRequest, WarmupReport, WorkerControl, WorkerReport } from '../ipc/protocol.js';
+import type { ChannelRequest, WarmupReport, WorkerControl, WorkerMessage, WorkerReport } from '../ipc/protocol.js';
 import { readWorkerConfig } from '../ipc/fork-config.js';
 import { Channel } from '../ipc/channel.js';
 import { CodedError } from '../lib/errors.js';
 import { ExitCode } from '../lib/exit-codes.js';
 import { PackageError, readPackage, type ModelPackage } from '../model-package/model-package.js';
 import { ModelSession } from './model-session.js';
+import { reportLoad } from './load-reports.js';
 import { ModelWorker, type Reply } from './model-worker.js';
 import { NoProviderError } from './providers.js';
 
@@ -32,7 +33,7 @@ async function main(): Promise<void> {
   let stopping = false;
   /** OK for a stop; DEVICE_FAULT once the device failed, however the worker then exits. */
   let exitCode: number = ExitCode.OK;
-  const channels = new Set<Channel<ChannelRequest, ChannelReply>>();
+  const channels = new Set<Channel<ChannelRequest, WorkerMessage>>();
   // A stopping worker serves on until every front has hung up: a front hangs up once it knows
   // this instance is no longer ready and its requests here are answered. Refusing a request
   // sent before the front knew would leave a model with one instance nowhere to route it.
@@ -55,7 +56,7 @@ async function main(): Promise<void> {
   /** One channel per front; each request is answered on the channel it came from. The server
    *  listens only once the worker is loaded. */
   const server = createServer((socket) => {
-    const channel = new Channel<ChannelRequest, ChannelReply>(socket);
+    const channel = new Channel<ChannelRequest, WorkerMessage>(socket);
     channels.add(channel);
     const reply: Reply = (message) => {
       if (channel.isOpen) channel.send(message);
@@ -81,7 +82,7 @@ async function main(): Promise<void> {
           pid: process.pid,
           uptime_s: process.uptime(),
           memory: process.memoryUsage(),
-          ...(worker?.load() ?? { queued: 0 }),
+          ...(worker?.load() ?? { queued: 0, held: 0 }),
           ...worker?.stats,
         },
       });
@@ -118,6 +119,7 @@ async function main(): Promise<void> {
     const candidate = new ModelWorker(pkg, session, {
       maxBatch: config.maxBatch,
       maxDelayMs: config.maxDelayMs,
+      maxHeld: config.maxHeld,
       batchShapes: config.batchShapes,
       onDeviceFault,
     });
@@ -131,6 +133,10 @@ async function main(): Promise<void> {
         });
     if (warmup.note) send({ type: 'log', level: 'warn', msg: warmup.note });
     worker = candidate;
+    reportLoad(
+      () => candidate.load(),
+      () => [...channels].filter((c) => c.isOpen).map((c) => (load) => c.send({ type: 'load', load })),
+    );
     rmSync(config.socket, { force: true });
     await new Promise<void>((resolve, reject) => server.once('error', reject).listen(config.socket, resolve));
   } catch (err) {

@@ -27,6 +27,8 @@ import { isDeviceFault } from '../gpu/device-faults.js';
 
 /** Answers the front that sent the tile. */
 export type Reply = (message: ChannelReply) => void;
+/** An answer before the worker adds its load, taken once the tile has left it. */
+type Answer = ChannelReply extends infer R ? (R extends ChannelReply ? Omit<R, 'load'> : never) : never;
 
 interface Pending {
   id: number;
@@ -68,6 +70,9 @@ export interface ModelWorkerOptions {
   batchShapes: BatchShapesSetting;
   /** A run failed with a device error: the worker must stop serving (it is restarted). */
   onDeviceFault?: (reason: string) => void;
+  /** Tiles held at most, from every front (the instance's part of max_queue); more are refused
+   *  at once with 503 TILE_ERR_QUEUE_FULL. Unbounded when not given. */
+  maxHeld?: number;
   /** Date.now by default (the fronts' deadlines are on it); tests inject theirs. */
   clock?: Clock;
 }
@@ -78,7 +83,7 @@ export type WorkerSession = Pick<ModelSession, 'plan' | 'choice' | 'run'> & Part
 
 /** Decodes tiles, batches them and runs them through the model session. */
 export class ModelWorker {
-  /** tiles: run; expired and cancelled: dropped without running; late: run after their deadline
+  /** tiles: run; expired and cancelled: dropped without running; refused: past maxHeld; late: run after their deadline
    *  (started: never, by construction; finished: when a batch ran longer than its recent time). */
   readonly stats = {
     batches: 0,
@@ -87,6 +92,7 @@ export class ModelWorker {
     lastError: null as string | null,
     expired: 0,
     cancelled: 0,
+    refused: 0,
     startedLate: 0,
     finishedLate: 0,
   };
@@ -137,9 +143,16 @@ export class ModelWorker {
   load(): WorkerLoad {
     return {
       queued: this.undecoded.length + this.decoding + this.batcher.pending,
+      held: this.heldTiles(),
       batchMs: this.batcher.batchMs,
       maxBatch: this.batcher.maxBatch,
     };
+  }
+
+  private heldTiles(): number {
+    let held = 0;
+    for (const entry of this.replies.values()) held += entry.held.size;
+    return held;
   }
 
   /** A front's channel: `reply` answers on it. */
@@ -147,6 +160,16 @@ export class ModelWorker {
     const held = new Map<number, Held>();
     const link: FrontLink = {
       accept: async (id, job, deadline) => {
+        const { maxHeld = Infinity } = this.options;
+        if (this.heldTiles() >= maxHeld) {
+          this.stats.refused++;
+          const why = `its instance holds ${maxHeld} tiles, its part of max_queue`;
+          return this.answer(link, {
+            type: 'error',
+            id,
+            error: errors.queueFull(this.pkg.manifest.name, why, 1).toWire(),
+          });
+        }
         const tile: Waiting = { id, link, job, deadline, receivedAt: performance.now() };
         held.set(id, { state: 'waiting', tile });
         this.undecoded.push(tile);
@@ -178,7 +201,7 @@ export class ModelWorker {
     if (decoding.cancelled) {
       this.drop(link, id, 'cancelled');
     } else if ('failure' in decoded) {
-      this.answer(link, { type: 'undecodable', id, failure: decoded.failure, load: this.load() });
+      this.answer(link, { type: 'undecodable', id, failure: decoded.failure });
     } else {
       const item: Pending = {
         id,
@@ -201,16 +224,16 @@ export class ModelWorker {
     this.replies.delete(link);
   }
 
-  /** Answers a tile's front, once the worker is done with the tile. */
-  private answer(link: FrontLink, message: ChannelReply): void {
+  /** Answers a tile's front, once the worker is done with the tile, with its load without it. */
+  private answer(link: FrontLink, message: Answer): void {
     const entry = this.replies.get(link);
     entry?.held.delete(message.id);
-    entry?.reply(message);
+    entry?.reply({ ...message, load: this.load() } as ChannelReply);
   }
 
   private drop(link: FrontLink, id: number, reason: DropReason): void {
     this.stats[reason]++;
-    this.answer(link, { type: 'dropped', id, reason, load: this.load() });
+    this.answer(link, { type: 'dropped', id, reason });
     this.undecoded.pump();
   }
 
@@ -248,7 +271,7 @@ export class ModelWorker {
       const error = errors
         .workerGone(`the device failed (${this.deviceFault}); this worker is restarting`)
         .toWire(true);
-      for (const item of batch) this.answer(item.link, { type: 'error', id: item.id, error, load: this.load() });
+      for (const item of batch) this.answer(item.link, { type: 'error', id: item.id, error });
       return;
     }
     const started = this.clock();
@@ -271,7 +294,7 @@ export class ModelWorker {
         return this.run(batch);
       }
       const error = ServiceError.from(err).toWire();
-      for (const item of batch) this.answer(item.link, { type: 'error', id: item.id, error, load: this.load() });
+      for (const item of batch) this.answer(item.link, { type: 'error', id: item.id, error });
     }
   }
 
@@ -302,7 +325,7 @@ export class ModelWorker {
     return { outputs, preprocessMs: t1 - t0, inferenceMs: t2 - t1 };
   }
 
-  private async infer(batch: Pending[]): Promise<InferResult[]> {
+  private async infer(batch: Pending[]): Promise<Omit<InferResult, 'load'>[]> {
     const { manifest } = this.pkg;
     const { tensors } = manifest;
     const n = batch.length;
@@ -319,7 +342,7 @@ export class ModelWorker {
     const prediction = tensors.prediction ? numbersOf(outputs[tensors.prediction]) : null;
     const embedding = tensors.embedding ? numbersOf(outputs[tensors.embedding]) : null;
     const masks = tensors.mask ? maskTensor(outputs[tensors.mask]) : null;
-    return batch.map((item, i): InferResult => {
+    return batch.map((item, i): Omit<InferResult, 'load'> => {
       const { task } = item.job;
       let output: TileOutput;
       let tissueFraction: number | null = null;
@@ -347,7 +370,6 @@ export class ModelWorker {
         tissueFraction,
         batchSize: n,
         times,
-        load: this.load(),
       };
     });
   }

@@ -224,7 +224,7 @@ t.test('a full queue answers 503 with Retry-After instead of growing', async (t)
   const full = responses.filter((r) => r.status === 503);
   t.ok(full.length > 0, `${full.length} of 30 refused`);
   t.ok(responses.every((r) => r.status === 200 || r.status === 503));
-  t.match(await full[0].json(), { detail: /2 requests outstanding on this front, its share of max_queue/ });
+  t.match(await full[0].json(), { detail: /\d+ tiles outstanding on this front: its share of max_queue \(2\)/ });
   t.match(full[0].headers.get('retry-after'), /^\d+$/);
   t.equal(full[0].headers.get('x-error-code'), 'TILE_ERR_QUEUE_FULL');
 });

@@ -14,7 +14,7 @@ import { Channel } from '../../src/ipc/channel.js';
 import type { ChannelReply, ChannelRequest, InstanceView, TileJob } from '../../src/ipc/protocol.js';
 import { errors, type ServiceError } from '../../src/lib/errors.js';
 
-const load = { queued: 0, batchMs: 5, maxBatch: 1 };
+const load = { queued: 0, held: 0, batchMs: 5, maxBatch: 1 };
 
 /** A worker that answers each tile as `answer` says (null: never), and records what it got. */
 class FakeWorker {

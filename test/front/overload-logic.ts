@@ -2,7 +2,7 @@
 // (src/worker/batcher.ts) and the worker's lazy decode (src/worker/decode-window.ts), in-process
 // on an injected clock: milliseconds, no processes.
 import t from 'tap';
-import { arrivingTiles, Backlog, decide, expectedMs } from '../../src/front/admission.js';
+import { arrivingTiles, Backlog, decide, expectedMs, FRESH_MS, places } from '../../src/front/admission.js';
 import { Batcher } from '../../src/worker/batcher.js';
 import { DecodeWindow } from '../../src/worker/decode-window.js';
 
@@ -16,52 +16,52 @@ t.test('admission: the share, then the expected wait against the deadline', asyn
   const backlog = new Backlog(c.now);
   const one = (inflight: number) => [{ backlog, inflight }];
   t.same(
-    decide({ held: 0, arriving: 0, share: 10, timeoutMs: 300, instances: one(0) }),
+    decide({ held: 0, arriving: 0, places: 10, timeoutMs: 300, instances: one(0) }),
     { admit: true },
     'no estimate yet: admitted',
   );
   t.match(
-    decide({ held: 10, arriving: 0, share: 10, timeoutMs: 300, instances: one(10) }),
-    { admit: false, reason: 'share' },
+    decide({ held: 10, arriving: 0, places: 10, timeoutMs: 300, instances: one(10) }),
+    { admit: false, reason: 'places' },
     'the share bounds it even without an estimate',
   );
 
-  backlog.update({ queued: 5, batchMs: 50, maxBatch: 1 });
+  backlog.update({ queued: 5, held: 5, batchMs: 50, maxBatch: 1 });
   t.equal(expectedMs({ backlog, inflight: 5 }, 0), 300, 'five tiles ahead, batches of one: five batches, then its own');
   t.same(
-    decide({ held: 4, arriving: 0, share: 100, timeoutMs: 300, instances: one(4) }),
+    decide({ held: 4, arriving: 0, places: 100, timeoutMs: 300, instances: one(4) }),
     { admit: true },
     'able to finish by the deadline: admitted',
   );
-  backlog.update({ queued: 10, batchMs: 50, maxBatch: 1 });
-  const refused = decide({ held: 10, arriving: 0, share: 100, timeoutMs: 300, instances: one(10) });
+  backlog.update({ queued: 10, held: 10, batchMs: 50, maxBatch: 1 });
+  const refused = decide({ held: 10, arriving: 0, places: 100, timeoutMs: 300, instances: one(10) });
   t.match(refused, { admit: false, reason: 'wait', waitMs: 550, retryAfterS: 1 }, 'ten ahead: cannot finish in 300 ms');
 
   c.advance(300);
   t.equal(backlog.queued(), 4, 'the report drains at the worker pace');
   t.same(
-    decide({ held: 4, arriving: 0, share: 100, timeoutMs: 300, instances: one(4) }),
+    decide({ held: 4, arriving: 0, places: 100, timeoutMs: 300, instances: one(4) }),
     { admit: true },
     'and admits again once it has',
   );
 
-  backlog.update({ queued: 40, batchMs: 100, maxBatch: 8 });
+  backlog.update({ queued: 40, held: 40, batchMs: 100, maxBatch: 8 });
   t.equal(expectedMs({ backlog, inflight: 0 }, 0), 600, 'batches of eight: five batches ahead and its own');
-  t.match(decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: one(0) }), {
+  t.match(decide({ held: 0, arriving: 0, places: 100, timeoutMs: 300, instances: one(0) }), {
     admit: false,
     retryAfterS: 1,
   });
-  backlog.update({ queued: 400, batchMs: 100, maxBatch: 8 });
+  backlog.update({ queued: 400, held: 400, batchMs: 100, maxBatch: 8 });
   t.match(
-    decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: one(0) }),
+    decide({ held: 0, arriving: 0, places: 100, timeoutMs: 300, instances: one(0) }),
     { retryAfterS: 5 },
     'Retry-After from the estimate: 5.1 s wait - 0.3 s',
   );
 
   const idle = new Backlog(c.now);
-  idle.update({ queued: 0, batchMs: 5000, maxBatch: 1 });
+  idle.update({ queued: 0, held: 0, batchMs: 5000, maxBatch: 1 });
   t.same(
-    decide({ held: 0, arriving: 0, share: 100, timeoutMs: 300, instances: [{ backlog: idle, inflight: 0 }] }),
+    decide({ held: 0, arriving: 0, places: 100, timeoutMs: 300, instances: [{ backlog: idle, inflight: 0 }] }),
     { admit: true },
     'an idle instance always takes a tile (its worker judges it)',
   );
@@ -69,7 +69,7 @@ t.test('admission: the share, then the expected wait against the deadline', asyn
     decide({
       held: 3,
       arriving: 0,
-      share: 100,
+      places: 100,
       timeoutMs: 300,
       instances: [
         { backlog, inflight: 3 },
@@ -82,15 +82,45 @@ t.test('admission: the share, then the expected wait against the deadline', asyn
   const unsent = decide({
     held: 0,
     arriving: 20,
-    share: 100,
+    places: 100,
     timeoutMs: 300,
     instances: [{ backlog: idle, inflight: 0 }],
   });
   t.match(unsent, { admit: false, reason: 'wait' }, 'requests whose bodies are arriving count as ahead');
   t.same(
-    decide({ held: 0, arriving: 200, share: 10, timeoutMs: 60000, instances: one(0) }),
+    decide({ held: 0, arriving: 200, places: 10, timeoutMs: 60000, instances: one(0) }),
     { admit: true },
     'but hold no place of the share (a stalled upload)',
+  );
+});
+
+t.test("places: a front's share of max_queue, and the room the other fronts leave by recent reports", async (t) => {
+  const c = clock();
+  const a = new Backlog(c.now);
+  const b = new Backlog(c.now);
+  const at = (backlog: Backlog, inflight = 0) => ({ backlog, inflight });
+  t.equal(places(32, 128, [at(a)]), 32, 'no report yet: the share');
+  a.update({ queued: 10, held: 20, batchMs: 10, maxBatch: 16 }, 20);
+  t.equal(places(32, 128, [at(a)]), 128, "every tile at the worker was this front's: the whole queue");
+  a.update({ queued: 10, held: 20, batchMs: 10, maxBatch: 16 }, 5);
+  t.equal(places(32, 128, [at(a, 40)]), 113, 'the other fronts held 15 there (by the count when the report came)');
+  a.update({ queued: 100, held: 120, batchMs: 10, maxBatch: 16 }, 10);
+  t.equal(places(32, 128, [at(a)]), 32, 'they hold 110: this front keeps its share, never less');
+  a.update({ queued: 0, held: 0, batchMs: 10, maxBatch: 16 });
+  c.advance(FRESH_MS + 1);
+  t.equal(places(32, 128, [at(a)]), 32, 'a report older than FRESH_MS: the share');
+  const slow = new Backlog(c.now);
+  slow.update({ queued: 0, held: 4, batchMs: 600, maxBatch: 16 });
+  c.advance(1000);
+  t.equal(places(32, 128, [at(slow)]), 124, 'for a worker whose batch takes 600 ms, two batch times');
+  b.update({ queued: 0, held: 0, batchMs: 10, maxBatch: 16 });
+  t.equal(places(32, 128, [at(slow), at(b)]), 124, 'over every ready instance');
+  t.equal(places(32, 128, [at(slow), at(a)]), 32, 'one of them without a recent report: the share');
+  t.equal(places(32, 128, []), 32, 'no ready instance: the share');
+  t.match(
+    decide({ held: 40, arriving: 0, places: places(32, 128, [at(b, 40)]), timeoutMs: 300, instances: [at(b, 40)] }),
+    { admit: true },
+    'a front past its share is admitted while the queue has room',
   );
 });
 

@@ -119,7 +119,7 @@ export class FakeBackend implements ModelBackend {
     const mean = bytes.reduce((a, b) => a + b, 0) / bytes.length;
     const values = (n: number) => Float32Array.from({ length: n }, (_, i) => mean + i);
     const times = { decode: 0, preprocess: 0, queue: 0, inference: 0, worker: 0 };
-    const load = { queued: 0, batchMs: null, maxBatch: 1 };
+    const load = { queued: 0, held: 0, batchMs: null, maxBatch: 1 };
     if (job.task === 'segmentation') {
       const mask = Uint8Array.from({ length: job.width * job.height }, (_, i) => bytes[i % bytes.length] & 1);
       return {

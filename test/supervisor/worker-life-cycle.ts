@@ -27,6 +27,7 @@ function started(t: Test, config: Partial<ServiceConfig['supervisor']> = {}) {
     decodeThreads: 1,
     maxBatch: 0,
     maxDelayMs: 0,
+    maxHeld: 64,
     socketPath: (generation) => `/tmp/gene-expr-0-${generation}.sock`,
     config: { ...SUPERVISOR, ...config },
     logger: pino({ level: 'silent' }),

@@ -5,8 +5,9 @@
 import { join } from 'node:path';
 import type ort from 'onnxruntime-node';
 import t from 'tap';
+import { reportLoad } from '../../src/worker/load-reports.js';
 import type { ProviderName } from '../../src/config/config.js';
-import type { ChannelReply, TileJob } from '../../src/ipc/protocol.js';
+import type { ChannelReply, TileJob, WorkerLoad } from '../../src/ipc/protocol.js';
 import { readPackage } from '../../src/model-package/model-package.js';
 import type { WireTensor } from '../../src/worker/session-thread.js';
 import {
@@ -234,7 +235,12 @@ t.test('a tile past its deadline is dropped undecoded, never run; a late one in 
   const { worker, link, replied } = makeWorker(fake.session, { clock: () => now });
   void link.accept(1, rgbJob(1), now - 1);
   const [gone] = await replied(1);
-  t.same(gone, { type: 'dropped', id: 1, reason: 'expired', load: { queued: 0, batchMs: null, maxBatch: 16 } });
+  t.same(gone, {
+    type: 'dropped',
+    id: 1,
+    reason: 'expired',
+    load: { queued: 0, held: 0, batchMs: null, maxBatch: 16 },
+  });
   t.same(fake.batches, [], 'never run');
   // Undecoded, too: an image that would fail to decode is dropped, not reported undecodable.
   const png = (bytes: number[]): TileJob => ({
@@ -357,4 +363,60 @@ t.test('any other run failure answers its batch with the error, not retryable, a
   void link.accept(2, rgbJob(2), FAR());
   t.match((await replied(2))[1], { type: 'result', id: 2 });
   t.equal(worker.stats.lastError, 'Non-zero status code returned while running Gemm node');
+});
+
+t.test('an instance holds at most maxHeld tiles from every front: more are refused at once, 503', async (t) => {
+  const fake = fakeSession();
+  const { worker, link, replied } = makeWorker(fake.session, { maxHeld: 2 });
+  const other = worker.link(() => {});
+  const release = fake.hold();
+  void link.accept(1, rgbJob(1), Date.now() + 60_000);
+  void other.accept(1, rgbJob(1), Date.now() + 60_000);
+  void link.accept(2, rgbJob(2), Date.now() + 60_000);
+  const [refused] = await replied(1);
+  t.match(refused, {
+    type: 'error',
+    id: 2,
+    error: { code: 'TILE_ERR_QUEUE_FULL', message: /its instance holds 2 tiles, its part of max_queue/ },
+    load: { held: 2 },
+  });
+  t.notOk('retryable' in (refused as { error: object }).error, 'not for another instance: the model is full');
+  t.equal(worker.stats.refused, 1);
+  release();
+  const replies = await replied(2);
+  t.match(replies[1], { type: 'result', id: 1, load: { held: 1 } }, 'its load counts the tiles still held, not itself');
+});
+
+t.test('the load beat: every open front hears the worker load, each beat, until stopped', async (t) => {
+  let beat: (() => void) | null = null;
+  let stopped = false;
+  const heard: [string, number][] = [];
+  let held = 3;
+  const stop = reportLoad(
+    () => ({ queued: 1, held, batchMs: 10, maxBatch: 4 }),
+    () => ['a', 'b'].map((front) => (load: WorkerLoad) => heard.push([front, load.held])),
+    {
+      ms: 100,
+      timer: (fn, ms) => {
+        t.equal(ms, 100);
+        beat = fn;
+        return () => (stopped = true);
+      },
+    },
+  );
+  beat!();
+  held = 0;
+  beat!();
+  t.same(
+    heard,
+    [
+      ['a', 3],
+      ['b', 3],
+      ['a', 0],
+      ['b', 0],
+    ],
+    'the load as it is at each beat, to every front',
+  );
+  stop();
+  t.ok(stopped);
 });
