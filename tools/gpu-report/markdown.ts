@@ -88,6 +88,16 @@ export function markdown(report: Report): string {
       `| ${r.model} | ${r.provider} | ${r.status} | ${cell(workers || '–')} | ${warm || '–'} | ${diff} | ${load.join(' | ')} | ${floor} | ${ratio.join(' | ')} | ${memory} | ${cell(note(r))} |`,
     );
   }
+  // Where a tile's time went at the highest concurrency: the service's own stage metrics.
+  lines.push('');
+  for (const r of report.rows) {
+    const l = r.load.find((x) => x.concurrency === Math.max(...cs));
+    const stages = Object.entries(l?.stages ?? {}).filter(([, ms]) => ms > 0);
+    if (l && stages.length)
+      lines.push(
+        `- ${r.model} on ${r.provider}, c=${l.concurrency}, mean batch ${f(l.meanBatch)}: ms per tile ${stages.map(([s, ms]) => `${s} ${f(ms, 2)}`).join(', ')}`,
+      );
+  }
   // Which providers each model could use, and why not the others.
   lines.push('');
   for (const model of settings.models) {

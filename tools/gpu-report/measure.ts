@@ -50,7 +50,7 @@ export interface Row {
   workers: WorkerRow[];
   warmup_ms: { batch: number; ms: number }[];
   accuracy: { tiles: number; max_abs_diff: number; differing_values: number; values: number } | null;
-  load: (Omit<LoadResult, 'stages'> & { over_floor: number | null })[];
+  load: (LoadResult & { over_floor: number | null })[];
   floor: { best: Floor | null; tried: Floor[] };
   /** Steps that failed, with their reasons. */
   steps: { step: string; reason: string }[];
@@ -190,10 +190,7 @@ export async function measure(plan: Plan, reference: Answer[] | null): Promise<{
         failed(`c=${c}`, {
           reason: `no tile answered within the ${plan.seconds} s run (${run.value.errors} errors): longer --seconds`,
         });
-      else {
-        const { stages: _stages, ...figures } = run.value;
-        row.load.push({ ...figures, over_floor: null });
-      }
+      else row.load.push({ ...run.value, over_floor: null });
     }
 
     // GPU memory per worker after the load, and on which GPUs each worker's process holds it.
