@@ -5,3 +5,4 @@ import './front/overload-logic.js';
 import './front/response-writer.js';
 import './front/validation-error.js';
 import './front/model-client.js';
+import './front/fronts-routing.js';

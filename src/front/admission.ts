@@ -36,7 +36,7 @@ export class Backlog {
    *  least FRESH_MS): what it held less this front's tiles there then. Null without one. */
   heldByOthers(): number | null {
     const { held, batchMs } = this.report;
-    if (batchMs === null || this.clock() - this.at > Math.max(FRESH_MS, 2 * batchMs)) return null;
+    if (this.at === 0 || this.clock() - this.at > Math.max(FRESH_MS, 2 * (batchMs ?? 0))) return null;
     return Math.max(0, held - this.mine);
   }
 

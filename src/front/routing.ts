@@ -49,10 +49,12 @@ export class Routing {
     );
   }
 
-  /** The ready instance whose worker holds the fewest of this front's tiles. */
+  /** The ready instance whose worker holds the fewest tiles: this front's, and the other fronts'
+   *  by its recent load report (an instance full of theirs refuses a tile). */
   private pick(model: string, exclude?: WorkerLink): WorkerLink {
+    const held = (link: WorkerLink) => link.inflight + (link.backlog.heldByOthers() ?? 0);
     let best: WorkerLink | null = null;
-    for (const link of this.instances.ready(model, exclude)) if (!best || link.inflight < best.inflight) best = link;
+    for (const link of this.instances.ready(model, exclude)) if (!best || held(link) < held(best)) best = link;
     if (best) return best;
     this.instances.available(model);
     throw errors.modelLoading(model);

@@ -372,6 +372,8 @@ export interface WireError {
   detail?: FieldError[];
   /** The worker did not run the tile and another instance may: the front retries it there. */
   retryable?: true;
+  /** A 503's Retry-After, when the error gave one. */
+  retryAfterS?: number;
 }
 
 const isHttpCode = (code: string): code is HttpCode => 'status' in ((REGISTRY as Record<string, Entry>)[code] ?? {});
@@ -415,12 +417,14 @@ export class ServiceError extends CodedError<HttpCode> {
       message: this.message,
       ...(this.detail && { detail: this.detail }),
       ...(retryable && { retryable }),
+      ...(this.retryAfterS !== undefined && { retryAfterS: this.retryAfterS }),
     };
   }
 
   static fromWire(wire: WireError): ServiceError {
     const error = new ServiceError(isHttpCode(wire.code) ? wire.code : 'TILE_ERR_INTERNAL', wire.message, wire.detail);
     error.retryable = wire.retryable === true;
+    if (wire.retryAfterS !== undefined) error.retryAfterS = wire.retryAfterS;
     return error;
   }
 

@@ -69,7 +69,7 @@ async function main(): Promise<void> {
     });
     channel.on('message', (message) => {
       if (message.type === 'cancel') link.cancel(message.ids);
-      else for (const { id, job } of message.tiles) void link.accept(id, job, message.deadline);
+      else link.acceptAll(message.tiles, message.deadline);
     });
   });
 

@@ -60,6 +60,11 @@ type Held =
  *  the answers back. */
 export interface FrontLink {
   accept(id: number, job: TileJob, deadline: number): Promise<void>;
+  /** A request's tiles, all or none: past the instance's part of max_queue each is refused (503
+   *  TILE_ERR_QUEUE_FULL), unless the instance holds nothing (a request is never too big for
+   *  an idle instance: the front bounds it). Running part of a request to refuse the rest would
+   *  waste the part and fail it anyway. */
+  acceptAll(tiles: readonly { id: number; job: TileJob }[], deadline: number): void;
   cancel(ids: number[]): void;
 }
 
@@ -159,20 +164,22 @@ export class ModelWorker {
   link(reply: Reply): FrontLink {
     const held = new Map<number, Held>();
     const link: FrontLink = {
-      accept: async (id, job, deadline) => {
+      accept: async (id, job, deadline) => link.acceptAll([{ id, job }], deadline),
+      acceptAll: (tiles, deadline) => {
         const { maxHeld = Infinity } = this.options;
-        if (this.heldTiles() >= maxHeld) {
-          this.stats.refused++;
-          const why = `its instance holds ${maxHeld} tiles, its part of max_queue`;
-          return this.answer(link, {
-            type: 'error',
-            id,
-            error: errors.queueFull(this.pkg.manifest.name, why, 1).toWire(),
-          });
+        const now = this.heldTiles();
+        if (now > 0 && now + tiles.length > maxHeld) {
+          const why = `its instance holds ${now} of its ${maxHeld} tiles, its part of max_queue`;
+          const error = errors.queueFull(this.pkg.manifest.name, why, 1).toWire();
+          this.stats.refused += tiles.length;
+          for (const { id } of tiles) this.answer(link, { type: 'error', id, error });
+          return;
         }
-        const tile: Waiting = { id, link, job, deadline, receivedAt: performance.now() };
-        held.set(id, { state: 'waiting', tile });
-        this.undecoded.push(tile);
+        for (const { id, job } of tiles) {
+          const tile: Waiting = { id, link, job, deadline, receivedAt: performance.now() };
+          held.set(id, { state: 'waiting', tile });
+          this.undecoded.push(tile);
+        }
       },
       cancel: (ids) => {
         for (const id of ids) {

@@ -11,8 +11,9 @@ import { loadConfig } from '../../src/config/config.js';
 import type { Connect } from '../../src/front/instances.js';
 import { ModelClient } from '../../src/front/model-client.js';
 import { Channel } from '../../src/ipc/channel.js';
-import type { ChannelReply, ChannelRequest, InstanceView, TileJob } from '../../src/ipc/protocol.js';
+import type { ChannelReply, ChannelRequest, TileJob } from '../../src/ipc/protocol.js';
 import { errors, type ServiceError } from '../../src/lib/errors.js';
+import { readyInstance } from '../helpers/ready-instance.js';
 
 const load = { queued: 0, held: 0, batchMs: 5, maxBatch: 1 };
 
@@ -82,21 +83,7 @@ async function setUp(t: Test, answers: ((id: number) => ChannelReply | null)[], 
     rmSync(sockets, { recursive: true, force: true });
   });
   const client = new ModelClient(config, 1, () => {}, { connect });
-  const instance = (w: FakeWorker, i: number): InstanceView =>
-    ({
-      id: `gene-expr#${i}`,
-      pid: w.pid,
-      state: 'ready',
-      socket: w.path,
-      restarts: 0,
-      gpu: null,
-      provider: 'cpu',
-      providerSkipped: [],
-      adapter: null,
-      loadMs: 1,
-      warmup: null,
-      lastError: null,
-    }) as InstanceView;
+  const instance = (w: FakeWorker, i: number) => readyInstance('gene-expr', i, w.pid, w.path);
   client.onMessage({
     type: 'models',
     models: [{ name: 'gene-expr', state: 'ready', reason: null, info: null, instances: workers.map(instance) }],

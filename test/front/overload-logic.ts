@@ -117,6 +117,9 @@ t.test("places: a front's share of max_queue, and the room the other fronts leav
   t.equal(places(32, 128, [at(slow), at(b)]), 124, 'over every ready instance');
   t.equal(places(32, 128, [at(slow), at(a)]), 32, 'one of them without a recent report: the share');
   t.equal(places(32, 128, []), 32, 'no ready instance: the share');
+  const cold = new Backlog(c.now);
+  cold.update({ queued: 0, held: 0, batchMs: null, maxBatch: 16 });
+  t.equal(places(16, 64, [at(cold)]), 64, 'a worker with no batch time yet (idle for 5 s) reports what it holds');
   t.match(
     decide({ held: 40, arriving: 0, places: places(32, 128, [at(b, 40)]), timeoutMs: 300, instances: [at(b, 40)] }),
     { admit: true },

@@ -377,7 +377,7 @@ t.test('an instance holds at most maxHeld tiles from every front: more are refus
   t.match(refused, {
     type: 'error',
     id: 2,
-    error: { code: 'TILE_ERR_QUEUE_FULL', message: /its instance holds 2 tiles, its part of max_queue/ },
+    error: { code: 'TILE_ERR_QUEUE_FULL', message: /its instance holds 2 of its 2 tiles, its part of max_queue/ },
     load: { held: 2 },
   });
   t.notOk('retryable' in (refused as { error: object }).error, 'not for another instance: the model is full');
@@ -385,6 +385,41 @@ t.test('an instance holds at most maxHeld tiles from every front: more are refus
   release();
   const replies = await replied(2);
   t.match(replies[1], { type: 'result', id: 1, load: { held: 1 } }, 'its load counts the tiles still held, not itself');
+});
+
+t.test("a request's tiles are taken all or none; an idle instance takes any request", async (t) => {
+  const fake = fakeSession();
+  const { worker, link, replied } = makeWorker(fake.session, { maxHeld: 2 });
+  const release = fake.hold();
+  const far = Date.now() + 60_000;
+  link.acceptAll(
+    [1, 2, 3].map((id) => ({ id, job: rgbJob(id) })),
+    far,
+  );
+  t.equal(worker.load().held, 3, 'three tiles on an idle instance whose part is two: all taken');
+  link.acceptAll(
+    [4, 5].map((id) => ({ id, job: rgbJob(id) })),
+    far,
+  );
+  const refused = await replied(2);
+  t.same(
+    refused.map((m) => [m.type, m.id]),
+    [
+      ['error', 4],
+      ['error', 5],
+    ],
+    'a busy one refuses the whole request, none of it run',
+  );
+  t.equal(worker.stats.refused, 2);
+  release();
+  t.same(
+    (await replied(5)).slice(2).map((m) => [m.type, m.id]),
+    [
+      ['result', 1],
+      ['result', 2],
+      ['result', 3],
+    ],
+  );
 });
 
 t.test('the load beat: every open front hears the worker load, each beat, until stopped', async (t) => {
