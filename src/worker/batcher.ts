@@ -1,14 +1,20 @@
 // Dynamic batching, as Triton's dynamic batcher: requests gather until the model's max batch or a
 // max queue delay, then one session.run serves them all. One run is in flight at a time; while it
-// runs, newly decoded tiles gather for the next. Each item has a deadline: when a batch forms,
+// runs, newly decoded tiles gather for the next, and once a full batch waits it is prepared
+// (`prepare`: the worker's preprocessing) so that its run can start as soon as this one ends. Each item has a deadline: when a batch forms,
 // every queued item that could not finish by its deadline (now plus the recent time of a batch of
 // a batch) is dropped, never run; so is one whose client has gone (remove).
 export type Clock = () => number;
 
-export interface BatcherOptions<T> {
+export interface BatcherOptions<T, P> {
   maxBatch: number;
   maxDelayMs: number;
-  run: (batch: T[]) => Promise<void>;
+  /** Runs a batch, with what `prepare` made of it when it was prepared while another ran. */
+  run: (batch: T[], prepared?: P) => Promise<void>;
+  /** Makes a full batch's input while the batch before it runs. Preprocessing takes the worker's
+   *  main thread and the run the session's own thread: prepared ahead, they overlap instead of
+   *  taking turns (on an H200, gene-expr's 16 tiles took 6.6 ms to normalize and 11.8 ms to run). */
+  prepare?: (batch: T[]) => P;
   /** When the item's answer is no longer wanted, on `clock` (Infinity: never). */
   deadline: (item: T) => number;
   /** An item dropped because it could not finish in time. */
@@ -25,8 +31,10 @@ const RECENT_MS = 5000;
 /** Batches needed before their time predicts anything. */
 const MIN_SAMPLES = 3;
 
-export class Batcher<T> {
+export class Batcher<T, P = never> {
   private readonly queue: T[] = [];
+  /** The next batch, prepared while the one before it runs. */
+  private ahead: { batch: T[]; prepared: P } | null = null;
   private timer: NodeJS.Timeout | null = null;
   private running = false;
   private idleWaiters: (() => void)[] = [];
@@ -34,7 +42,7 @@ export class Batcher<T> {
   /** When each recent batch started and how long it ran. */
   private recent: { at: number; ms: number }[] = [];
 
-  constructor(private readonly options: BatcherOptions<T>) {
+  constructor(private readonly options: BatcherOptions<T, P>) {
     this.clock = options.clock ?? Date.now;
   }
 
@@ -46,19 +54,21 @@ export class Batcher<T> {
     return this.options.maxBatch;
   }
 
+  /** Items waiting for a run, prepared or not. */
   get pending(): number {
-    return this.queue.length;
+    return this.queue.length + (this.ahead?.batch.length ?? 0);
   }
 
   push(item: T): void {
     this.queue.push(item);
-    if (this.running) return;
+    if (this.running) return this.prepareAhead();
     if (this.queue.length >= this.options.maxBatch || this.options.maxDelayMs <= 0) void this.drain();
     else this.timer ??= setTimeout(() => void this.drain(), this.options.maxDelayMs);
   }
 
   /** Takes a queued item out (its client left); false when it is not queued (running or done). */
   remove(item: T): boolean {
+    if (this.ahead?.batch.includes(item)) this.unprepare();
     const at = this.queue.indexOf(item);
     if (at < 0) return false;
     this.queue.splice(at, 1);
@@ -86,9 +96,14 @@ export class Batcher<T> {
     if (this.running) return;
     this.running = true;
     // Items that arrived during a run have already waited: run them at once.
-    for (let batch = this.next(); batch.length > 0; batch = this.next()) {
+    for (;;) {
+      const ahead = this.takeAhead();
+      const batch = ahead?.batch ?? this.next();
+      if (batch.length === 0) break;
       const started = this.clock();
-      await this.options.run(batch);
+      const running = this.options.run(batch, ahead?.prepared);
+      this.prepareAhead();
+      await running;
       this.recent.push({ at: started, ms: this.clock() - started });
       if (this.recent.length > RECENT) this.recent.shift();
     }
@@ -96,9 +111,38 @@ export class Batcher<T> {
     for (const resolve of this.idleWaiters.splice(0)) resolve();
   }
 
-  /** The next batch, after dropping every item that could no longer finish in time. */
-  private next(): T[] {
+  /** While a batch runs, a full one waiting behind it is taken and prepared. Its items must be
+   *  able to finish after the running batch and their own: one batch time later than `next`
+   *  asks, or they are dropped now. */
+  private prepareAhead(): void {
+    const { prepare, maxBatch } = this.options;
+    if (!prepare || this.ahead || this.queue.length < maxBatch) return;
+    const batch = this.next(this.batchMs ?? 0);
+    if (batch.length) this.ahead = { batch, prepared: prepare(batch) };
+  }
+
+  /** The prepared batch, unless one of its items can no longer finish in time (the run before
+   *  took longer than its estimate): then it goes back to the queue, to be formed again. */
+  private takeAhead(): { batch: T[]; prepared: P } | null {
+    const ahead = this.ahead;
+    if (!ahead) return null;
     const finish = this.clock() + (this.batchMs ?? 0);
+    if (ahead.batch.some((item) => this.options.deadline(item) < finish)) return this.unprepare();
+    this.ahead = null;
+    return ahead;
+  }
+
+  /** Puts the prepared batch back at the head of the queue; its preparation is dropped. */
+  private unprepare(): null {
+    if (this.ahead) this.queue.unshift(...this.ahead.batch);
+    this.ahead = null;
+    return null;
+  }
+
+  /** The next batch, after dropping every item that could no longer finish in time (`laterMs`
+   *  after now, for a batch that waits for the one running). */
+  private next(laterMs = 0): T[] {
+    const finish = this.clock() + laterMs + (this.batchMs ?? 0);
     const expired: T[] = [];
     let kept = 0;
     for (const item of this.queue) {

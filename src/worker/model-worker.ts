@@ -40,6 +40,12 @@ interface Pending {
   times: { receivedAt: number; decode: number };
 }
 
+/** A batch's inputs, made by `feed` (at its run, or while the batch before it ran). */
+interface Feeds {
+  feeds: Record<string, ort.Tensor>;
+  preprocessMs: number;
+}
+
 /** A tile received and not yet decoded. */
 interface Waiting {
   id: number;
@@ -107,7 +113,7 @@ export class ModelWorker {
   private readonly undecoded: DecodeWindow<Waiting>;
   /** Each front's answers, and the tiles the worker holds for it. */
   private readonly replies = new Map<FrontLink, { reply: Reply; held: Map<number, Held> }>();
-  private readonly batcher: Batcher<Pending>;
+  private readonly batcher: Batcher<Pending, Feeds>;
   private readonly preprocess: Preprocessor;
   /** The largest batch the graph and the configuration allow. */
   private readonly maxBatch: number;
@@ -129,11 +135,12 @@ export class ModelWorker {
     const { width, height } = pkg.manifest.tile;
     this.padding = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
     this.clock = options.clock ?? Date.now;
-    this.batcher = new Batcher<Pending>({
+    this.batcher = new Batcher<Pending, Feeds>({
       clock: this.clock,
       maxBatch: this.maxBatch,
       maxDelayMs: options.maxDelayMs,
-      run: (batch) => this.run(batch),
+      run: (batch, feeds) => this.run(batch, feeds),
+      prepare: (batch) => this.feed(this.padded(batch)),
       deadline: (item) => item.deadline,
       expire: (item) => this.drop(item.link, item.id, 'expired'),
     });
@@ -270,7 +277,7 @@ export class ModelWorker {
     return this.batcher.idle();
   }
 
-  private async run(batch: Pending[]): Promise<void> {
+  private async run(batch: Pending[], prepared?: Feeds): Promise<void> {
     // The batch has left the queue: the tiles after it may decode.
     this.undecoded.pump();
     if (this.deviceFault) {
@@ -284,7 +291,7 @@ export class ModelWorker {
     const started = this.clock();
     for (const item of batch) if (started > item.deadline) this.stats.startedLate++;
     try {
-      const results = await this.infer(batch);
+      const results = await this.infer(batch, prepared);
       this.stats.batches++;
       this.stats.tiles += batch.length;
       const finished = this.clock();
@@ -306,7 +313,36 @@ export class ModelWorker {
   }
 
   /** Preprocesses `tiles` (with their bulk counts) into the feeds and runs them: one batch. */
-  private async forward(tiles: Pixels[], bulks: (readonly number[] | null)[]) {
+  private async forward(tiles: Pixels[], bulks: (readonly number[] | null)[], prepared = this.feed({ tiles, bulks })) {
+    const { manifest } = this.pkg;
+    const { tensors } = manifest;
+    const n = tiles.length;
+    const { feeds, preprocessMs } = prepared;
+    const t1 = performance.now();
+    const outputs = await this.session.run(feeds);
+    const t2 = performance.now();
+    for (const role of ['mask', 'prediction', 'embedding'] as const) {
+      const name = tensors[role];
+      if (name) checkOutputShape(manifest, role, outputs[name], n);
+    }
+    return { outputs, preprocessMs, inferenceMs: t2 - t1 };
+  }
+
+  /** A batch's tiles and bulk counts, padded up to a checked shape (the padding's outputs are
+   *  dropped). */
+  private padded(batch: Pending[]): { tiles: Pixels[]; bulks: (readonly number[] | null)[] } {
+    const size = padTo(this.shapes, batch.length);
+    const tiles = batch.map((item) => item.pixels);
+    const bulks = batch.map((item) => item.job.bulk);
+    for (let i = batch.length; i < size; i++) {
+      tiles.push(this.padding);
+      bulks.push(null);
+    }
+    return { tiles, bulks };
+  }
+
+  /** The feeds of a batch's tiles: the image preprocessed, and the bulk counts when the model takes them. */
+  private feed({ tiles, bulks }: { tiles: Pixels[]; bulks: (readonly number[] | null)[] }): Feeds {
     const { manifest } = this.pkg;
     const { tensors } = manifest;
     const n = tiles.length;
@@ -322,30 +358,17 @@ export class ModelWorker {
           ? new ort.Tensor('float16', float32ToFloat16(bulk), dims)
           : new ort.Tensor('float32', bulk, dims);
     }
-    const t1 = performance.now();
-    const outputs = await this.session.run(feeds);
-    const t2 = performance.now();
-    for (const role of ['mask', 'prediction', 'embedding'] as const) {
-      const name = tensors[role];
-      if (name) checkOutputShape(manifest, role, outputs[name], n);
-    }
-    return { outputs, preprocessMs: t1 - t0, inferenceMs: t2 - t1 };
+    return { feeds, preprocessMs: performance.now() - t0 };
   }
 
-  private async infer(batch: Pending[]): Promise<Omit<InferResult, 'load'>[]> {
+  private async infer(batch: Pending[], prepared?: Feeds): Promise<Omit<InferResult, 'load'>[]> {
     const { manifest } = this.pkg;
     const { tensors } = manifest;
     const n = batch.length;
     const started = performance.now();
-    // Padded up to a checked shape; the padding's outputs are dropped.
-    const size = padTo(this.shapes, n);
-    const tiles = batch.map((item) => item.pixels);
-    const bulks = batch.map((item) => item.job.bulk);
-    for (let i = n; i < size; i++) {
-      tiles.push(this.padding);
-      bulks.push(null);
-    }
-    const { outputs, preprocessMs, inferenceMs } = await this.forward(tiles, bulks);
+    const { tiles, bulks } = this.padded(batch);
+    const size = tiles.length;
+    const { outputs, preprocessMs, inferenceMs } = await this.forward(tiles, bulks, prepared);
     const prediction = tensors.prediction ? numbersOf(outputs[tensors.prediction]) : null;
     const embedding = tensors.embedding ? numbersOf(outputs[tensors.embedding]) : null;
     const masks = tensors.mask ? maskTensor(outputs[tensors.mask]) : null;
@@ -363,7 +386,8 @@ export class ModelWorker {
       const times = {
         decode: item.times.decode,
         preprocess: preprocessMs / n,
-        // Waiting undecoded, then decoded in the batcher's queue.
+        // Waiting undecoded, then decoded in the batcher's queue (where a batch prepared while
+        // the one before it ran was preprocessed).
         queue: started - item.times.receivedAt - item.times.decode,
         inference: inferenceMs,
         worker: performance.now() - item.times.receivedAt,

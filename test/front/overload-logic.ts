@@ -179,6 +179,62 @@ t.test('batcher: a full batch runs at once, a partial one after the delay; one r
   t.equal(most, 1, 'never two runs at once');
 });
 
+t.test('batcher: a full batch waiting behind a run is prepared during it, and run with what was made', async (t) => {
+  const c = clock();
+  const ran: [number[], string | undefined][] = [];
+  const prepared: number[][] = [];
+  const expired: number[] = [];
+  const deadlines = new Map<number, number>();
+  let release: () => void = () => {};
+  const batcher = new Batcher<number, string>({
+    clock: c.now,
+    maxBatch: 2,
+    maxDelayMs: 0,
+    deadline: (n) => deadlines.get(n) ?? Infinity,
+    expire: (n) => expired.push(n),
+    prepare: (batch) => (prepared.push(batch), `feeds of ${batch.join('+')}`),
+    run: async (batch, feeds) => {
+      ran.push([batch, feeds]);
+      await new Promise<void>((resolve) => (release = resolve));
+    },
+  });
+  const step = async () => {
+    release();
+    await new Promise((resolve) => setImmediate(resolve));
+  };
+  batcher.push(1);
+  t.same(ran, [[[1], undefined]], 'an idle batcher runs at once, preparing at its run');
+  batcher.push(2);
+  t.same(prepared, [], 'not a full batch: nothing prepared');
+  batcher.push(3);
+  t.same(prepared, [[2, 3]], 'a full batch behind the run: prepared now');
+  batcher.push(4);
+  t.equal(batcher.pending, 3, 'prepared or not, they are waiting');
+  t.same(prepared.length, 1, 'one batch prepared ahead at most');
+  await step();
+  t.same(ran.at(-1), [[2, 3], 'feeds of 2+3'], 'the prepared batch runs with its feeds');
+
+  batcher.push(5);
+  t.same(prepared.at(-1), [4, 5]);
+  t.ok(batcher.remove(4), 'an item of the prepared batch can still be taken out');
+  t.same(prepared.length, 2, 'its preparation is dropped');
+  batcher.push(6);
+  t.same(prepared.at(-1), [5, 6], 'and the batch is formed again');
+  await step();
+  t.same(ran.at(-1), [[5, 6], 'feeds of 5+6']);
+
+  // A prepared batch one of whose items can no longer finish after the run before it ran long.
+  for (const n of [7, 8]) batcher.push(n);
+  t.same(prepared.at(-1), [7, 8]);
+  deadlines.set(7, c.now() + 10);
+  c.advance(20);
+  await step();
+  t.same(expired, [7], 'the late item is dropped, never run');
+  t.same(ran.at(-1), [[8], undefined], 'the rest formed again and prepared at their run');
+  await step();
+  await batcher.idle();
+});
+
 t.test('batcher: tiles that cannot finish by their deadline are dropped, never run', async (t) => {
   const c = clock();
   const ran: number[][] = [];
