@@ -64,7 +64,8 @@ export class ModelSession {
    *  batch of that size is written into them. A fresh one costs a page fault every 4 KiB while it
    *  is filled: a float32 batch of 32 tiles of 224 px (19 MB) took 24 ms to fill fresh against
    *  3.6 ms reused, uint8 4.9 ms against 0.05 (this VM, Node 22). One is enough: the worker runs
-   *  one batch at a time, and its buffers are back before the next one is made. */
+   *  one batch at a time and prepares at most the next during it (batcher.ts), by when the
+   *  buffers of the one before are back. */
   private readonly spare = new Map<number, ArrayBuffer>();
 
   private constructor(
