@@ -35,6 +35,8 @@ export class Batcher<T, P = never> {
   private readonly queue: T[] = [];
   /** The next batch, prepared while the one before it runs. */
   private ahead: { batch: T[]; prepared: P } | null = null;
+  /** When the running batch started. */
+  private runStarted = 0;
   private timer: NodeJS.Timeout | null = null;
   private running = false;
   private idleWaiters: (() => void)[] = [];
@@ -101,6 +103,7 @@ export class Batcher<T, P = never> {
       const batch = ahead?.batch ?? this.next();
       if (batch.length === 0) break;
       const started = this.clock();
+      this.runStarted = started;
       const running = this.options.run(batch, ahead?.prepared);
       this.prepareAhead();
       await running;
@@ -112,13 +115,23 @@ export class Batcher<T, P = never> {
   }
 
   /** While a batch runs, a full one waiting behind it is taken and prepared. Its items must be
-   *  able to finish after the running batch and their own: one batch time later than `next`
-   *  asks, or they are dropped now. */
+   *  able to finish after the running batch (by its estimate) and their own, or they are dropped
+   *  now; what remains is prepared only if it still fills a batch. A preparation that throws
+   *  leaves the items queued: their run then fails them with the reason. */
   private prepareAhead(): void {
     const { prepare, maxBatch } = this.options;
     if (!prepare || this.ahead || this.queue.length < maxBatch) return;
-    const batch = this.next(this.batchMs ?? 0);
-    if (batch.length) this.ahead = { batch, prepared: prepare(batch) };
+    const batchMs = this.batchMs ?? 0;
+    const expired = this.late(Math.max(0, this.runStarted + batchMs - this.clock()) + batchMs);
+    if (this.queue.length >= maxBatch) {
+      const batch = this.queue.splice(0, maxBatch);
+      try {
+        this.ahead = { batch, prepared: prepare(batch) };
+      } catch {
+        this.queue.unshift(...batch);
+      }
+    }
+    for (const item of expired) this.options.expire(item);
   }
 
   /** The prepared batch, unless one of its items can no longer finish in time (the run before
@@ -139,10 +152,19 @@ export class Batcher<T, P = never> {
     return null;
   }
 
-  /** The next batch, after dropping every item that could no longer finish in time (`laterMs`
-   *  after now, for a batch that waits for the one running). */
-  private next(laterMs = 0): T[] {
-    const finish = this.clock() + laterMs + (this.batchMs ?? 0);
+  /** The next batch, after dropping every item that could no longer finish in time. */
+  private next(): T[] {
+    const expired = this.late(this.batchMs ?? 0);
+    const batch = this.queue.splice(0, this.options.maxBatch);
+    // Told once the queue is as it will be: `expire` may look at `pending` (the worker decodes
+    // more tiles when there is room).
+    for (const item of expired) this.options.expire(item);
+    return batch;
+  }
+
+  /** Takes out of the queue, and returns, the items that could not finish `ms` from now. */
+  private late(ms: number): T[] {
+    const finish = this.clock() + ms;
     const expired: T[] = [];
     let kept = 0;
     for (const item of this.queue) {
@@ -150,10 +172,6 @@ export class Batcher<T, P = never> {
       else this.queue[kept++] = item;
     }
     this.queue.length = kept;
-    const batch = this.queue.splice(0, this.options.maxBatch);
-    // Told once the queue is as it will be: `expire` may look at `pending` (the worker decodes
-    // more tiles when there is room).
-    for (const item of expired) this.options.expire(item);
-    return batch;
+    return expired;
   }
 }

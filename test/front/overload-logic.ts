@@ -235,6 +235,84 @@ t.test('batcher: a full batch waiting behind a run is prepared during it, and ru
   await batcher.idle();
 });
 
+/** A batcher preparing ahead on a fake clock, whose runs last until step(). */
+function preparing(prepare: (batch: number[]) => string = (b) => b.join('+')) {
+  const c = clock();
+  const ran: number[][] = [];
+  const expired: number[] = [];
+  const pendingAtExpire: number[] = [];
+  const deadlines = new Map<number, number>();
+  let release: () => void = () => {};
+  const batcher: Batcher<number, string> = new Batcher<number, string>({
+    clock: c.now,
+    maxBatch: 2,
+    maxDelayMs: 0,
+    deadline: (n) => deadlines.get(n) ?? Infinity,
+    expire: (n) => (expired.push(n), pendingAtExpire.push(batcher.pending)),
+    prepare,
+    run: async (batch) => {
+      ran.push(batch);
+      await new Promise<void>((resolve) => (release = resolve));
+    },
+  });
+  const step = async () => {
+    release();
+    await new Promise((resolve) => setImmediate(resolve));
+  };
+  return { c, ran, expired, pendingAtExpire, deadlines, batcher, step };
+}
+
+t.test('batcher, preparing ahead: deadlines from when the running batch ends, by its estimate', async (t) => {
+  const m = preparing();
+  for (let i = 0; i < 3; i++) {
+    m.batcher.push(100 + i);
+    m.c.advance(100);
+    await m.step();
+  }
+  t.equal(m.batcher.batchMs, 100);
+  m.batcher.push(1);
+  const t0 = m.c.now();
+  m.c.advance(90);
+  m.deadlines.set(2, t0 + 250).set(3, t0 + 250);
+  m.batcher.push(2);
+  m.batcher.push(3);
+  t.same(m.expired, [], 'arrived late in the run: they can still finish after it, by t0 + 200');
+  m.c.advance(10);
+  await m.step();
+  t.same(m.ran.at(-1), [2, 3]);
+  await m.step();
+  await m.batcher.idle();
+});
+
+t.test('batcher, preparing ahead: an expiry leaves a part batch queued, and counted', async (t) => {
+  const m = preparing();
+  m.batcher.push(1);
+  m.deadlines.set(2, m.c.now() + 5);
+  m.batcher.push(2);
+  m.c.advance(10);
+  m.batcher.push(3);
+  t.same(m.expired, [2]);
+  t.same(m.pendingAtExpire, [1], 'expire sees the tile still waiting');
+  m.batcher.push(4);
+  for (let i = 0; i < 3; i++) await m.step();
+  await m.batcher.idle();
+  t.same(m.ran, [[1], [3, 4]], 'the tile that came later in the run joined it');
+});
+
+t.test('batcher, preparing ahead: a preparation that throws leaves its items to their run', async (t) => {
+  const m = preparing((b) => {
+    if (b.includes(3)) throw new Error('preprocess failed');
+    return b.join('+');
+  });
+  m.batcher.push(1);
+  m.batcher.push(2);
+  m.batcher.push(3);
+  t.equal(m.batcher.pending, 2, 'still queued');
+  for (let i = 0; i < 3; i++) await m.step();
+  await m.batcher.idle();
+  t.same(m.ran, [[1], [2, 3]], 'run (where the worker fails them with the reason)');
+});
+
 t.test('batcher: tiles that cannot finish by their deadline are dropped, never run', async (t) => {
   const c = clock();
   const ran: number[][] = [];
