@@ -2,13 +2,14 @@
 // resolution tags and from the Aperio description, regions and tiles against the pixels that
 // were encoded;
 // the tile grid, the results journal after a torn write, and tile-folder coordinates.
-import { appendFileSync, mkdtempSync, readFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import t from 'tap';
 import { tileGrid } from '../src/client/pipeline/grid.js';
 import { Journal } from '../src/client/pipeline/journal.js';
+import { lockOutput } from '../src/client/pipeline/out-lock.js';
 import { coordsFromName, readPlan } from '../src/client/pipeline/process-tiles.js';
 import { ReaderPool } from '../src/client/pipeline/reader-pool.js';
 import { tileBodies } from '../src/client/pipeline/tile-reader.js';
@@ -199,4 +200,16 @@ t.test('tile coordinates from file names or a CSV plan', async (t) => {
     code: 'TILE_ERR_PLAN_COORDS',
     message: /line 2: x and y must be integers/,
   });
+});
+
+t.test('the output lock appears whole: a second run names its holder, and nothing else is left', async (t) => {
+  const out = mkdtempSync(join(tmpdir(), 'out-lock-'));
+  const lock = lockOutput(out, null, () => {});
+  t.throws(() => lockOutput(out, null, () => {}), {
+    code: 'TILE_ERR_OUTPUT_LOCKED',
+    message: new RegExp(`pid ${process.pid} on `),
+  });
+  t.same(readdirSync(out), ['tile-infer.lock'], 'no file it was made from');
+  lock.release();
+  t.same(readdirSync(out), []);
 });

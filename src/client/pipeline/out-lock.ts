@@ -1,11 +1,12 @@
 // One writer per output folder (per shard): OUT/tile-infer.lock (tile-infer.I-of-C.lock for a
 // shard) names the host, pid and start time of the run that holds it, as TRIDENT's lock files do.
-// It is made with O_EXCL, so of two runs started together one gets it and the other fails at once;
+// It is made whole in one step (a hard link of a file already written, which fails when the lock
+// exists), so of two runs started together one gets it and the other fails at once, naming it;
 // a lock left by a process that is gone (killed, on this host) is taken over with a note; the
 // holder removes it when it exits.
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { linkSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { Shard } from './cohort.js';
 import { OutputError, writeFailed } from './outputs.js';
 import { pidGone } from '../../lib/pid.js';
@@ -33,7 +34,7 @@ export function lockOutput(
   };
   for (let attempt = 0; ; attempt++) {
     try {
-      writeFileSync(path, JSON.stringify(me) + '\n', { flag: 'wx' });
+      create(path, JSON.stringify(me) + '\n');
       break;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw writeFailed(path, err);
@@ -66,4 +67,22 @@ export function lockOutput(
   };
   process.once('exit', release);
   return { path, release };
+}
+
+/** Creates `path` with `content`, failing with EEXIST when it exists. Created empty and then
+ *  written (O_EXCL), a lock was read empty by a run started beside it on a busy machine, which
+ *  could then not say who held it; a hard link appears with its content. Where the file system has
+ *  no hard links, O_EXCL it is. */
+function create(path: string, content: string): void {
+  const written = `${path}.${process.pid}.tmp`;
+  writeFileSync(written, content);
+  try {
+    linkSync(written, path);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code !== 'EPERM' && code !== 'ENOTSUP' && code !== 'EOPNOTSUPP') throw err;
+    writeFileSync(path, content, { flag: 'wx' });
+  } finally {
+    rmSync(written, { force: true });
+  }
 }
