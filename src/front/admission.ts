@@ -24,6 +24,11 @@ export class Backlog {
     this.mine = mine;
   }
 
+  /** Tiles the worker holds at most (Infinity until it says). */
+  get maxHeld(): number {
+    return this.report.maxHeld ?? Infinity;
+  }
+
   /** Recent milliseconds of one batch (null until the worker has run one), and its largest. */
   get batchMs(): number | null {
     return this.report.batchMs;
@@ -53,20 +58,23 @@ export class Backlog {
 export const FRESH_MS = 250;
 
 /** Places a front may hold in a model's queue: its share of max_queue, or, while every ready
- *  instance has reported recently, what the other fronts leave of max_queue by those reports.
+ *  instance has reported recently, what the other fronts leave of max_queue by those reports;
+ *  never more than the ready instances hold together (with one of two down, half of it).
  *  The kernel gives a connection to whichever front accepts first (supervisor/fronts.ts), so one
  *  front may carry most of a client's connections: with a fixed share, 64 connections to a
  *  model with room for 128 got thousands of 503s on an H200 (docs/gpu.md). Fronts that admit on
  *  the same reports may together send more than the queue has room for: the instances, each
  *  holding its part of max_queue, refuse the excess. */
 export function places(share: number, maxQueue: number, instances: InstanceLoad[]): number {
-  let others = 0;
+  if (instances.length === 0) return share;
+  let others: number | null = 0;
+  let capacity = 0;
   for (const { backlog } of instances) {
     const held = backlog.heldByOthers();
-    if (held === null) return share;
-    others += held;
+    others = held === null || others === null ? null : others + held;
+    capacity += backlog.maxHeld;
   }
-  return instances.length ? Math.max(share, maxQueue - others) : share;
+  return Math.min(capacity, others === null ? share : Math.max(share, maxQueue - others));
 }
 
 export interface InstanceLoad {

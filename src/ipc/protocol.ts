@@ -162,6 +162,8 @@ export interface WorkerLoad {
   queued: number;
   /** Tiles it holds from every front: accepted and not yet answered (waiting or running). */
   held: number;
+  /** Tiles it holds at most, its part of max_queue; absent when unbounded. */
+  maxHeld?: number;
   /** Recent milliseconds of one batch (preprocess and session.run), or null before the first. */
   batchMs: number | null;
   /** The largest batch it runs. */

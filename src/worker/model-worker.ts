@@ -156,6 +156,7 @@ export class ModelWorker {
     return {
       queued: this.undecoded.length + this.decoding + this.batcher.pending,
       held: this.heldTiles(),
+      ...(this.options.maxHeld !== undefined && { maxHeld: this.options.maxHeld }),
       batchMs: this.batcher.batchMs,
       maxBatch: this.batcher.maxBatch,
     };

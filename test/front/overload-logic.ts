@@ -120,6 +120,10 @@ t.test("places: a front's share of max_queue, and the room the other fronts leav
   const cold = new Backlog(c.now);
   cold.update({ queued: 0, held: 0, batchMs: null, maxBatch: 16 });
   t.equal(places(16, 64, [at(cold)]), 64, 'a worker with no batch time yet (idle for 5 s) reports what it holds');
+  const half = new Backlog(c.now);
+  half.update({ queued: 0, held: 0, maxHeld: 32, batchMs: 10, maxBatch: 16 });
+  t.equal(places(16, 64, [at(half)]), 32, 'one of two instances ready: no more than it holds');
+  t.equal(places(48, 64, [at(half)]), 32, 'even where the share is more');
   t.match(
     decide({ held: 40, arriving: 0, places: places(32, 128, [at(b, 40)]), timeoutMs: 300, instances: [at(b, 40)] }),
     { admit: true },

@@ -378,7 +378,7 @@ t.test('an instance holds at most maxHeld tiles from every front: more are refus
     type: 'error',
     id: 2,
     error: { code: 'TILE_ERR_QUEUE_FULL', message: /its instance holds 2 of its 2 tiles, its part of max_queue/ },
-    load: { held: 2 },
+    load: { held: 2, maxHeld: 2 },
   });
   t.notOk('retryable' in (refused as { error: object }).error, 'not for another instance: the model is full');
   t.equal(worker.stats.refused, 1);
