@@ -224,7 +224,11 @@ t.test('a full queue answers 503 with Retry-After instead of growing', async (t)
   const full = responses.filter((r) => r.status === 503);
   t.ok(full.length > 0, `${full.length} of 30 refused`);
   t.ok(responses.every((r) => r.status === 200 || r.status === 503));
-  t.match(await full[0].json(), { detail: /\d+ tiles outstanding on this front: its share of max_queue \(2\)/ });
+  // Refused by a front (past the places it may hold) or, when fronts admitted on the same load
+  // report, by the instance (past its part of max_queue).
+  t.match(await full[0].json(), {
+    detail: /\d+ tiles outstanding on this front: its share of max_queue \(2\)|its instance holds 4 of its 4 tiles/,
+  });
   t.match(full[0].headers.get('retry-after'), /^\d+$/);
   t.equal(full[0].headers.get('x-error-code'), 'TILE_ERR_QUEUE_FULL');
 });
