@@ -1,8 +1,8 @@
 // Admission by the places a front may hold in a model's queue and by expected wait, decided before
-// a request's body is read: a request that could not finish before its deadline is refused at once (503 TILE_ERR_QUEUE_FULL, Retry-After from the
-// estimate) rather than queued for a 504 later. Pure logic over what a front knows of each
-// instance: the tiles it has in flight there and the worker's last report of its load and pace;
-// the clock is injected so the fast tier can drive it.
+// a request's body is read: a request that could not finish before its deadline is refused at
+// once (503 TILE_ERR_QUEUE_FULL, Retry-After from the estimate) rather than queued for a 504 later.
+// Pure logic over what a front knows of each instance: the tiles it has in flight there and the
+// worker's last report of its load and pace; the clock is injected so the fast tier can drive it.
 import type { WorkerLoad } from '../ipc/protocol.js';
 
 export type Clock = () => number;
