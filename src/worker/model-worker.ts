@@ -111,8 +111,9 @@ export class ModelWorker {
   private decoding = 0;
   /** Tiles received and not yet decoded, from every front. */
   private readonly undecoded: DecodeWindow<Waiting>;
-  /** Each front's answers, and the tiles the worker holds for it. */
-  private readonly replies = new Map<FrontLink, { reply: Reply; held: Map<number, Held> }>();
+  /** Each front's answers, and the tiles the worker holds for it (`gone`: the front hung up, and
+   *  its tiles still decoding or running count until they end, their answers sent nowhere). */
+  private readonly replies = new Map<FrontLink, { reply: Reply; held: Map<number, Held>; gone?: true }>();
   private readonly batcher: Batcher<Pending, Feeds>;
   private readonly preprocess: Preprocessor;
   /** The largest batch the graph and the configuration allow. */
@@ -232,18 +233,23 @@ export class ModelWorker {
     this.undecoded.pump();
   }
 
-  /** The front hung up: nothing it sent is wanted any more. */
+  /** The front hung up: nothing it sent is wanted any more. Its tiles being decoded or run cannot
+   *  be stopped: they stay held, against maxHeld, until they end. */
   unlink(link: FrontLink): void {
-    const ids = [...(this.replies.get(link)?.held.keys() ?? [])];
-    link.cancel(ids);
-    this.replies.delete(link);
+    const entry = this.replies.get(link);
+    if (!entry) return;
+    entry.gone = true;
+    link.cancel([...entry.held.keys()]);
+    if (entry.held.size === 0) this.replies.delete(link);
   }
 
   /** Answers a tile's front, once the worker is done with the tile, with its load without it. */
   private answer(link: FrontLink, message: Answer): void {
     const entry = this.replies.get(link);
-    entry?.held.delete(message.id);
-    entry?.reply({ ...message, load: this.load() } as ChannelReply);
+    if (!entry) return;
+    entry.held.delete(message.id);
+    if (!entry.gone) entry.reply({ ...message, load: this.load() } as ChannelReply);
+    else if (entry.held.size === 0) this.replies.delete(link);
   }
 
   private drop(link: FrontLink, id: number, reason: DropReason): void {
