@@ -42,7 +42,7 @@ async function once(root: string) {
     const r = await drive(service.url, model, path, raw, Number(values.connections), {
       seconds: Number(values.seconds),
     });
-    return `${r.tilesPerSec.toFixed(1)} tiles/s, p50 ${r.p50} ms, errors ${JSON.stringify(r.errorKinds)}`;
+    return `${r.tilesPerSec.toFixed(1)} tiles/s, p50 ${r.p50} ms, errors ${JSON.stringify(r.errorKinds)} (in the warm-up before it ${JSON.stringify(r.warmUpErrorKinds)})`;
   } finally {
     service.proc.kill('SIGTERM');
     await service.exited;

@@ -12,6 +12,8 @@ export interface LoadResult {
   errors: number;
   /** The errors by what they were: each non-2xx status, and "socket" and "timeout". */
   errorKinds: Record<string, number>;
+  /** The same of the warm-up before the run (where a burst's first refusals fall). */
+  warmUpErrorKinds: Record<string, number>;
   meanBatch: number;
   /** Mean milliseconds per tile in each server stage. */
   stages: Record<string, number>;
@@ -114,7 +116,7 @@ export async function drive(
   span: Span,
   headers: Record<string, string> = {},
 ): Promise<LoadResult> {
-  await fire(url, path, bodies, concurrency, warmUp(span), { headers });
+  const warm = await fire(url, path, bodies, concurrency, warmUp(span), { headers });
   const before = await scrape(url, model);
   const result = await fire(url, path, bodies, concurrency, span, { headers });
   const seconds = result.duration;
@@ -130,6 +132,7 @@ export async function drive(
     p99: result.latency.p99,
     errors: errorCount(result),
     errorKinds: errorKinds(result),
+    warmUpErrorKinds: errorKinds(warm),
     meanBatch: delta(before, after, 'batch'),
     stages,
   };

@@ -1,5 +1,5 @@
-// The Open Inference Protocol's section of `npm run bench`: tiles/s and the load generator's CPU
-// per tile at c=16 for v2 JSON, v2 binary at batches of 1, 8 and 32, and gRPC at 1 and 32, against
+// The Open Inference Protocol's section of `npm run bench`: tiles/s and CPU per tile (the load
+// generator's, the fronts', the workers') at c=16 for v2 JSON, v2 binary at batches of 1, 8 and 32, and gRPC at 1 and 32, against
 // the contract's raw-body route (application/octet-stream, one tile per request), on one service
 // serving a null model (bench/null-models.ts, batch.max raised to 32), each system taking its turn,
 // a number of rounds, so that each ratio compares runs of one round, seconds apart.
@@ -27,6 +27,7 @@ export interface V2Row {
   /** CPU ms per tile: the load generator (this process), the fronts, the workers. */
   clientCpuMsPerTile: number;
   frontCpuMsPerTile: number;
+  workerCpuMsPerTile: number;
 }
 
 const SIZE = 224;
@@ -89,9 +90,10 @@ async function measure(
     errors,
     clientCpuMsPerTile: perTile((client.user + client.system) / 1000),
     frontCpuMsPerTile: perTile(after.fronts - before.fronts),
+    workerCpuMsPerTile: perTile(after.workers - before.workers),
   };
   console.log(
-    `v2 section: ${system} batch ${batch} c=${concurrency}: ${row.tilesPerSec.toFixed(0)} tiles/s, errors ${errors}, client CPU ms/tile ${row.clientCpuMsPerTile.toFixed(3)}, front ${row.frontCpuMsPerTile.toFixed(3)}`,
+    `v2 section: ${system} batch ${batch} c=${concurrency}: ${row.tilesPerSec.toFixed(0)} tiles/s, errors ${errors}, client CPU ms/tile ${row.clientCpuMsPerTile.toFixed(3)}, front ${row.frontCpuMsPerTile.toFixed(3)}, workers ${row.workerCpuMsPerTile.toFixed(3)}`,
   );
   return row;
 }
@@ -293,11 +295,11 @@ export function v2Markdown(rows: V2Row[]): string {
   return [
     `Open Inference Protocol: a null model (${SIZE} px, 2 instances), c=${rows[0]?.concurrency}, one front, ${rounds} round(s) of every system in turn; tiles/s against the contract's raw-body route (one application/octet-stream tile per request) in the same round.`,
     '',
-    '| system | tiles/request | tiles/s, each round | of raw-body route | of v2 binary, same batch | errors | client CPU ms/tile | front CPU ms/tile |',
-    '|---|---|---|---|---|---|---|---|',
+    '| system | tiles/request | tiles/s, each round | of raw-body route | of v2 binary, same batch | errors | client CPU ms/tile | front CPU ms/tile | workers CPU ms/tile |',
+    '|---|---|---|---|---|---|---|---|---|',
     ...[...groups.values()].map((of) => {
       const { system, batch } = of[0];
-      return `| ${system} | ${batch} | ${of.map((r) => f(r.tilesPerSec)).join(' / ')} | ${ratios(of, (r) => find(r.round, 'raw-body route', 1))} | ${system === 'gRPC' ? ratios(of, (r) => find(r.round, 'v2 binary', batch)) : ''} | ${of.reduce((n, r) => n + r.errors, 0)} | ${f(median(of.map((r) => r.clientCpuMsPerTile)), 3)} | ${f(median(of.map((r) => r.frontCpuMsPerTile)), 3)} |`;
+      return `| ${system} | ${batch} | ${of.map((r) => f(r.tilesPerSec)).join(' / ')} | ${ratios(of, (r) => find(r.round, 'raw-body route', 1))} | ${system === 'gRPC' ? ratios(of, (r) => find(r.round, 'v2 binary', batch)) : ''} | ${of.reduce((n, r) => n + r.errors, 0)} | ${f(median(of.map((r) => r.clientCpuMsPerTile)), 3)} | ${f(median(of.map((r) => r.frontCpuMsPerTile)), 3)} | ${f(median(of.map((r) => r.workerCpuMsPerTile)), 3)} |`;
     }),
   ].join('\n');
 }
