@@ -117,6 +117,40 @@ t.test('framing errors are 400 {"error"}; states are 404 and 503', async (t) => 
   t.equal((await app.inject('/v2/health/live')).statusCode, 200);
 });
 
+t.test('bodies built to cost: each refused at its first fault, in bounded time and words', async (t) => {
+  const { app, backend } = await fakeService();
+  const json = (payload: string | Buffer, headers: Record<string, string> = {}) =>
+    app.inject({
+      method: 'POST',
+      url: '/v2/models/tile-embed/infer',
+      headers: { 'content-type': 'application/json', ...headers },
+      payload,
+    });
+  // A million inputs that each miss every field: one error, not a million (allErrors listed them
+  // all: 44 s, 4 GB and a 500 for 3.6 million).
+  const many = await json(`{"inputs":[${Array(1_000_000).fill('{}').join(',')}]}`);
+  t.equal(many.statusCode, 400);
+  t.ok(many.body.length < 1000, `one error: ${many.body.slice(0, 200)}`);
+  // An output asked for again and again: refused, not answered as often as asked.
+  const twice = inferBody([tile(1)], { outputs: ['embedding', 'embedding'] });
+  const repeated = await json(twice.header);
+  t.equal(repeated.statusCode, 400);
+  t.match(repeated.json(), { error: "output 'embedding' is asked for twice" });
+  // BYTES data of 8 MB of zeros reads as 2 million empty elements: refused past the shape's one.
+  const header = Buffer.from(
+    JSON.stringify({
+      inputs: [{ name: 'image', datatype: 'BYTES', shape: [1], parameters: { binary_data_size: 8 << 20 } }],
+    }),
+  );
+  const zeros = await json(Buffer.concat([header, Buffer.alloc(8 << 20)]), {
+    'content-type': 'application/octet-stream',
+    'inference-header-content-length': String(header.length),
+  });
+  t.equal(zeros.statusCode, 400);
+  t.match(zeros.json(), { error: /holds 1 BYTES elements, the data has more/ });
+  t.equal(backend.jobs.length, 0, 'nothing was run');
+});
+
 t.test("a ModelInferRequest's bytes: the buffer grpc-js framed it in, when it holds nothing else", async (t) => {
   const framed = Buffer.alloc(5 + 150_528);
   t.equal(messageBuffer(framed.subarray(5)).byteLength, 5 + 150_528, 'behind its 5-byte prefix, alone: that buffer');

@@ -117,6 +117,10 @@ export function bytesData(t: InputTensor, fromText: (text: string, index: number
   const out: Buffer[] = [];
   let at = 0;
   while (at < raw.length) {
+    // Past the shape's count the data is wrong whatever follows: said now, not after reading
+    // millions of empty elements (16 MB of zeros are 4 million of them).
+    if (out.length === count)
+      throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} BYTES elements, the data has more`);
     if (at + 4 > raw.length)
       throw invalid(
         t.name,
