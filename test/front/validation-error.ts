@@ -7,7 +7,7 @@ import jsonBody from '../../src/front/plugins/json-body.js';
 import nonJsonBody from '../../src/front/plugins/non-json-body.js';
 import { PredictQuery } from '../../src/contract/schemas.js';
 import { TileBody, tileImageKeyword } from '../../src/front/tile-image.js';
-import { jsonInvalid, literalItem } from '../../src/front/validation-error.js';
+import { jsonInvalid, literalItem, MAX_ITEMS } from '../../src/front/validation-error.js';
 
 async function app() {
   const app = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false }, plugins: [tileImageKeyword] } });
@@ -79,6 +79,21 @@ t.test('missing fields, bounds, list items and query literals', async (t) => {
     ],
     'query and body errors together',
   );
+});
+
+t.test('200,000 bad list items: the first MAX_ITEMS are listed, the other fields still', async (t) => {
+  const server = await app();
+  const started = performance.now();
+  const res = await server.inject({
+    method: 'POST',
+    url: '/tile',
+    payload: { ...valid, width: 0, bulk_rna: Array(200_000).fill('a') },
+  });
+  t.equal(res.statusCode, 422);
+  const detail = res.json().detail as { loc: (string | number)[] }[];
+  t.equal(detail.length, MAX_ITEMS, `${MAX_ITEMS} items in ${(performance.now() - started).toFixed(0)} ms`);
+  t.same(detail[0].loc, ['body', 'width'], 'the fields before the list');
+  t.same(detail.at(-1)!.loc, ['body', 'bulk_rna', MAX_ITEMS - 2]);
 });
 
 t.test('a body that is not an object, and nulls for optional fields', async (t) => {
