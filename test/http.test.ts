@@ -713,3 +713,15 @@ t.test(
     );
   },
 );
+
+t.test('a path with a bad percent-escape is a 400 in the service shape, under /v2 the protocol one', async (t) => {
+  const { app } = await fakeService();
+  const contract = await app.inject({ method: 'POST', url: '/api/predict/%ff' });
+  t.equal(contract.statusCode, 400);
+  t.equal(contract.headers['x-error-code'], 'TILE_ERR_BAD_REQUEST');
+  t.match(contract.json(), { detail: /malformed HTTP request: .*not a valid url component/ });
+  const v2 = await app.inject({ method: 'POST', url: '/v2/models/%ff/infer' });
+  t.equal(v2.statusCode, 400);
+  t.equal(v2.headers['x-error-code'], 'TILE_ERR_BAD_REQUEST');
+  t.match(v2.json(), { error: /malformed HTTP request/ });
+});

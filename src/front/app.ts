@@ -5,7 +5,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import type { Logger } from 'pino';
 import type { ServiceConfig } from '../config/config.js';
 import type { ModelBackend } from './backend.js';
-import errors, { clientErrorHandler } from './plugins/errors.js';
+import errors, { clientErrorHandler, frameworkErrorHandler } from './plugins/errors.js';
 import contentEncoding from './plugins/content-encoding.js';
 import queryEncoding from './plugins/query-encoding.js';
 import connections from './plugins/connections.js';
@@ -57,6 +57,8 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
     return503OnClosing: false,
     // HTTP that Node refuses (headers over the limit, timeouts, malformed) in the same shape.
     clientErrorHandler,
+    // A path fastify cannot decode (a bad percent-escape) too.
+    frameworkErrors: frameworkErrorHandler,
   });
   await app.register(errors, {
     retryAfterS: config.pressure.retry_after_s,

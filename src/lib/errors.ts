@@ -78,7 +78,7 @@ const REGISTRY = {
   TILE_ERR_BAD_REQUEST: {
     status: 400,
     body: 'detail',
-    meaning: "HTTP that Node's parser refuses (malformed); the socket closes.",
+    meaning: "HTTP that Node's parser refuses (malformed; the socket closes), or a path with a bad percent-escape.",
   },
   TILE_ERR_MODEL_LOADING: {
     status: 503,

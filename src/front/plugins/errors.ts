@@ -5,7 +5,7 @@
 // the contract writes them.
 import { maxHeaderSize, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
-import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
 import fp from 'fastify-plugin';
 import { errors as make, ServiceError } from '../../lib/errors.js';
@@ -77,6 +77,16 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
   );
   socket.resume();
   setTimeout(() => socket.destroy(), LINGER_MS).unref();
+}
+
+/** What fastify refuses before routing (FST_ERR_BAD_URL: a path with a bad percent-escape) as a
+ *  400 in the service's shape, under /v2 in the protocol's. */
+export function frameworkErrorHandler(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  const bad = make.badRequest(error.message);
+  void reply
+    .code(bad.statusCode)
+    .header('x-error-code', bad.code)
+    .send(request.url.startsWith('/v2/') ? { error: bad.message } : bad.body());
 }
 
 async function errors(app: FastifyInstance, { retryAfterS, models }: ErrorsOptions): Promise<void> {
