@@ -219,6 +219,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
   const where = (path: string) => settingSource(fieldName(path) || '(root)', env, root);
   const problems = describeErrors(ServiceConfig, config, where);
   if (problems.length) throw ConfigError.of(problems);
+  const { headers_timeout_ms: headers, body_timeout_ms: body } = config.front;
+  // Node refuses a server whose headers may take longer than the whole request (the front died
+  // at each start instead).
+  if (headers > body)
+    throw new ConfigError(
+      'TILE_ERR_CONFIG_VALUE',
+      `${where('/front/headers_timeout_ms')} is ${headers}, longer than front.body_timeout_ms (${body}), within which the whole request must arrive: expected at most ${body}`,
+    );
 
   const names = config.models.map((m) => m.name);
   if (env.MODELS !== undefined) {

@@ -58,6 +58,7 @@ grpc =
         host: config.host,
         port: config.grpc_port,
         maxMessageBytes: config.body_limit_bytes,
+        bodyTimeoutMs: config.front.body_timeout_ms,
         logger,
       });
 if (grpc && index === 0)

@@ -28,7 +28,8 @@ const freePort = () =>
 const grpcPort = await freePort();
 const server = await startServer({
   models: V2_MODELS(),
-  config: { health: { strict_readiness: false }, grpc_port: grpcPort },
+  // A request arrives within 3 s or is let go, gRPC's as HTTP's.
+  config: { health: { strict_readiness: false }, grpc_port: grpcPort, front: { headers_timeout_ms: 3000, body_timeout_ms: 3000 } },
 });
 t.teardown(() => server.stop());
 
@@ -91,6 +92,31 @@ t.test('the server opens HTTP/2 windows a batch fits in, not the 64 KiB default'
   // The connection-level update follows the SETTINGS frame.
   await new Promise((resolve) => setTimeout(resolve, 200));
   t.ok(session.state.remoteWindowSize! >= 4 * 1024 * 1024, `connection window ${session.state.remoteWindowSize} bytes`);
+});
+
+t.test('a call whose message stalls is reset after front.body_timeout_ms, as HTTP answers 408', async (t) => {
+  // PROTOCOL-HTTP2.md: a Length-Prefixed-Message is a 1-byte flag and a 4-byte big-endian length.
+  const session = connect(`http://127.0.0.1:${grpcPort}`);
+  t.teardown(() => session.close());
+  const stream = session.request({
+    ':method': 'POST',
+    ':path': '/inference.GRPCInferenceService/ModelInfer',
+    'content-type': 'application/grpc',
+    te: 'trailers',
+  });
+  stream.on('error', () => {});
+  const prefix = Buffer.alloc(5);
+  prefix.writeUInt32BE(4_000_000, 1);
+  stream.write(Buffer.concat([prefix, Buffer.alloc(1_000_000)]));
+  const started = Date.now();
+  const code = await new Promise<number>((resolve) => {
+    stream.once('close', () => resolve(stream.rstCode!));
+    setTimeout(() => resolve(-1), 15000).unref();
+  });
+  const seconds = (Date.now() - started) / 1000;
+  t.equal(code, 8, 'RST_STREAM CANCEL (RFC 9113 7)');
+  t.ok(seconds >= 2 && seconds < 15, `after ${seconds.toFixed(1)} s`);
+  t.same(await call('ServerLive', {}), { live: true }, 'the service unharmed');
 });
 
 t.test('health and metadata calls', async (t) => {

@@ -82,6 +82,12 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       /models\[0\]\.batch_shapes is \[0\], expected "auto" or "any" or a list of at least 1 \(each an integer >= 1\)$/,
     ],
     [
+      'headers allowed longer than the whole request',
+      () => load({ ...good, front: { body_timeout_ms: 3000 } }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /config-\d+\.json: front\.headers_timeout_ms is 10000, longer than front\.body_timeout_ms \(3000\), .*expected at most 3000$/,
+    ],
+    [
       'no models',
       () => load({ models: [] }),
       ['TILE_ERR_CONFIG_NO_MODELS'],

@@ -4,7 +4,7 @@
 // contents; outputs go back as raw_output_contents. Errors carry the protocol's status codes:
 // INVALID_ARGUMENT (a bad request), NOT_FOUND (a model not enabled), UNAVAILABLE (loading, busy),
 // DEADLINE_EXCEEDED, INTERNAL.
-import type { Http2Session } from 'node:http2';
+import { constants, type Http2Session } from 'node:http2';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -149,7 +149,7 @@ function unary<Req, Res>(
 /** Serves inference.GRPCInferenceService on host:port until the returned server is shut down. */
 export async function startGrpc(
   service: V2Service,
-  options: { host: string; port: number; maxMessageBytes: number; logger: Logger },
+  options: { host: string; port: number; maxMessageBytes: number; bodyTimeoutMs: number; logger: Logger },
 ): Promise<{ server: grpc.Server; port: number }> {
   const definition = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as unknown as {
     inference: { GRPCInferenceService: { service: grpc.ServiceDefinition } };
@@ -208,6 +208,7 @@ export async function startGrpc(
     ),
   );
   widenWindow(server, 'sessions');
+  receiveDeadline(server, options.bodyTimeoutMs);
   return { server, port };
 }
 
@@ -220,12 +221,31 @@ const WINDOW = 16 * 1024 * 1024;
  *  update. Until that lands, the server's own settings (before bind) and each connection's window
  *  (after) are raised here, through its internals; a grpc-js without them keeps the default. */
 function widenWindow(server: grpc.Server, step: 'settings' | 'sessions'): void {
-  const internals = server as unknown as {
-    commonServerOptions?: { settings?: Record<string, unknown> };
-    http2Servers?: Map<{ on(event: 'session', listener: (session: Http2Session) => void): void }, unknown>;
-  };
+  const internals = server as unknown as { commonServerOptions?: { settings?: Record<string, unknown> } };
   if (step === 'settings' && internals.commonServerOptions)
     internals.commonServerOptions.settings = { ...internals.commonServerOptions.settings, initialWindowSize: WINDOW };
-  if (step === 'sessions')
-    for (const http2 of internals.http2Servers?.keys() ?? []) http2.on('session', (s) => s.setLocalWindowSize(WINDOW));
+  if (step === 'sessions') onSession(server, (s) => s.setLocalWindowSize(WINDOW));
+}
+
+/** Each HTTP/2 connection of a bound grpc-js server, through its internals (none when they change). */
+function onSession(server: grpc.Server, listener: (session: Http2Session) => void): void {
+  const internals = server as unknown as {
+    http2Servers?: Map<{ on(event: 'session', listener: (session: Http2Session) => void): void }, unknown>;
+  };
+  for (const http2 of internals.http2Servers?.keys() ?? []) http2.on('session', listener);
+}
+
+/** A call's request must have arrived within `ms` (front.body_timeout_ms), as an HTTP request
+ *  must (Node's requestTimeout, a 408); past it, its stream is reset (CANCEL) and what it sent is
+ *  let go. grpc-js has no such deadline: 16 streams that sent 15 MB each of a 16 MB message and
+ *  stalled were held, 252 MB, until their clients left. */
+function receiveDeadline(server: grpc.Server, ms: number): void {
+  onSession(server, (session) =>
+    session.on('stream', (stream) => {
+      const timer = setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
+      const received = () => clearTimeout(timer);
+      stream.once('end', received);
+      stream.once('close', received);
+    }),
+  );
 }
