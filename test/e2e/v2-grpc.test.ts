@@ -29,7 +29,11 @@ const grpcPort = await freePort();
 const server = await startServer({
   models: V2_MODELS(),
   // A request arrives within 3 s or is let go, gRPC's as HTTP's.
-  config: { health: { strict_readiness: false }, grpc_port: grpcPort, front: { headers_timeout_ms: 3000, body_timeout_ms: 3000 } },
+  config: {
+    health: { strict_readiness: false },
+    grpc_port: grpcPort,
+    front: { headers_timeout_ms: 3000, body_timeout_ms: 3000 },
+  },
 });
 t.teardown(() => server.stop());
 
