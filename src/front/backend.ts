@@ -14,6 +14,9 @@ export interface ModelBackend {
    *  the ServiceError to answer with (loading, failed, queue full, front busy), or returns its
    *  ticket, its place in the model's queue. `upload`: the body on its way, as far as it came. */
   admit(model: string, tiles?: number, upload?: Upload): Ticket;
+  /** Bytes of a request that has not named its model yet (a gRPC message on its way), held
+   *  against the front's budget as they arrive. */
+  requestBytes(): RequestBytes;
   /** Tiles of `model` this front sent to workers and they have not finished or dropped. */
   queued(model: string): number;
   /** Runs a tile on an instance of `model`: the result, or a ServiceError. */
@@ -35,6 +38,16 @@ export interface ModelBackend {
 export interface Upload {
   declared: number;
   buffered(): number;
+}
+
+/** Request bytes held against the front's budget. */
+export interface RequestBytes {
+  /** `n` more bytes arrived; throws TILE_ERR_FRONT_BUSY past the front's budget. */
+  received(n: number): void;
+  /** The bytes held so far. */
+  bytes(): number;
+  /** Gives them all back. */
+  release(): void;
 }
 
 /** An admitted request: the body bytes it holds against the front's budget, and the places its

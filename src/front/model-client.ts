@@ -9,7 +9,7 @@ import { modelEntry, type ServiceConfig } from '../config/config.js';
 import type { FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { ServiceError } from '../lib/errors.js';
-import type { InferOptions, ModelBackend, Ticket, Upload } from './backend.js';
+import type { InferOptions, ModelBackend, RequestBytes, Ticket, Upload } from './backend.js';
 import { type Connect, Instances } from './instances.js';
 import { QueueShare } from './queue-share.js';
 import { Routing } from './routing.js';
@@ -79,6 +79,10 @@ export class ModelClient implements ModelBackend {
   admit(model: string, tiles = 1, upload?: Upload): Ticket {
     this.instances.available(model);
     return this.queue.admit(model, tiles, upload);
+  }
+
+  requestBytes(): RequestBytes {
+    return this.queue.requestBytes();
   }
 
   /** Runs a tile: a batch of one. */

@@ -5,7 +5,7 @@
 import { modelEntry, type ServiceConfig } from '../config/config.js';
 import { errors } from '../lib/errors.js';
 import { arrivingTiles, decide, places, type Arrival, type InstanceLoad } from './admission.js';
-import type { Ticket, Upload } from './backend.js';
+import type { RequestBytes, Ticket, Upload } from './backend.js';
 
 export class QueueShare {
   /** Per model: tiles sent to a worker and not yet finished or dropped there: its queue. */
@@ -52,20 +52,16 @@ export class QueueShare {
       );
     const limit = this.config.front.max_inflight_bytes;
     if (this.inflightBytes >= limit) throw errors.frontBusy(limit);
+    const body = this.requestBytes();
     // Until its tiles go to a worker the request counts only in the estimate: a slow upload holds
     // no place in the queue.
-    let bytes = 0;
-    const arrived = upload ? () => Math.min(1, (bytes + upload.buffered()) / upload.declared) : () => 1;
+    const arrived = upload ? () => Math.min(1, (body.bytes() + upload.buffered()) / upload.declared) : () => 1;
     const arrival: Arrival = { tiles, since: Date.now(), arrived };
     const arrivals = this.arriving.get(model) ?? new Set<Arrival>();
     this.arriving.set(model, arrivals.add(arrival));
     let released = false;
     return {
-      received: (n) => {
-        if (this.inflightBytes + n > limit) throw errors.frontBusy(limit);
-        this.inflightBytes += n;
-        bytes += n;
-      },
+      received: body.received,
       hold: () => {
         const now = this.queued(model);
         if (now >= this.places(model, this.instances(model))) throw errors.queueFull(model, this.full(model, now), 1);
@@ -81,7 +77,26 @@ export class QueueShare {
         if (released) return;
         released = true;
         arrivals.delete(arrival);
+        body.release();
+      },
+    };
+  }
+
+  /** Request bytes held against the front's budget as they arrive (an admitted request's body; a
+   *  gRPC message, before it names its model), until released. */
+  requestBytes(): RequestBytes {
+    const limit = this.config.front.max_inflight_bytes;
+    let bytes = 0;
+    return {
+      received: (n) => {
+        if (this.inflightBytes + n > limit) throw errors.frontBusy(limit);
+        this.inflightBytes += n;
+        bytes += n;
+      },
+      bytes: () => bytes,
+      release: () => {
         this.inflightBytes -= bytes;
+        bytes = 0;
       },
     };
   }

@@ -32,7 +32,7 @@ const server = await startServer({
   config: {
     health: { strict_readiness: false },
     grpc_port: grpcPort,
-    front: { headers_timeout_ms: 3000, body_timeout_ms: 3000 },
+    front: { headers_timeout_ms: 3000, body_timeout_ms: 3000, max_inflight_bytes: 12 << 20 },
   },
 });
 t.teardown(() => server.stop());
@@ -98,29 +98,49 @@ t.test('the server opens HTTP/2 windows a batch fits in, not the 64 KiB default'
   t.ok(session.state.remoteWindowSize! >= 4 * 1024 * 1024, `connection window ${session.state.remoteWindowSize} bytes`);
 });
 
-t.test('a call whose message stalls is reset after front.body_timeout_ms, as HTTP answers 408', async (t) => {
-  // PROTOCOL-HTTP2.md: a Length-Prefixed-Message is a 1-byte flag and a 4-byte big-endian length.
+/** A ModelInfer stream, as PROTOCOL-HTTP2.md frames it (a 1-byte flag and a 4-byte big-endian
+ *  length, then the message), that sends `sent` bytes of a message of `declared` and waits; it
+ *  resolves with the RST_STREAM code the server closed it with, and when, or -1 after 15 s. */
+async function stalled(declared: number, sent: number): Promise<{ code: number; seconds: number }> {
   const session = connect(`http://127.0.0.1:${grpcPort}`);
-  t.teardown(() => session.close());
-  const stream = session.request({
-    ':method': 'POST',
-    ':path': '/inference.GRPCInferenceService/ModelInfer',
-    'content-type': 'application/grpc',
-    te: 'trailers',
-  });
-  stream.on('error', () => {});
-  const prefix = Buffer.alloc(5);
-  prefix.writeUInt32BE(4_000_000, 1);
-  stream.write(Buffer.concat([prefix, Buffer.alloc(1_000_000)]));
-  const started = Date.now();
-  const code = await new Promise<number>((resolve) => {
-    stream.once('close', () => resolve(stream.rstCode!));
-    setTimeout(() => resolve(-1), 15000).unref();
-  });
-  const seconds = (Date.now() - started) / 1000;
+  try {
+    const stream = session.request({
+      ':method': 'POST',
+      ':path': '/inference.GRPCInferenceService/ModelInfer',
+      'content-type': 'application/grpc',
+      te: 'trailers',
+    });
+    stream.on('error', () => {});
+    const prefix = Buffer.alloc(5);
+    prefix.writeUInt32BE(declared, 1);
+    stream.write(Buffer.concat([prefix, Buffer.alloc(sent)]));
+    const started = Date.now();
+    const code = await new Promise<number>((resolve) => {
+      stream.once('close', () => resolve(stream.rstCode!));
+      setTimeout(() => resolve(-1), 15000).unref();
+    });
+    return { code, seconds: (Date.now() - started) / 1000 };
+  } finally {
+    session.close();
+  }
+}
+
+t.test('a call whose message stalls is reset after front.body_timeout_ms, as HTTP answers 408', async (t) => {
+  const { code, seconds } = await stalled(4_000_000, 1_000_000);
   t.equal(code, 8, 'RST_STREAM CANCEL (RFC 9113 7)');
   t.ok(seconds >= 2 && seconds < 15, `after ${seconds.toFixed(1)} s`);
   t.same(await call('ServerLive', {}), { live: true }, 'the service unharmed');
+});
+
+t.test("a call's bytes count against front.max_inflight_bytes as they arrive, as HTTP's do", async (t) => {
+  // 13 of a 16 MB message, past the front's 12 MB: refused before the deadline, not held.
+  const { code, seconds } = await stalled(16_000_000, 13_000_000);
+  t.equal(code, 7, 'RST_STREAM REFUSED_STREAM: not processed, may be retried (RFC 9113 8.7)');
+  t.ok(seconds < 2.5, `at once (${seconds.toFixed(1)} s), not at the 3 s deadline`);
+  // Its bytes were given back: a batch of 32 (4.8 MB) fits again.
+  const tiles = await Promise.all(Array.from({ length: 32 }, (_, i) => pixels(cellularPng(300 + i))));
+  const { outputs } = await infer('tile-embed-b32', [image(tiles, 224)]);
+  t.same(outputs.get('embedding')!.shape, [32, 160]);
 });
 
 t.test('health and metadata calls', async (t) => {

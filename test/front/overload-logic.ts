@@ -1,7 +1,11 @@
-// Admission by expected wait (src/front/admission.ts), the batcher's deadlines
+// Admission by expected wait (src/front/admission.ts), the front's byte budget (queue-share.ts), the batcher's deadlines
 // (src/worker/batcher.ts) and the worker's lazy decode (src/worker/decode-window.ts), in-process
 // on an injected clock: milliseconds, no processes.
 import t from 'tap';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { loadConfig } from '../../src/config/config.js';
+import { QueueShare } from '../../src/front/queue-share.js';
 import { arrivingTiles, Backlog, decide, expectedMs, FRESH_MS, places } from '../../src/front/admission.js';
 import { Batcher } from '../../src/worker/batcher.js';
 import { DecodeWindow } from '../../src/worker/decode-window.js';
@@ -416,4 +420,28 @@ t.test('decode window: tiles wait undecoded until the next batch needs them', as
   const dropping = new DecodeWindow<number>({ room: () => 1, start: (n) => (dropped.push(n), dropping.pump()) });
   for (const n of [1, 2, 3]) dropping.push(n);
   t.same(dropped, [1, 2, 3], 'expired tiles are dropped in turn without nesting');
+});
+
+t.test("the front's byte budget: a gRPC message's bytes and an admitted body's share it", async (t) => {
+  const root = t.testdir({
+    'config.json': JSON.stringify({
+      models: [{ name: 'gene-expr', max_queue: 8 }],
+      front: { max_inflight_bytes: 2000 },
+    }),
+  });
+  mkdirSync(join(root, 'models', 'gene-expr'), { recursive: true });
+  writeFileSync(join(root, 'models', 'gene-expr', 'manifest.json'), '{}');
+  const share = new QueueShare(loadConfig({ CONFIG: join(root, 'config.json') }, root), 1, () => []);
+  const message = share.requestBytes();
+  message.received(1200);
+  const ticket = share.admit('gene-expr', 1);
+  ticket.received(600);
+  t.throws(() => ticket.received(400), { code: 'TILE_ERR_FRONT_BUSY' }, '1200 + 600 + 400 is past 2000');
+  t.throws(() => message.received(201), { code: 'TILE_ERR_FRONT_BUSY' });
+  t.equal(message.bytes(), 1200);
+  message.release();
+  ticket.received(1400);
+  t.throws(() => share.admit('gene-expr', 1), { code: 'TILE_ERR_FRONT_BUSY' }, 'a full budget admits nothing');
+  ticket.release();
+  t.doesNotThrow(() => share.requestBytes().received(2000), 'all given back');
 });

@@ -12,6 +12,7 @@ import { buildApp } from '../../src/front/app.js';
 import {
   type InferOptions,
   type ModelBackend,
+  type RequestBytes,
   type Ticket,
   type Upload,
   unavailable,
@@ -106,6 +107,10 @@ export class FakeBackend implements ModelBackend {
     const error = unavailable(model, this.views.get(model));
     if (error) throw error;
     return this.share.admit(model, tiles, upload);
+  }
+
+  requestBytes(): RequestBytes {
+    return this.share.requestBytes();
   }
 
   /** Output from the tile: a mask of the image's bytes' low bits, or their mean per output. */

@@ -176,13 +176,12 @@ export async function startGrpc(
       service.modelMetadata(r.name, r.version || undefined),
     ),
     ModelInfer: unary(logger, async (r: GrpcInferRequest, call) => {
-      // Admitted as an HTTP request is; its bytes counted (the message is read already); its
+      // Admitted as an HTTP request is (its bytes are counted as they came: holdAsHttp); its
       // tiles cancelled when the call is.
       const ticket = service.admit(r.model_name);
       const cancelled = new AbortController();
       call.once('cancelled', () => cancelled.abort());
       try {
-        ticket.received(r.raw_input_contents.reduce((sum, b) => sum + b.length, 0));
         const response = await service.infer(r.model_name, r.model_version || undefined, toInferRequest(r), {
           ticket,
           signal: cancelled.signal,
@@ -208,7 +207,7 @@ export async function startGrpc(
     ),
   );
   widenWindow(server, 'sessions');
-  receiveDeadline(server, options.bodyTimeoutMs);
+  holdAsHttp(server, service, options.bodyTimeoutMs);
   return { server, port };
 }
 
@@ -235,17 +234,29 @@ function onSession(server: grpc.Server, listener: (session: Http2Session) => voi
   for (const http2 of internals.http2Servers?.keys() ?? []) http2.on('session', listener);
 }
 
-/** A call's request must have arrived within `ms` (front.body_timeout_ms), as an HTTP request
- *  must (Node's requestTimeout, a 408); past it, its stream is reset (CANCEL) and what it sent is
- *  let go. grpc-js has no such deadline: 16 streams that sent 15 MB each of a 16 MB message and
- *  stalled were held, 252 MB, until their clients left. */
-function receiveDeadline(server: grpc.Server, ms: number): void {
+/** A call's request is held as an HTTP request's body is: its bytes count against the front's
+ *  budget (front.max_inflight_bytes) as they arrive, until the call ends, and a stream past the
+ *  budget is refused (REFUSED_STREAM: not processed, a client may retry; gRPC's UNAVAILABLE); it
+ *  must have arrived within `ms` (front.body_timeout_ms, Node's requestTimeout for HTTP, a 408),
+ *  or its stream is reset (CANCEL). grpc-js has neither: 16 streams that sent 15 MB each of a 16 MB
+ *  message and stalled were held, 252 MB outside the budget, until their clients left. */
+function holdAsHttp(server: grpc.Server, service: V2Service, ms: number): void {
   onSession(server, (session) =>
     session.on('stream', (stream) => {
+      const bytes = service.requestBytes();
+      stream.on('data', (chunk: Buffer) => {
+        try {
+          bytes.received(chunk.length);
+        } catch {
+          stream.close(constants.NGHTTP2_REFUSED_STREAM);
+        }
+      });
       const timer = setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
-      const received = () => clearTimeout(timer);
-      stream.once('end', received);
-      stream.once('close', received);
+      stream.once('end', () => clearTimeout(timer));
+      stream.once('close', () => {
+        clearTimeout(timer);
+        bytes.release();
+      });
     }),
   );
 }

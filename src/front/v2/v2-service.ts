@@ -7,7 +7,14 @@ import type { Manifest } from '../../model-package/manifest.js';
 import { readManifest } from '../../model-package/model-package.js';
 import { errors } from '../../lib/errors.js';
 import { SERVICE_VERSION } from '../../lib/version.js';
-import { unavailable, type InferOptions, type ModelBackend, type Ticket, type Upload } from '../backend.js';
+import {
+  unavailable,
+  type InferOptions,
+  type ModelBackend,
+  type RequestBytes,
+  type Ticket,
+  type Upload,
+} from '../backend.js';
 import { assemble, planJobs, type InferRequest } from './inference.js';
 import { modelMetadata } from './model-tensors.js';
 import type { OutputTensor } from './tensor-data.js';
@@ -87,6 +94,11 @@ export class V2Service {
   admit(name: string, upload?: Upload): Ticket {
     this.manifest(name);
     return this.backend.admit(name, 1, upload);
+  }
+
+  /** A gRPC message's bytes as they arrive, before it names its model (backend.ts). */
+  requestBytes(): RequestBytes {
+    return this.backend.requestBytes();
   }
 
   /** Runs a request's tiles on a ready instance of the model, as one message to one worker; each
