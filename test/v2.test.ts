@@ -151,6 +151,36 @@ t.test('bodies built to cost: each refused at its first fault, in bounded time a
   t.equal(backend.jobs.length, 0, 'nothing was run');
 });
 
+t.test('resolution and float data: decimal text only, [N] only, NaN named as NaN', async (t) => {
+  const { app } = await fakeService();
+  const post = async (body: { header: Buffer; binary: Buffer[] }) => {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v2/models/gene-expr/infer',
+      headers: {
+        'content-type': 'application/octet-stream',
+        'inference-header-content-length': String(body.header.length),
+      },
+      payload: Buffer.concat([body.header, ...body.binary]),
+    });
+    return { status: res.statusCode, error: res.json().error as string };
+  };
+  t.match(await post(inferBody([tile(1)], { binaryInputs: true, parameters: { resolution: '0x1' } })), {
+    status: 400,
+    error: `parameter 'resolution' is "0x1", expected a number (MPP)`,
+  });
+  const resolution: Tensor = { name: 'resolution', datatype: 'FP32', shape: [1, 1], data: [0.5] };
+  t.match(await post(inferBody([tile(1), resolution], { binaryInputs: true })), {
+    status: 400,
+    error: /input 'resolution': shape \[1, 1\], expected \[N\]/,
+  });
+  const bulk: Tensor = { name: 'bulk_rna', datatype: 'FP32', shape: [1, 50], data: Array(50).fill(Number.NaN) };
+  t.match(await post(inferBody([tile(1), bulk], { binaryInputs: true, outputs: ['prediction'] })), {
+    status: 400,
+    error: /element 0 is NaN, expected a finite number/,
+  });
+});
+
 t.test("a ModelInferRequest's bytes: the buffer grpc-js framed it in, when it holds nothing else", async (t) => {
   const framed = Buffer.alloc(5 + 150_528);
   t.equal(messageBuffer(framed.subarray(5)).byteLength, 5 + 150_528, 'behind its 5-byte prefix, alone: that buffer');

@@ -118,7 +118,9 @@ function rows(input: InputTensor | undefined, n: number, per: number, expected: 
   if (!input) return null;
   if (input.datatype !== 'FP32' && input.datatype !== 'FP64')
     throw errors.v2Invalid(`input '${input.name}' has datatype ${input.datatype}, expected FP32 (or FP64) ${expected}`);
-  if (input.shape[0] !== n || elements(input.shape) !== n * per)
+  // [N] for one value a tile, [N, per] for more.
+  const rank = per === 1 ? 1 : 2;
+  if (input.shape.length !== rank || input.shape[0] !== n || elements(input.shape) !== n * per)
     throw errors.v2Invalid(
       `input '${input.name}': shape [${input.shape.join(', ')}], expected ${expected} with N = ${n}, the tiles of 'image'`,
     );
@@ -150,6 +152,9 @@ function wanted(
   return { outputs, task: 'embedding', withEmbedding: false };
 }
 
+/** A decimal number as text ("0.5", "5e-1"; not "0x1", "", " "). */
+const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
 /** Reads and checks a request against the model: a job per tile, or a TILE_ERR_V2_INVALID naming
  *  the input and what was expected. */
 export function planJobs(manifest: Manifest, request: InferRequest, maxPixels: number): Plan {
@@ -168,7 +173,7 @@ export function planJobs(manifest: Manifest, request: InferRequest, maxPixels: n
   const bulk = usesBulk ? rows(input.bulk, n, genes, `[N, ${genes}] (counts of ${manifest.name}'s input genes)`) : null;
   // A number; gRPC's parameters hold no floats, so text such as "0.5" too.
   const given = request.parameters?.resolution;
-  const parameter = typeof given === 'string' && given.trim() !== '' ? Number(given) : given;
+  const parameter = typeof given === 'string' && DECIMAL.test(given) ? Number(given) : given;
   if (parameter !== undefined && (typeof parameter !== 'number' || !Number.isFinite(parameter)))
     throw errors.v2Invalid(`parameter 'resolution' is ${JSON.stringify(given)}, expected a number (MPP)`);
   const resolution = rows(input.resolution, n, 1, '[N] (MPP per tile)')?.map((r) => r[0]) ?? null;

@@ -95,7 +95,11 @@ export function floatData(t: InputTensor): number[] {
   }
   const bad = out.findIndex((v) => typeof v !== 'number' || !Number.isFinite(v));
   if (bad >= 0)
-    throw invalid(t.name, `element ${bad} is ${JSON.stringify(out[bad])}, expected a finite number (${t.datatype})`);
+    throw invalid(
+      t.name,
+      // JSON writes NaN and Infinity as null: raw data can hold them.
+      `element ${bad} is ${typeof out[bad] === 'number' ? out[bad] : JSON.stringify(out[bad])}, expected a finite number (${t.datatype})`,
+    );
   return t.datatype === 'FP32' ? out.map(Math.fround) : out;
 }
 
