@@ -125,6 +125,26 @@ async function stalled(declared: number, sent: number): Promise<{ code: number; 
   }
 }
 
+t.test('bytes that are no ModelInferRequest: INVALID_ARGUMENT, not INTERNAL', async (t) => {
+  const session = connect(`http://127.0.0.1:${grpcPort}`);
+  t.teardown(() => session.close());
+  const stream = session.request({
+    ':method': 'POST',
+    ':path': '/inference.GRPCInferenceService/ModelInfer',
+    'content-type': 'application/grpc',
+    te: 'trailers',
+  });
+  let status: Record<string, unknown> = {};
+  stream.on('response', (headers) => (status = { ...status, ...headers }));
+  stream.on('trailers', (trailers) => (status = { ...status, ...trailers }));
+  stream.resume();
+  // A message of five bytes, each 0xff: a field tag whose varint never ends.
+  stream.end(Buffer.from([0, 0, 0, 0, 5, 0xff, 0xff, 0xff, 0xff, 0xff]));
+  await new Promise((resolve) => stream.once('close', resolve));
+  t.equal(status['grpc-status'], String(grpc.status.INVALID_ARGUMENT), String(status['grpc-message']));
+  t.match(decodeURIComponent(String(status['grpc-message'])), /not a ModelInferRequest message/);
+});
+
 t.test('a call whose message stalls is reset after front.body_timeout_ms, as HTTP answers 408', async (t) => {
   const { code, seconds } = await stalled(4_000_000, 1_000_000);
   t.equal(code, 8, 'RST_STREAM CANCEL (RFC 9113 7)');

@@ -35,6 +35,11 @@ interface GrpcInput {
   contents: Contents | null;
 }
 
+/** Bytes that do not decode as a ModelInferRequest, and why. */
+interface Malformed {
+  malformed: string;
+}
+
 /** JSON cannot make a symbol key: the bytes a request was decoded from ride beside its fields. */
 const MESSAGE: unique symbol = Symbol('ModelInferRequest message');
 
@@ -156,8 +161,16 @@ export async function startGrpc(
   };
   const methods = definition.inference.GRPCInferenceService.service;
   const infer = methods.ModelInfer!;
-  // Each ModelInferRequest keeps the bytes it was decoded from.
-  const requestDeserialize = (bytes: Buffer) => Object.assign(infer.requestDeserialize(bytes), { [MESSAGE]: bytes });
+  // Each ModelInferRequest keeps the bytes it was decoded from. One that is not a message is
+  // answered INVALID_ARGUMENT by the handler: a deserializer that throws makes grpc-js answer
+  // INTERNAL, a server fault.
+  const requestDeserialize = (bytes: Buffer): GrpcInferRequest | Malformed => {
+    try {
+      return Object.assign(infer.requestDeserialize(bytes), { [MESSAGE]: bytes });
+    } catch (err) {
+      return { malformed: (err as Error).message };
+    }
+  };
   const inferenceService = { ...methods, ModelInfer: { ...infer, requestDeserialize } };
   const { logger } = options;
   const server = new grpc.Server({
@@ -175,7 +188,10 @@ export async function startGrpc(
     ModelMetadata: unary(logger, (r: { name: string; version: string }) =>
       service.modelMetadata(r.name, r.version || undefined),
     ),
-    ModelInfer: unary(logger, async (r: GrpcInferRequest, call) => {
+    ModelInfer: unary(logger, async (message: GrpcInferRequest | Malformed, call) => {
+      if ('malformed' in message)
+        throw errors.v2Invalid(`the request is not a ModelInferRequest message: ${message.malformed}`);
+      const r = message;
       // Admitted as an HTTP request is (its bytes are counted as they came: holdAsHttp); its
       // tiles cancelled when the call is.
       const ticket = service.admit(r.model_name);
