@@ -107,6 +107,11 @@ t.test('framing errors are 400 {"error"}; states are 404 and 503', async (t) => 
     t.match(res.json(), { error: message }, what);
   }
   t.equal((await post(body, length, 'nope')).statusCode, 404);
+  t.equal(
+    (await post(Buffer.from('nope'), {}, 'tile-embed/versions/9')).statusCode,
+    404,
+    'a version not served, before the body',
+  );
   t.match((await app.inject('/v2/nothing')).json(), { error: /not a path/ });
   backend.setState('tile-embed', 'loading');
   const loading = await post(body, length);

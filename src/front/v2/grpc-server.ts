@@ -194,7 +194,7 @@ export async function startGrpc(
       const r = message;
       // Admitted as an HTTP request is (its bytes are counted as they came: holdAsHttp); its
       // tiles cancelled when the call is.
-      const ticket = service.admit(r.model_name);
+      const ticket = service.admit(r.model_name, r.model_version || undefined);
       const cancelled = new AbortController();
       call.once('cancelled', () => cancelled.abort());
       try {

@@ -91,8 +91,8 @@ export class V2Service {
 
   /** Admission as the contract's routes have it (admission.ts), before the tiles are known: the
    *  ticket, or the error to answer. Each tile takes its own place in the queue when sent. */
-  admit(name: string, upload?: Upload): Ticket {
-    this.manifest(name);
+  admit(name: string, version?: string, upload?: Upload): Ticket {
+    this.manifest(name, version);
     return this.backend.admit(name, 1, upload);
   }
 
