@@ -163,6 +163,52 @@ t.test("a call's bytes count against front.max_inflight_bytes as they arrive, as
   t.same(outputs.get('embedding')!.shape, [32, 160]);
 });
 
+t.test("a call's bytes are given back when it is answered, read or not", async (t) => {
+  // Eight 512 px tiles are 6.3 MB: two such calls are past the front's 12 MB. The first client
+  // never reads its answer (2 MB of masks, more than HTTP/2's window lets through unread); its
+  // bytes must come back when the call is answered, not when its stream closes.
+  const method = (definition['inference.GRPCInferenceService'] as protoLoader.ServiceDefinition).ModelInfer;
+  const rgb = Buffer.alloc(8 * 512 * 512 * 3, 200);
+  const message = method.requestSerialize({
+    model_name: 'tissue-seg',
+    inputs: [{ name: 'image', datatype: 'UINT8', shape: [8, 512, 512, 3] }],
+    raw_input_contents: [rgb],
+  });
+  const framed = Buffer.alloc(5 + message.length);
+  framed.writeUInt32BE(message.length, 1);
+  message.copy(framed, 5);
+  const open = (session: ReturnType<typeof connect>) => {
+    const stream = session.request({
+      ':method': 'POST',
+      ':path': method.path,
+      'content-type': 'application/grpc',
+      te: 'trailers',
+    });
+    stream.on('error', () => {});
+    stream.end(framed);
+    return stream;
+  };
+  const unread = connect(`http://127.0.0.1:${grpcPort}`, { maxSessionMemory: 64 });
+  t.teardown(() => unread.destroy());
+  open(unread); // never read
+  const reader = connect(`http://127.0.0.1:${grpcPort}`, { maxSessionMemory: 64 });
+  t.teardown(() => reader.close());
+  const until = Date.now() + 60_000;
+  let status = '';
+  while (status !== '0' && Date.now() < until) {
+    const stream = open(reader);
+    stream.resume();
+    status = await new Promise<string>((resolve) => {
+      let got = '';
+      stream.on('response', (headers) => (got = String(headers['grpc-status'] ?? got)));
+      stream.on('trailers', (trailers) => (got = String(trailers['grpc-status'] ?? got)));
+      stream.once('close', () => resolve(got || `rst ${stream.rstCode}`));
+    });
+    if (status !== '0') await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  t.equal(status, '0', 'a second call of 6.3 MB is answered while the first answer lies unread');
+});
+
 t.test('health and metadata calls', async (t) => {
   t.same(await call('ServerLive', {}), { live: true });
   t.same(await call('ServerReady', {}), { ready: true });

@@ -192,12 +192,13 @@ export async function startGrpc(
       if ('malformed' in message)
         throw errors.v2Invalid(`the request is not a ModelInferRequest message: ${message.malformed}`);
       const r = message;
-      // Admitted as an HTTP request is (its bytes are counted as they came: holdAsHttp); its
-      // tiles cancelled when the call is.
+      // Admitted as an HTTP request is, its bytes counted until it is answered (as they arrived:
+      // holdAsHttp); its tiles cancelled when the call is.
       const ticket = service.admit(r.model_name, r.model_version || undefined);
       const cancelled = new AbortController();
       call.once('cancelled', () => cancelled.abort());
       try {
+        ticket.received(r.raw_input_contents.reduce((sum, b) => sum + b.length, 0));
         const response = await service.infer(r.model_name, r.model_version || undefined, toInferRequest(r), {
           ticket,
           signal: cancelled.signal,
@@ -251,11 +252,13 @@ function onSession(server: grpc.Server, listener: (session: Http2Session) => voi
 }
 
 /** A call's request is held as an HTTP request's body is: its bytes count against the front's
- *  budget (front.max_inflight_bytes) as they arrive, until the call ends, and a stream past the
- *  budget is refused (REFUSED_STREAM: not processed, a client may retry; gRPC's UNAVAILABLE); it
- *  must have arrived within `ms` (front.body_timeout_ms, Node's requestTimeout for HTTP, a 408),
- *  or its stream is reset (CANCEL). grpc-js has neither: 16 streams that sent 15 MB each of a 16 MB
- *  message and stalled were held, 252 MB outside the budget, until their clients left. */
+ *  budget (front.max_inflight_bytes) as they arrive, until all of it has (then its ticket holds
+ *  them until the handler is done: ModelInfer, above), and a stream past the budget is refused
+ *  (REFUSED_STREAM: not processed, a client may retry; gRPC's UNAVAILABLE); it must have arrived
+ *  within `ms` (front.body_timeout_ms, Node's requestTimeout for HTTP, a 408), or its stream is
+ *  reset (CANCEL). grpc-js has neither: 16 streams that sent 15 MB each of a 16 MB message and
+ *  stalled were held, 252 MB outside the budget, until their clients left. Not held until the
+ *  stream closes: a client that never reads its answer would keep the budget. */
 function holdAsHttp(server: grpc.Server, service: V2Service, ms: number): void {
   onSession(server, (session) =>
     session.on('stream', (stream) => {
@@ -268,11 +271,12 @@ function holdAsHttp(server: grpc.Server, service: V2Service, ms: number): void {
         }
       });
       const timer = setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
-      stream.once('end', () => clearTimeout(timer));
-      stream.once('close', () => {
+      const arrived = () => {
         clearTimeout(timer);
         bytes.release();
-      });
+      };
+      stream.once('end', arrived);
+      stream.once('close', arrived);
     }),
   );
 }
