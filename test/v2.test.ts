@@ -4,7 +4,12 @@
 import t from 'tap';
 import { fakeService } from './helpers/fake-backend.js';
 import { inferBody, type Tensor } from './helpers/v2-client.js';
+import { join } from 'node:path';
 import { messageBuffer } from '../src/front/v2/grpc-server.js';
+import { planJobs } from '../src/front/v2/inference.js';
+import { modelMetadata } from '../src/front/v2/model-tensors.js';
+import { readPackage } from '../src/model-package/model-package.js';
+import { MODELS } from './helpers/server.js';
 
 type Json = Record<string, any>;
 const tile = (n: number): Tensor => ({
@@ -184,6 +189,22 @@ t.test('resolution and float data: decimal text only, [N] only, NaN named as NaN
     status: 400,
     error: /element 0 is NaN, expected a finite number/,
   });
+});
+
+t.test('bulk_rna of a one-gene model is [N, 1], as its metadata says; resolution [N]', async (t) => {
+  const { manifest } = readPackage(join(MODELS, 'gene-expr'));
+  const oneGene = { ...manifest, genes: { ...manifest.genes!, input: manifest.genes!.input.slice(0, 1) } };
+  const request = (shape: number[], name = 'bulk_rna') => ({
+    inputs: [
+      { name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3], data: { raw: Buffer.alloc(224 * 224 * 3, 7) } },
+      { name, datatype: 'FP32', shape, data: { values: [0.5] } },
+    ],
+    outputs: [{ name: 'prediction' }],
+  });
+  t.same(modelMetadata('gene-expr', oneGene).inputs.find((i) => i.name === 'bulk_rna')?.shape, [-1, 1]);
+  t.equal(planJobs(oneGene, request([1, 1]), 1 << 30).jobs.length, 1, '[1, 1] taken');
+  t.throws(() => planJobs(oneGene, request([1]), 1 << 30), /input 'bulk_rna': shape \[1\], expected \[N, 1\]/);
+  t.equal(planJobs(oneGene, request([1], 'resolution'), 1 << 30).jobs.length, 1, 'resolution [1] taken');
 });
 
 t.test("a ModelInferRequest's bytes: the buffer grpc-js framed it in, when it holds nothing else", async (t) => {

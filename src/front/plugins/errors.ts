@@ -86,7 +86,7 @@ export function frameworkErrorHandler(error: FastifyError, request: FastifyReque
   void reply
     .code(bad.statusCode)
     .header('x-error-code', bad.code)
-    .send(request.url.startsWith('/v2/') ? { error: bad.message } : bad.body());
+    .send(/^\/v2(\/|\?|$)/.test(request.url) ? { error: bad.message } : bad.body());
 }
 
 async function errors(app: FastifyInstance, { retryAfterS, models }: ErrorsOptions): Promise<void> {

@@ -114,18 +114,19 @@ function images(manifest: Manifest, image: InputTensor) {
 }
 
 /** Per tile: N values from an FP32/FP64 input of shape [N, ...per], or null when absent. */
-function rows(input: InputTensor | undefined, n: number, per: number, expected: string): number[][] | null {
+function rows(input: InputTensor | undefined, n: number, per: number | null, expected: string): number[][] | null {
   if (!input) return null;
   if (input.datatype !== 'FP32' && input.datatype !== 'FP64')
     throw errors.v2Invalid(`input '${input.name}' has datatype ${input.datatype}, expected FP32 (or FP64) ${expected}`);
-  // [N] for one value a tile, [N, per] for more.
-  const rank = per === 1 ? 1 : 2;
-  if (input.shape.length !== rank || input.shape[0] !== n || elements(input.shape) !== n * per)
+  // `per` null: [N], one value a tile; else [N, per].
+  const rank = per === null ? 1 : 2;
+  if (input.shape.length !== rank || input.shape[0] !== n || elements(input.shape) !== n * (per ?? 1))
     throw errors.v2Invalid(
       `input '${input.name}': shape [${input.shape.join(', ')}], expected ${expected} with N = ${n}, the tiles of 'image'`,
     );
   const values = floatData(input);
-  return Array.from({ length: n }, (_, i) => values.slice(i * per, (i + 1) * per));
+  const width = per ?? 1;
+  return Array.from({ length: n }, (_, i) => values.slice(i * width, (i + 1) * width));
 }
 
 /** The outputs asked for, and the task that gives them (prediction and embedding from one pass). */
@@ -152,8 +153,8 @@ function wanted(
   return { outputs, task: 'embedding', withEmbedding: false };
 }
 
-/** A decimal number as text ("0.5", "5e-1"; not "0x1", "", " "). */
-const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+/** A decimal number as text (" 0.5", "5e-1"; not "0x1", "", " "). */
+const DECIMAL = /^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/;
 
 /** Reads and checks a request against the model: a job per tile, or a TILE_ERR_V2_INVALID naming
  *  the input and what was expected. */
@@ -176,7 +177,7 @@ export function planJobs(manifest: Manifest, request: InferRequest, maxPixels: n
   const parameter = typeof given === 'string' && DECIMAL.test(given) ? Number(given) : given;
   if (parameter !== undefined && (typeof parameter !== 'number' || !Number.isFinite(parameter)))
     throw errors.v2Invalid(`parameter 'resolution' is ${JSON.stringify(given)}, expected a number (MPP)`);
-  const resolution = rows(input.resolution, n, 1, '[N] (MPP per tile)')?.map((r) => r[0]) ?? null;
+  const resolution = rows(input.resolution, n, null, '[N] (MPP per tile)')?.map((r) => r[0]) ?? null;
   const jobs = tiles.map((image, i): TileJob => {
     const body = {
       width,
