@@ -175,17 +175,17 @@ async function main(): Promise<void> {
       // With a baseline the two take turns, twice, seconds apart: their ratio is this run's.
       const turns: { before: number[]; after: number[] } = { before: [], after: [] };
       const accept: Record<string, string> = target.tensor ? { accept: 'application/octet-stream' } : {};
-      let r = await drive(server.url, target.model, target.path, bodies[target.size], c, span, accept);
-      // Each further round a run and its floor again: the row keeps the round of the median ratio.
-      let floor = await floorFor(target.model, r.meanBatch);
-      const rounds = [{ r, floor, ratio: r.tilesPerSec / floor.tilesPerSec }];
-      while (rounds.length < modelRounds) {
-        const again = await drive(server.url, target.model, target.path, bodies[target.size], c, span, accept);
-        const againFloor = await floorFor(target.model, again.meanBatch);
-        rounds.push({ r: again, floor: againFloor, ratio: again.tilesPerSec / againFloor.tilesPerSec });
+      // Each round a run and its floor: the row keeps the round of the median ratio.
+      const rounds = [];
+      for (let round = 0; round < modelRounds; round++) {
+        const run = await drive(server.url, target.model, target.path, bodies[target.size], c, span, accept);
+        const runFloor = await floorFor(target.model, run.meanBatch);
+        rounds.push({ r: run, floor: runFloor, ratio: run.tilesPerSec / runFloor.tilesPerSec });
       }
       const ratios = rounds.map((round) => round.ratio);
-      ({ r, floor } = rounds.find((round) => round.ratio === median(ratios)) ?? rounds[0]);
+      const kept = rounds.find((round) => round.ratio === median(ratios)) ?? rounds[0];
+      let r = kept.r;
+      const floor = kept.floor;
       for (let turn = 0; baseline && turn < (smoke ? 1 : 2); turn++) {
         turns.before.push(
           (await drive(baseline.url, target.model, target.path, bodies[target.size], c, span, accept)).tilesPerSec,

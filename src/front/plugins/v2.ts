@@ -28,8 +28,6 @@ export interface V2Options {
 
 const Model = Type.Object({ model: Type.String(), version: Type.Optional(Type.String()) });
 type ModelParams = { model: string; version?: string };
-/** A model path's model and version (the hooks before validation see the params untyped). */
-const model = (request: FastifyRequest) => request.params as ModelParams;
 
 /** Any error as the protocol's: status and {"error": message}. */
 export function protocolError(error: FastifyError, bodyLimit: number): { status: number; error: ServiceError } {
@@ -124,8 +122,10 @@ export default async function v2(
         config: { model: { endpoint: 'v2' } },
         // Admitted before the body is read, its bytes counted as they arrive, its tiles cancelled
         // when the client leaves, as the contract's routes (model-routes.ts).
-        onRequest: async (request: FastifyRequest, reply: FastifyReply) =>
-          holdTicket(request, reply, service.admit(model(request).model, model(request).version, uploadOf(request))),
+        onRequest: async (request: FastifyRequest, reply: FastifyReply) => {
+          const { model, version } = request.params as ModelParams;
+          holdTicket(request, reply, service.admit(model, version, uploadOf(request)));
+        },
         preParsing: countBytes,
       },
       async (request, reply) => {

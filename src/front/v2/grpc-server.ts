@@ -188,10 +188,8 @@ export async function startGrpc(
     ModelMetadata: unary(logger, (r: { name: string; version: string }) =>
       service.modelMetadata(r.name, r.version || undefined),
     ),
-    ModelInfer: unary(logger, async (message: GrpcInferRequest | Malformed, call) => {
-      if ('malformed' in message)
-        throw errors.v2Invalid(`the request is not a ModelInferRequest message: ${message.malformed}`);
-      const r = message;
+    ModelInfer: unary(logger, async (r: GrpcInferRequest | Malformed, call) => {
+      if ('malformed' in r) throw errors.v2Invalid(`the request is not a ModelInferRequest message: ${r.malformed}`);
       // Admitted as an HTTP request is, its bytes counted until it is answered (as they arrived:
       // holdAsHttp); its tiles cancelled when the call is.
       const ticket = service.admit(r.model_name, r.model_version || undefined);
