@@ -83,12 +83,15 @@ export class QueueShare {
   }
 
   /** Request bytes held against the front's budget as they arrive (an admitted request's body; a
-   *  gRPC message, before it names its model), until released. */
+   *  gRPC message, before it names its model), until released. Bytes that still pass after the
+   *  release (the rest of a body whose answer has gone) are not held: nothing would give them back. */
   requestBytes(): RequestBytes {
     const limit = this.config.front.max_inflight_bytes;
     let bytes = 0;
+    let released = false;
     return {
       received: (n) => {
+        if (released) return;
         if (this.inflightBytes + n > limit) throw errors.frontBusy(limit);
         this.inflightBytes += n;
         bytes += n;
@@ -97,6 +100,7 @@ export class QueueShare {
       release: () => {
         this.inflightBytes -= bytes;
         bytes = 0;
+        released = true;
       },
     };
   }
