@@ -3,13 +3,13 @@
 // once (503 TILE_ERR_QUEUE_FULL, Retry-After from the estimate) rather than queued for a 504 later.
 // Pure logic over what a front knows of each instance: the tiles it has in flight there and the
 // worker's last report of its load and pace; the clock is injected so the fast tier can drive it.
-import type { WorkerLoad } from '../ipc/protocol.js';
+import { LOAD_KEEPALIVE_MS, type WorkerLoad } from '../ipc/protocol.js';
 
 export type Clock = () => number;
 
 /** One instance's backlog as a front sees it: the worker's last report (every answer carries
- *  one, and the worker sends one every LOAD_REPORT_MS), drained since at the worker's own recent
- *  pace (a full batch per batch time). */
+ *  one, and the worker sends one within LOAD_REPORT_MS of a change and every LOAD_KEEPALIVE_MS),
+ *  drained since at the worker's own recent pace (a full batch per batch time). */
 export class Backlog {
   private report: WorkerLoad = { queued: 0, held: 0, batchMs: null, maxBatch: 1 };
   private at = 0;
@@ -53,9 +53,11 @@ export class Backlog {
   }
 }
 
-/** How old a worker's report may be for a front to take room that other fronts leave unused. A
+/** How old a worker's report may be for a front to take room that other fronts leave unused: a
+ *  worker sends an unchanged load every LOAD_KEEPALIVE_MS, and a change within LOAD_REPORT_MS;
+ *  the margin is for a busy event loop. A silent worker (hung) is trusted no longer than this. A
  *  front with tiles at a worker has one with every answer. */
-export const FRESH_MS = 250;
+export const FRESH_MS = LOAD_KEEPALIVE_MS + 250;
 
 /** Places a front may hold in a model's queue: its share of max_queue, or, while every ready
  *  instance has reported recently, what the other fronts leave of max_queue by those reports;

@@ -62,6 +62,8 @@ async function main(): Promise<void> {
       if (channel.isOpen) channel.send(message);
     };
     const link = worker!.link(reply);
+    // Its load at once: the beat sends it only when it changes (load-reports.ts).
+    channel.send({ type: 'load', load: worker!.load() });
     channel.on('close', () => {
       channels.delete(channel);
       worker!.unlink(link);

@@ -422,36 +422,65 @@ t.test("a request's tiles are taken all or none; an idle instance takes any requ
   );
 });
 
-t.test('the load beat: every open front hears the worker load, each beat, until stopped', async (t) => {
-  let beat: (() => void) | null = null;
-  let stopped = false;
-  const heard: [string, number][] = [];
-  let held = 3;
-  const stop = reportLoad(
-    () => ({ queued: 1, held, batchMs: 10, maxBatch: 4 }),
-    () => ['a', 'b'].map((front) => (load: WorkerLoad) => heard.push([front, load.held])),
-    {
-      ms: 100,
-      timer: (fn, ms) => {
-        t.equal(ms, 100);
-        beat = fn;
-        return () => (stopped = true);
+t.test(
+  'the load beat: every open front hears the worker load when it changed, and unchanged every keepalive',
+  async (t) => {
+    let beat: (() => void) | null = null;
+    let stopped = false;
+    const heard: [string, number][] = [];
+    let held = 3;
+    const stop = reportLoad(
+      () => ({ queued: 1, held, batchMs: 10, maxBatch: 4 }),
+      () => ['a', 'b'].map((front) => (load: WorkerLoad) => heard.push([front, load.held])),
+      {
+        ms: 100,
+        keepaliveMs: 300,
+        timer: (fn, ms) => {
+          t.equal(ms, 100);
+          beat = fn;
+          return () => (stopped = true);
+        },
       },
-    },
-  );
-  beat!();
-  held = 0;
-  beat!();
-  t.same(
-    heard,
-    [
-      ['a', 3],
-      ['b', 3],
-      ['a', 0],
-      ['b', 0],
-    ],
-    'the load as it is at each beat, to every front',
-  );
-  stop();
-  t.ok(stopped);
-});
+    );
+    beat!();
+    held = 0;
+    beat!();
+    t.same(
+      heard,
+      [
+        ['a', 3],
+        ['b', 3],
+        ['a', 0],
+        ['b', 0],
+      ],
+      'the first load, then a changed one, to every front',
+    );
+    heard.length = 0;
+    beat!();
+    beat!();
+    t.same(heard, [], 'an unchanged load is not sent again before the keepalive');
+    beat!();
+    t.same(
+      heard,
+      [
+        ['a', 0],
+        ['b', 0],
+      ],
+      'at the keepalive (three beats of 100 ms) it is',
+    );
+    heard.length = 0;
+    beat!();
+    held = 1;
+    beat!();
+    t.same(
+      heard,
+      [
+        ['a', 1],
+        ['b', 1],
+      ],
+      'a change goes out at the next beat, keepalive or not',
+    );
+    stop();
+    t.ok(stopped);
+  },
+);
