@@ -2,7 +2,8 @@
 // TIFF's very JPEG tiles, the TIFF over HTTP from a real nginx (range requests), and both from a
 // real S3-compatible server (s3rver, SigV4 checked) as s3:// URLs. Each gives the files the local
 // TIFF gives, byte for byte; so do libvips' LZW (with a predictor) and deflate copies, read
-// remotely by geotiff.js' decoders, against the same files read here by libvips; a remote slide resumes after kill -9; a missing key, refused
+// remotely by geotiff.js' decoders, against the same files read here by libvips; Aperio SVS with
+// JPEG 2000 tiles (OpenJPEG's codestreams) remotely, against OpenSlide here; a remote slide resumes after kill -9; a missing key, refused
 // credentials and a server without ranges are each a TILE_ERR_* row while the other slides finish.
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -225,6 +226,60 @@ t.test('remote TIFFs with LZW and deflate tiles (libvips): the files their local
     },
   ]);
 });
+
+t.test(
+  "remote Aperio SVS with JPEG 2000 tiles (OpenJPEG's codestreams): the pixels OpenSlide reads here",
+  async (t) => {
+    // 33005 (R, G, B) and 33003 (Y, Cb, Cr with the chroma at half width, as Aperio writes it, and
+    // at full width), lossless, from the TIFF's own pixels; OpenSlide (libopenjp2) reads the local
+    // copies, this reader the ones nginx serves.
+    const copies = join(dir, 'j2k');
+    mkdirSync(copies, { recursive: true });
+    const flat = join(copies, 'flat.tif');
+    execFileSync('vips', ['tiffsave', tiffPath, flat, '--compression', 'none', '--tile', '--pyramid']);
+    for (const mode of ['rgb', 'ycbcr', 'ycbcr444'])
+      execFileSync(
+        '/usr/bin/python3',
+        [join(ROOT, 'tools/synthetic/aperio-j2k.py'), flat, join(copies, `${mode}.svs`), mode, '0.5'],
+        {
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
+    // OpenJPEG turns half-width chroma to RGB itself, rounding a level apart from OpenSlide's tables.
+    for (const [mode, tolerance] of [
+      ['rgb', 0],
+      ['ycbcr444', 0],
+      ['ycbcr', 1],
+    ] as const) {
+      const local = await openSlide(join(copies, `${mode}.svs`));
+      const remote = await openSlide(`${nginx.url}/j2k/${mode}.svs`);
+      t.equal(local.reader, 'openslide');
+      t.equal(remote.reader, 'tiff');
+      t.same(remote.levels, local.levels, `${mode}: the pyramid`);
+      t.equal(remote.mpp, 0.5, `${mode}: the MPP from the ImageDescription`);
+      for (const [level, { width, height }] of local.levels.entries()) {
+        const [a, b] = await Promise.all([
+          local.readRegion(level, 0, 0, width, height),
+          remote.readRegion(level, 0, 0, width, height),
+        ]);
+        let most = 0;
+        for (let i = 0; i < a.length; i++) most = Math.max(most, Math.abs(a[i] - b[i]));
+        t.ok(most <= tolerance, `${mode} level ${level}: at most ${tolerance} apart (${most})`);
+      }
+      await Promise.all([local.close(), remote.close()]);
+    }
+    // The whole pipeline, on the reader pool's threads: the RGB copy's files, here and there, are one.
+    const [here, there] = [join(dir, 'j2k-local'), join(dir, 'j2k-remote')];
+    const local = await tileInfer(args([join(copies, 'rgb.svs')], here));
+    t.equal(local.code, 0, local.stderr);
+    const remote = await tileInfer(args([`${nginx.url}/j2k/rgb.svs`], there));
+    t.equal(remote.code, 0, remote.stderr);
+    const expected = outputs(here);
+    const got = outputs(there);
+    t.ok(expected.size >= 6, `${expected.size} files`);
+    for (const [name, bytes] of expected) t.ok(got.get(name)?.equals(bytes), `${name} identical`);
+  },
+);
 
 t.test('bad remote slides: each a TILE_ERR_* row, the other slides done', async (t) => {
   const out = join(dir, 'bad');

@@ -21,9 +21,15 @@ function bytesOf(frame: FrameBytes, k: number, job: BandJob): Uint8Array {
 
 let j2k: Promise<J2KDecoder> | undefined;
 
+/** OpenJPEG's colour space of an image it has turned into RGB (OPJ_CLRSPC_SRGB). */
+const SRGB = 1;
+
 /** A JPEG 2000 frame as RGB, by OpenJPEG (cornerstonejs' WebAssembly build), one decoder a
- *  thread, made on first use. */
-async function decodeJ2k(data: Uint8Array, job: BandJob): Promise<Uint8Array> {
+ *  thread, made on first use. `ycbcr`: its components are Y, Cb, Cr (Aperio's 33003). OpenJPEG
+ *  turns those to RGB itself when the chroma is subsampled (as Aperio writes it: half width), with
+ *  its own rounding, a level or two from OpenSlide's; at full size they are turned here, as
+ *  OpenSlide (and libjpeg) do. */
+async function decodeJ2k(data: Uint8Array, job: BandJob, ycbcr: boolean): Promise<Uint8Array> {
   j2k ??= (async () => {
     const { default: factory } = await import('@cornerstonejs/codec-openjpeg/decodewasmjs');
     // OpenJPEG's [INFO] lines would go to stdout.
@@ -43,7 +49,23 @@ async function decodeJ2k(data: Uint8Array, job: BandJob): Promise<Uint8Array> {
     throw new Error(
       `a JPEG 2000 frame of ${info.width}x${info.height}, ${info.componentCount} components of ${info.bitsPerSample} bits; expected ${job.tileWidth}x${job.tileHeight} RGB, 8 bits`,
     );
-  return decoder.getDecodedBuffer();
+  const pixels = decoder.getDecodedBuffer();
+  return ycbcr && decoder.getColorSpace() !== SRGB ? ycbcrToRgb(pixels) : pixels;
+}
+
+/** Interleaved full-range Y, Cb, Cr (JFIF) to RGB, in place: libjpeg's fixed-point arithmetic,
+ *  which OpenSlide's tables also follow; clamped to 0-255 by the array. */
+function ycbcrToRgb(pixels: Uint8Array): Uint8Array {
+  const rgb = new Uint8ClampedArray(pixels.buffer, pixels.byteOffset, pixels.length);
+  for (let i = 0; i < rgb.length; i += 3) {
+    const y = rgb[i];
+    const cb = rgb[i + 1] - 128;
+    const cr = rgb[i + 2] - 128;
+    rgb[i] = y + ((91881 * cr + 32768) >> 16);
+    rgb[i + 1] = y + ((-22554 * cb - 46802 * cr + 32768) >> 16);
+    rgb[i + 2] = y + ((116130 * cb + 32768) >> 16);
+  }
+  return pixels;
 }
 
 type TiffDecoder = Awaited<ReturnType<typeof GetDecoder>>;
@@ -105,7 +127,7 @@ export async function decodeFrames(job: BandJob, into: Uint8Array): Promise<void
       continue;
     }
     if (coding === 'tiff') pixels = await decodeTiffTile(data, job, job.frames!.tiff!);
-    else if (coding === 'j2k') pixels = await decodeJ2k(data, job);
+    else if (coding === 'j2k' || coding === 'j2k-ycbcr') pixels = await decodeJ2k(data, job, coding === 'j2k-ycbcr');
     else if (coding === 'jpeg') {
       const { data: rgb, info } = await sharp(data).removeAlpha().raw().toBuffer({ resolveWithObject: true });
       if (info.width !== job.tileWidth || info.height !== job.tileHeight)

@@ -107,8 +107,12 @@ export interface BandJob {
   };
   /** Each tile's own encoded bytes (a DICOM frame, in a file or fetched already; a remote TIFF's
    *  tile), decoded one by one (frames.ts); null where the series has no frame (background). */
-  frames?: { coding: 'jpeg' | 'j2k' | 'raw' | 'tiff'; tiles: (FrameBytes | null)[]; tiff?: TiffCoding };
+  frames?: { coding: FrameCoding; tiles: (FrameBytes | null)[]; tiff?: TiffCoding };
 }
+
+/** How frames are coded: JPEG baseline; JPEG 2000 codestreams of R, G, B (or of a colour transform
+ *  the codestream undoes) or of Y, Cb, Cr (Aperio's 33003); RGB pixels; a TIFF's other tiles. */
+export type FrameCoding = 'jpeg' | 'j2k' | 'j2k-ycbcr' | 'raw' | 'tiff';
 
 /** How a TIFF's non-JPEG tiles are coded: the Compression tag (none, LZW, deflate, PackBits),
  *  the Predictor, and the samples per pixel (RGB, or RGB and extra samples), 8 bits each, chunky. */

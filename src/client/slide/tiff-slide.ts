@@ -4,8 +4,9 @@
 // when it is installed, anything else by libvips' own TIFF reader in sharp. The overview is
 // streamed through libvips, so no whole level is ever held in memory. A remote slide (a
 // ByteSource: HTTP, S3) is read the same way, but its tiles' bytes are fetched here and carried
-// to the threads with the band (JPEG tiles to libturbojpeg, others to geotiff.js' decoders in
-// frames.ts), and its overview and regions are decoded from its tiles (libvips reads files only).
+// to the threads with the band (JPEG tiles to libturbojpeg, Aperio's JPEG 2000 to OpenJPEG, others
+// to geotiff.js' decoders in frames.ts), and its overview and regions are decoded from its tiles
+// (libvips reads files only). A local JPEG 2000 SVS is OpenSlide's (open.ts).
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { fromFile, GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp from 'sharp';
@@ -17,6 +18,7 @@ import {
   SlideError,
   type BandJob,
   type BandSource,
+  type FrameCoding,
   type Slide,
   type SlideLevel,
   type TiffCoding,
@@ -33,6 +35,13 @@ const MAX_TILE_SIDE = 4096;
 
 /** Compressions a remote slide's non-JPEG tiles are decoded from (geotiff.js' decoders). */
 const REMOTE_DECODED = new Set([1, 5, 8, 32946, 32773]);
+
+/** Aperio's JPEG 2000 tiles (the codes OpenSlide reads), a remote slide's decoded by OpenJPEG:
+ *  codestreams of Y, Cb, Cr (33003) or of R, G, B (33005). */
+const APERIO_J2K = new Map<number, FrameCoding>([
+  [33003, 'j2k-ycbcr'],
+  [33005, 'j2k'],
+]);
 
 /** How a level's non-JPEG tiles are coded, or why they cannot be decoded from their bytes alone. */
 async function tiffCoding(image: GeoTIFFImage, compression: number): Promise<TiffCoding | string> {
@@ -135,6 +144,8 @@ interface Level extends SlideLevel {
   /** How a remote slide's tiles other than JPEG are coded (decoded on the pool, as libvips reads
    *  files only); null for JPEG tiles and for a local file's. */
   tiff: TiffCoding | null;
+  /** A remote slide's JPEG 2000 tiles (Aperio's); null otherwise. */
+  j2k: FrameCoding | null;
   image: GeoTIFFImage;
   /** Where each tile's bytes lie, loaded on first use. */
   ranges?: Promise<{ offsets: ArrayLike<number | bigint>; counts: ArrayLike<number | bigint> }>;
@@ -199,18 +210,19 @@ export class TiffSlide implements Slide {
       const dir = image.fileDirectory;
       const photometric = Number(await dir.loadValue('PhotometricInterpretation'));
       const compression = Number(dir.hasTag('Compression') ? await dir.loadValue('Compression') : 1);
-      const tiff = source && compression !== JPEG ? await tiffCoding(image, compression) : null;
+      const j2k = (source && APERIO_J2K.get(compression)) || null;
+      const tiff = source && compression !== JPEG && !j2k ? await tiffCoding(image, compression) : null;
       if (typeof tiff === 'string')
         throw new SlideError(
           'TILE_ERR_SLIDE_FORMAT',
-          `${path}: directory ${page}: ${tiff}; remote slides are read with JPEG tiles, or 8-bit RGB tiles uncompressed, LZW, deflate or PackBits; copy this one here to read it`,
+          `${path}: directory ${page}: ${tiff}; remote slides are read with JPEG or Aperio's JPEG 2000 (33003, 33005) tiles, or 8-bit RGB tiles uncompressed, LZW, deflate or PackBits; copy this one here to read it`,
         );
-      if (!DECODED.has(compression))
+      if (!DECODED.has(compression) && !j2k)
         throw new SlideError(
           'TILE_ERR_SLIDE_FORMAT',
           `${path}: TIFF compression ${compression} (JPEG 2000 is 33003/33005) needs libopenslide0`,
         );
-      if (photometric !== RGB && !(photometric === YCBCR && compression === JPEG)) {
+      if (photometric !== RGB && !(photometric === YCBCR && (compression === JPEG || j2k === 'j2k-ycbcr'))) {
         throw new SlideError(
           'TILE_ERR_SLIDE_FORMAT',
           `${path}: photometric interpretation ${photometric} is not RGB; install libopenslide0 to read it through OpenSlide`,
@@ -242,6 +254,7 @@ export class TiffSlide implements Slide {
         compression,
         photometric,
         tiff: typeof tiff === 'string' ? null : tiff,
+        j2k,
         jpegTables:
           compression === JPEG && dir.hasTag('JPEGTables')
             ? Uint8Array.from((await dir.loadValue('JPEGTables')) as ArrayLike<number>)
@@ -310,6 +323,7 @@ export class TiffSlide implements Slide {
       ranges.push(Number(dir.offsets[i]), Number(dir.counts[i]));
     }
     const fetched = this.source ? await this.fetchTiles(ranges) : undefined;
+    if (l.j2k) return { ...job, frames: { coding: l.j2k, tiles: fetched!.map((bytes) => ({ bytes })) } };
     if (l.tiff)
       return { ...job, frames: { coding: 'tiff', tiles: fetched!.map((bytes) => ({ bytes })), tiff: l.tiff } };
     const jpeg: BandJob['jpeg'] = {

@@ -6,6 +6,8 @@ declare module '@cornerstonejs/codec-openjpeg/decodewasmjs' {
     decode(): void;
     getDecodedBuffer(): Uint8Array;
     getFrameInfo(): { width: number; height: number; bitsPerSample: number; componentCount: number };
+    /** OpenJPEG's OPJ_COLOR_SPACE of the decoded image (1: sRGB, 0: unknown). */
+    getColorSpace(): number;
   }
   /** Emscripten's module factory; print and printErr take what OpenJPEG would write to stdout. */
   export default function factory(module?: {

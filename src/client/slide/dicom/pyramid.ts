@@ -5,7 +5,7 @@
 // or where the frame's PlanePositionSlideSequence puts it (TILED_SPARSE); tiles no frame covers
 // are background.
 import type { CodesOf } from '../../../lib/errors.js';
-import { checkedMpp, SlideError, type SlideLevel } from '../slide.js';
+import { checkedMpp, SlideError, type FrameCoding, type SlideLevel } from '../slide.js';
 import type { Attrs } from './attributes.js';
 
 export const WSI_SOP_CLASS = '1.2.840.10008.5.1.4.1.1.77.1.6';
@@ -38,7 +38,7 @@ const SYNTAX_NAMES: Record<string, string> = {
 };
 
 /** How a level's frames are coded: JPEG baseline or JPEG 2000 codestreams, or RGB pixels. */
-export type FrameCoding = 'jpeg' | 'j2k' | 'raw';
+type DicomCoding = Extract<FrameCoding, 'jpeg' | 'j2k' | 'raw'>;
 const J2K = new Set(['1.2.840.10008.1.2.4.90', '1.2.840.10008.1.2.4.91']);
 
 const TAG = {
@@ -79,7 +79,7 @@ export interface DicomLevel extends SlideLevel {
   tileHeight: number;
   tilesAcross: number;
   tilesDown: number;
-  coding: FrameCoding;
+  coding: DicomCoding;
   /** Its instances (indices into the series' instances). */
   members: number[];
   /** Per tile (row-major): the instance (index into the series' instances) holding its frame,
@@ -130,7 +130,7 @@ export function wsiInstances<T extends Instance>(label: string, all: T[]): T[] {
 /** The image type's third value: VOLUME, LABEL, OVERVIEW or THUMBNAIL (VOLUME when absent). */
 const flavour = (i: Instance) => (i.attrs.text(TAG.imageType, 2) ?? 'VOLUME').trim().toUpperCase();
 
-function coding(i: Instance, label: string): FrameCoding {
+function coding(i: Instance, label: string): DicomCoding {
   const syntax = i.transferSyntax;
   const a = i.attrs;
   if (syntax === JPEG_BASELINE) return 'jpeg';
