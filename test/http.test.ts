@@ -526,6 +526,36 @@ t.test(
   },
 );
 
+t.test('what Node answers itself, in the service shape: an Expect it cannot meet (417), CONNECT (501)', async (t) => {
+  const { app } = await fakeService();
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const port = (app.server.address() as AddressInfo).port;
+  const exchange = (request: string) =>
+    new Promise<string>((resolve) => {
+      const socket = connect(port, '127.0.0.1');
+      let text = '';
+      socket.on('data', (d) => (text += d.toString()));
+      socket.on('close', () => resolve(text));
+      socket.write(request);
+    });
+  const body = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+  const expect = await exchange(
+    'POST /api/predict/tissue-seg HTTP/1.1\r\nhost: x\r\nexpect: 999-bogus\r\ncontent-length: 2\r\n\r\n',
+  );
+  t.match(expect, /^HTTP\/1\.1 417 Expectation Failed\r\n/);
+  t.match(expect, /\r\nx-error-code: TILE_ERR_EXPECTATION_FAILED\r\n/i);
+  t.match(body(expect), {
+    detail: /Expect: 999-bogus cannot be met; the only expectation HTTP defines is 100-continue/,
+  });
+  const tunnel = await exchange('CONNECT example.org:443 HTTP/1.1\r\nhost: example.org:443\r\n\r\n');
+  t.match(tunnel, /^HTTP\/1\.1 501 Not Implemented\r\n/);
+  t.match(tunnel, /\r\nX-Error-Code: TILE_ERR_NOT_IMPLEMENTED\r\n/);
+  t.same(body(tunnel), { detail: 'CONNECT example.org:443: this service is not a proxy and opens no tunnel' });
+  const served = await app.inject({ method: 'GET', url: '/health/live' });
+  t.equal(served.statusCode, 200, 'and the service serves on');
+});
+
 t.test('a body carrying __proto__ or constructor keys is served without them, polluting nothing', async (t) => {
   const { app } = await fakeService();
   const body = JSON.stringify(tileRequest(tile224)).replace(

@@ -5,7 +5,12 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import type { Logger } from 'pino';
 import type { ServiceConfig } from '../config/config.js';
 import type { ModelBackend } from './backend.js';
-import errors, { clientErrorHandler, frameworkErrorHandler } from './plugins/errors.js';
+import errors, {
+  clientErrorHandler,
+  connectRefused,
+  expectationFailed,
+  frameworkErrorHandler,
+} from './plugins/errors.js';
 import contentEncoding from './plugins/content-encoding.js';
 import queryEncoding from './plugins/query-encoding.js';
 import connections from './plugins/connections.js';
@@ -52,7 +57,9 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
           keepAliveTimeout: front.keep_alive_timeout_ms,
         },
         handler,
-      ),
+      )
+        .on('checkExpectation', expectationFailed)
+        .on('connect', connectRefused),
     // During a stop the service answers 503 in its own shape (plugins/connections.ts).
     return503OnClosing: false,
     // HTTP that Node refuses (headers over the limit, timeouts, malformed) in the same shape.

@@ -55,6 +55,16 @@ const REGISTRY = {
     body: 'detail',
     meaning: 'The path exists for other methods, listed in the Allow header.',
   },
+  TILE_ERR_EXPECTATION_FAILED: {
+    status: 417,
+    body: 'detail',
+    meaning: 'An Expect header other than 100-continue, the one expectation HTTP defines; the socket closes.',
+  },
+  TILE_ERR_NOT_IMPLEMENTED: {
+    status: 501,
+    body: 'detail',
+    meaning: 'CONNECT: the service is no proxy and opens no tunnel; the socket closes.',
+  },
   TILE_ERR_NOT_ACCEPTABLE: {
     status: 406,
     body: 'detail',
@@ -491,6 +501,13 @@ export const errors = {
   modelNotFound: (what: string, models: string[]) =>
     new ServiceError('TILE_ERR_NOT_FOUND', `${what} is not served; enabled models: ${models.join(', ') || 'none'}`),
   badRequest: (reason: string) => new ServiceError('TILE_ERR_BAD_REQUEST', `malformed HTTP request: ${reason}`),
+  expectationFailed: (expect: string) =>
+    new ServiceError(
+      'TILE_ERR_EXPECTATION_FAILED',
+      `Expect: ${expect} cannot be met; the only expectation HTTP defines is 100-continue (RFC 9110 10.1.1)`,
+    ),
+  noTunnel: (target: string) =>
+    new ServiceError('TILE_ERR_NOT_IMPLEMENTED', `CONNECT ${target}: this service is not a proxy and opens no tunnel`),
   /** Under /api and /health/ready the answer names the enabled models, the likely mistake being
    *  a model's name. */
   notFound: (url: string, models: string[]) =>

@@ -3,7 +3,7 @@
 // path's other methods, HTTP Node refuses (431, 408, 400) in the same shape, and a plain 500
 // whose reason stays in the log. The x-error-code header names the error's code; bodies stay as
 // the contract writes them.
-import { maxHeaderSize, STATUS_CODES } from 'node:http';
+import { type IncomingMessage, maxHeaderSize, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
@@ -67,8 +67,30 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? make.requestTimeout()
         : make.badRequest(err.message);
-  const body = JSON.stringify(error.body());
   if (!socket.writable) return void socket.destroy(err);
+  answerAndClose(socket, error);
+}
+
+/** What Node's HTTP server answers itself before fastify sees a request, in the service's shape:
+ *  an Expect header it cannot meet (Node: a bare 417) and CONNECT (Node: the socket closed
+ *  without an answer); each closes the connection. Listeners of the server's events (app.ts). */
+export function expectationFailed(request: IncomingMessage, response: ServerResponse): void {
+  const error = make.expectationFailed(String(request.headers.expect));
+  const body = JSON.stringify(error.body());
+  response.writeHead(error.statusCode, {
+    'content-length': Buffer.byteLength(body),
+    'content-type': 'application/json',
+    'x-error-code': error.code,
+    connection: 'close',
+  });
+  response.end(body);
+}
+export const connectRefused = (request: IncomingMessage, socket: Duplex) =>
+  answerAndClose(socket, make.noTunnel(request.url ?? ''));
+
+/** The error on the socket, which then closes. */
+function answerAndClose(socket: Duplex, error: ServiceError): void {
+  const body = JSON.stringify(error.body());
   // The answer, then a FIN; what the client is still sending (the rest of a 70 kB URL) is read and
   // dropped until it closes, or for a second: closing with it unread makes the kernel send a
   // reset, which can reach the client before it has read the answer (seen on Node 24).
