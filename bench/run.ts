@@ -2,7 +2,8 @@
 // (bench/ceiling.ts), with CPU per process role; (2) the real service with the shipped models
 // driven over HTTP with distinct synthetic H&E tiles at several concurrencies, against the floor
 // (the same package in one process on ready tensors), with the per-stage cost of a tile, the mask
-// serializer, the supervisor's memory over a soak run, and overload (bench/overload.ts).
+// serializer, the supervisor's memory over a soak run, and overload (bench/overload.ts); (3) the
+// CPU the shipped service takes while it waits for requests (idle).
 // `npm run bench -- --smoke` runs it for seconds (CI: no thresholds, it only has to work);
 // `--sections=ceiling,models`, `--baseline=DIR` (another built checkout, measured in the same run:
 // in the ceiling, and in the models section the two services take turns per endpoint and concurrency),
@@ -25,6 +26,7 @@ import { drive, type Span } from './load.js';
 import { benchOverload, overloadMarkdown, type OverloadBench } from './overload.js';
 import { benchV2, v2Markdown, type V2Row } from './v2.js';
 import { median, medianMs } from './stats.js';
+import { cpuByRole, type Role } from './cpu.js';
 
 const args = process.argv.slice(2);
 const smoke = args.includes('--smoke');
@@ -48,7 +50,7 @@ const concurrencies = list('concurrency')?.map(Number) ?? (smoke ? [1, 8] : [1, 
 const only = list('only');
 /** --config=FILE benchmarks another service configuration (default: config/default.json). */
 const configFile = args.find((a) => a.startsWith('--config='))?.split('=')[1] ?? join(ROOT, 'config/default.json');
-const sections = list('sections') ?? ['ceiling', 'models', 'slide', 'overload', 'v2'];
+const sections = list('sections') ?? ['ceiling', 'idle', 'models', 'slide', 'overload', 'v2'];
 /** The soak (supervisor memory under load) runs when asked: --sections=...,soak [--soak=SECONDS]. */
 const soakSeconds = sections.includes('soak') ? option('soak', 300) : 0;
 const baselineRoot = args.find((a) => a.startsWith('--baseline='))?.split('=')[1];
@@ -143,8 +145,26 @@ async function main(): Promise<void> {
       : null;
   for (const s of [server, baseline])
     if (s) await waitFor(async () => (await fetch(`${s.url}/health/ready`)).status === 200, 120000);
+  // What the ready service takes with no request to serve (heartbeats, load reports, timers),
+  // CPU milliseconds a second by role: cores a CPU model does not get, a shared host's too.
+  let idle: Record<Role, number> | null = null;
+  if (sections.includes('idle')) {
+    const settle = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    await settle(smoke ? 200 : 3000);
+    const window = smoke ? 1 : 10;
+    const before = cpuByRole(server.proc.pid!);
+    await settle(window * 1000);
+    const after = cpuByRole(server.proc.pid!);
+    idle = { supervisor: 0, fronts: 0, workers: 0 };
+    for (const role of Object.keys(idle) as Role[]) idle[role] = (after[role] - before[role]) / window;
+    console.log(
+      `idle: CPU ms a second, ${Object.entries(idle)
+        .map(([role, ms]) => `${role} ${ms.toFixed(0)}`)
+        .join(', ')}`,
+    );
+  }
   // Each run's floor is measured right after it, with the service idle (its processes wait
-  // for requests and take no CPU): on a shared host the machine's share drifts within minutes,
+  // for requests and take little CPU: the idle section): on a shared host the machine's share drifts within minutes,
   // and a floor measured at the end of the section compared runs up to ten minutes apart.
   // The floor is one per model and batch size the server actually formed (rounded), plus batch 1
   // for the latency comparison.
@@ -262,7 +282,7 @@ async function main(): Promise<void> {
 
   const date = new Date().toISOString().slice(0, 10);
   const machine = `${cpus().length} x ${cpus()[0]?.model ?? 'cpu'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.versions.node}`;
-  const report = { date, smoke, machine, seconds, serialization, ceiling, runs: rows, slide, soak, overload, v2 };
+  const report = { date, smoke, machine, seconds, serialization, ceiling, idle, runs: rows, slide, soak, overload, v2 };
   const md = markdown(report, slideMd);
   mkdirSync(outDir, { recursive: true });
   const name = smoke ? 'smoke' : date;
@@ -287,6 +307,7 @@ function markdown(
     seconds: number;
     serialization: Serialization;
     ceiling: CeilingRow[];
+    idle: Record<Role, number> | null;
     runs: any[];
     slide: SlideBench | null;
     soak: any;
@@ -335,6 +356,11 @@ function markdown(
       ),
     );
   }
+  if (report.idle)
+    lines.push(
+      '',
+      `The shipped service idle, CPU ms a second (/proc, 10 s): supervisor ${f(report.idle.supervisor)}, fronts ${f(report.idle.fronts)}, workers ${f(report.idle.workers)}.`,
+    );
   if (slideMd) lines.push('', slideMd);
   if (report.overload) lines.push('', overloadMarkdown(report.overload));
   if (report.v2.length) lines.push('', v2Markdown(report.v2));
