@@ -8,8 +8,9 @@ import { LOAD_KEEPALIVE_MS, type WorkerLoad } from '../ipc/protocol.js';
 export type Clock = () => number;
 
 /** One instance's backlog as a front sees it: the worker's last report (every answer carries
- *  one, and the worker sends one within LOAD_REPORT_MS of a change and every LOAD_KEEPALIVE_MS),
- *  drained since at the worker's own recent pace (a full batch per batch time). */
+ *  one; the worker sends one every LOAD_REPORT_MS while busy, and idle every LOAD_KEEPALIVE_MS
+ *  or when this front heard another), drained since at the worker's own recent pace (a full
+ *  batch per batch time). */
 export class Backlog {
   private report: WorkerLoad = { queued: 0, held: 0, batchMs: null, maxBatch: 1 };
   private at = 0;
@@ -38,10 +39,12 @@ export class Backlog {
   }
 
   /** Tiles the other fronts hold at the worker, by a recent report (within two batch times, at
-   *  least FRESH_MS): what it held less this front's tiles there then. Null without one. */
+   *  least FRESH_MS, or IDLE_FRESH_MS for an idle worker's): what it held less this front's
+   *  tiles there then. Null without one. */
   heldByOthers(): number | null {
-    const { held, batchMs } = this.report;
-    if (this.at === 0 || this.clock() - this.at > Math.max(FRESH_MS, 2 * (batchMs ?? 0))) return null;
+    const { held, queued, batchMs } = this.report;
+    const fresh = held === 0 && queued === 0 ? IDLE_FRESH_MS : Math.max(FRESH_MS, 2 * (batchMs ?? 0));
+    if (this.at === 0 || this.clock() - this.at > fresh) return null;
     return Math.max(0, held - this.mine);
   }
 
@@ -53,11 +56,12 @@ export class Backlog {
   }
 }
 
-/** How old a worker's report may be for a front to take room that other fronts leave unused: a
- *  worker sends an unchanged load every LOAD_KEEPALIVE_MS, and a change within LOAD_REPORT_MS;
- *  the margin is for a busy event loop. A silent worker (hung) is trusted no longer than this. A
- *  front with tiles at a worker has one with every answer. */
-export const FRESH_MS = LOAD_KEEPALIVE_MS + 250;
+/** How old a busy worker's report may be for a front to take room that other fronts leave unused
+ *  (it reports every LOAD_REPORT_MS). A front with tiles at a worker has one with every answer. */
+export const FRESH_MS = 250;
+/** The same for an idle worker's report, which comes every LOAD_KEEPALIVE_MS unless it changes;
+ *  the margin is for a busy event loop. A silent worker (hung) is trusted no longer than this. */
+export const IDLE_FRESH_MS = LOAD_KEEPALIVE_MS + 250;
 
 /** Places a front may hold in a model's queue: its share of max_queue, or, while every ready
  *  instance has reported recently, what the other fronts leave of max_queue by those reports;

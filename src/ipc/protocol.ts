@@ -156,11 +156,11 @@ export type ChannelRequest =
 /** Why a worker dropped a tile without running it. */
 export type DropReason = 'expired' | 'cancelled';
 
-/** How often a worker looks at its load, sending it to every front when it changed. */
+/** How often a worker sends its load to the fronts while busy, or to a front that heard another. */
 export const LOAD_REPORT_MS = 100;
-/** How often it sends an unchanged load all the same: a front trusts a report this old (and a
- *  margin: front/admission.ts FRESH_MS), since any change would have come within LOAD_REPORT_MS.
- *  Sent every beat, the reports of six idle workers to two fronts cost ~70 CPU-ms a second. */
+/** How often an idle worker sends a load its fronts heard already: a front trusts a report this
+ *  old (and a margin: front/admission.ts FRESH_MS), since a change would have come within
+ *  LOAD_REPORT_MS (src/worker/load-reports.ts). */
 export const LOAD_KEEPALIVE_MS = 1000;
 
 /** What a worker says of its queue with each answer, for the fronts' admission. */
@@ -195,8 +195,8 @@ export type InferResult = {
   load: WorkerLoad;
 };
 
-/** What a worker sends a front: an answer to one of its tiles, or the worker's load alone, sent to
- *  every front when it changes and every LOAD_KEEPALIVE_MS (src/worker/load-reports.ts). */
+/** What a worker sends a front: an answer to one of its tiles, or the worker's load alone
+ *  (src/worker/load-reports.ts). */
 export type WorkerMessage = ChannelReply | { type: 'load'; load: WorkerLoad };
 
 export type ChannelReply =

@@ -11,7 +11,7 @@ import { CodedError } from '../lib/errors.js';
 import { ExitCode } from '../lib/exit-codes.js';
 import { PackageError, readPackage, type ModelPackage } from '../model-package/model-package.js';
 import { ModelSession } from './model-session.js';
-import { reportLoad } from './load-reports.js';
+import { FrontHearing, reportLoad } from './load-reports.js';
 import { ModelWorker, type Reply } from './model-worker.js';
 import { NoProviderError } from './providers.js';
 
@@ -33,7 +33,8 @@ async function main(): Promise<void> {
   let stopping = false;
   /** OK for a stop; DEVICE_FAULT once the device failed, however the worker then exits. */
   let exitCode: number = ExitCode.OK;
-  const channels = new Set<Channel<ChannelRequest, WorkerMessage>>();
+  /** Each front's channel, and what it last heard of the load. */
+  const channels = new Map<Channel<ChannelRequest, WorkerMessage>, FrontHearing>();
   // A stopping worker serves on until every front has hung up: a front hangs up once it knows
   // this instance is no longer ready and its requests here are answered. Refusing a request
   // sent before the front knew would leave a model with one instance nowhere to route it.
@@ -57,13 +58,16 @@ async function main(): Promise<void> {
    *  listens only once the worker is loaded. */
   const server = createServer((socket) => {
     const channel = new Channel<ChannelRequest, WorkerMessage>(socket);
-    channels.add(channel);
+    const hearing = new FrontHearing((load) => channel.isOpen && channel.send({ type: 'load', load }));
+    channels.set(channel, hearing);
     const reply: Reply = (message) => {
-      if (channel.isOpen) channel.send(message);
+      if (!channel.isOpen) return;
+      channel.send(message);
+      hearing.heard(message.load);
     };
     const link = worker!.link(reply);
-    // Its load at once: the beat sends it only when it changes (load-reports.ts).
-    channel.send({ type: 'load', load: worker!.load() });
+    // Its load at once: an idle worker's beat is silent (load-reports.ts).
+    hearing.tell(worker!.load());
     channel.on('close', () => {
       channels.delete(channel);
       worker!.unlink(link);
@@ -137,7 +141,7 @@ async function main(): Promise<void> {
     worker = candidate;
     reportLoad(
       () => candidate.load(),
-      () => [...channels].filter((c) => c.isOpen).map((c) => (load) => c.send({ type: 'load', load })),
+      () => channels.values(),
     );
     rmSync(config.socket, { force: true });
     await new Promise<void>((resolve, reject) => server.once('error', reject).listen(config.socket, resolve));

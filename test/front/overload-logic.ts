@@ -6,7 +6,15 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig } from '../../src/config/config.js';
 import { QueueShare } from '../../src/front/queue-share.js';
-import { arrivingTiles, Backlog, decide, expectedMs, FRESH_MS, places } from '../../src/front/admission.js';
+import {
+  arrivingTiles,
+  Backlog,
+  decide,
+  expectedMs,
+  FRESH_MS,
+  IDLE_FRESH_MS,
+  places,
+} from '../../src/front/admission.js';
 import { Batcher } from '../../src/worker/batcher.js';
 import { DecodeWindow } from '../../src/worker/decode-window.js';
 
@@ -110,9 +118,14 @@ t.test("places: a front's share of max_queue, and the room the other fronts leav
   t.equal(places(32, 128, [at(a, 40)]), 113, 'the other fronts held 15 there (by the count when the report came)');
   a.update({ queued: 100, held: 120, batchMs: 10, maxBatch: 16 }, 10);
   t.equal(places(32, 128, [at(a)]), 32, 'they hold 110: this front keeps its share, never less');
+  a.update({ queued: 2, held: 2, batchMs: 10, maxBatch: 16 });
+  c.advance(FRESH_MS + 1);
+  t.equal(places(32, 128, [at(a)]), 32, "a busy worker's report older than FRESH_MS: the share");
   a.update({ queued: 0, held: 0, batchMs: 10, maxBatch: 16 });
   c.advance(FRESH_MS + 1);
-  t.equal(places(32, 128, [at(a)]), 32, 'a report older than FRESH_MS: the share');
+  t.equal(places(32, 128, [at(a)]), 128, "an idle worker's, which reports only every second: the whole queue");
+  c.advance(IDLE_FRESH_MS - FRESH_MS);
+  t.equal(places(32, 128, [at(a)]), 32, 'older than IDLE_FRESH_MS: the share');
   const slow = new Backlog(c.now);
   slow.update({ queued: 0, held: 4, batchMs: 600, maxBatch: 16 });
   c.advance(1000);

@@ -5,9 +5,9 @@
 import { join } from 'node:path';
 import type ort from 'onnxruntime-node';
 import t from 'tap';
-import { reportLoad } from '../../src/worker/load-reports.js';
+import { FrontHearing, reportLoad } from '../../src/worker/load-reports.js';
 import type { ProviderName } from '../../src/config/config.js';
-import type { ChannelReply, TileJob, WorkerLoad } from '../../src/ipc/protocol.js';
+import type { ChannelReply, TileJob } from '../../src/ipc/protocol.js';
 import { readPackage } from '../../src/model-package/model-package.js';
 import type { WireTensor } from '../../src/worker/session-thread.js';
 import {
@@ -423,15 +423,18 @@ t.test("a request's tiles are taken all or none; an idle instance takes any requ
 });
 
 t.test(
-  'the load beat: every open front hears the worker load when it changed, and unchanged every keepalive',
+  'the load beat: each front hears the load while busy, when it differs from what it heard, and at the keepalive',
   async (t) => {
     let beat: (() => void) | null = null;
     let stopped = false;
     const heard: [string, number][] = [];
-    let held = 3;
+    const fronts = Object.fromEntries(
+      ['a', 'b'].map((name) => [name, new FrontHearing((load) => heard.push([name, load.held]))]),
+    );
+    let held = 0;
     const stop = reportLoad(
-      () => ({ queued: 1, held, batchMs: 10, maxBatch: 4 }),
-      () => ['a', 'b'].map((front) => (load: WorkerLoad) => heard.push([front, load.held])),
+      () => ({ queued: 0, held, batchMs: 10, maxBatch: 4 }),
+      () => Object.values(fronts),
       {
         ms: 100,
         keepaliveMs: 300,
@@ -442,44 +445,52 @@ t.test(
         },
       },
     );
-    beat!();
-    held = 0;
-    beat!();
+    const beats = (n: number) => {
+      heard.length = 0;
+      for (let i = 0; i < n; i++) beat!();
+      return heard;
+    };
     t.same(
-      heard,
+      beats(1),
+      [
+        ['a', 0],
+        ['b', 0],
+      ],
+      'the first beat: every front',
+    );
+    t.same(beats(2), [], 'idle and unchanged: silent');
+    t.same(
+      beats(1),
+      [
+        ['a', 0],
+        ['b', 0],
+      ],
+      'until the keepalive, three beats of 100 ms',
+    );
+    held = 3;
+    t.same(
+      beats(2),
       [
         ['a', 3],
         ['b', 3],
-        ['a', 0],
-        ['b', 0],
+        ['a', 3],
+        ['b', 3],
       ],
-      'the first load, then a changed one, to every front',
+      'busy: every beat, changed or not',
     );
-    heard.length = 0;
-    beat!();
-    beat!();
-    t.same(heard, [], 'an unchanged load is not sent again before the keepalive');
-    beat!();
+    held = 0;
     t.same(
-      heard,
+      beats(1),
       [
         ['a', 0],
         ['b', 0],
       ],
-      'at the keepalive (three beats of 100 ms) it is',
+      'idle again: at once',
     );
-    heard.length = 0;
-    beat!();
-    held = 1;
-    beat!();
-    t.same(
-      heard,
-      [
-        ['a', 1],
-        ['b', 1],
-      ],
-      'a change goes out at the next beat, keepalive or not',
-    );
+    // A front heard another load with an answer (mid-batch): the beat sets it right, the other
+    // front, which heard the idle load, hears nothing.
+    fronts.a.heard({ queued: 0, held: 5, batchMs: 10, maxBatch: 4 });
+    t.same(beats(1), [['a', 0]], 'only the front whose last load differs');
     stop();
     t.ok(stopped);
   },
