@@ -58,7 +58,7 @@ const REGISTRY = {
   TILE_ERR_EXPECTATION_FAILED: {
     status: 417,
     body: 'detail',
-    meaning: 'An Expect header other than 100-continue, the one expectation HTTP defines; the socket closes.',
+    meaning: 'An Expect header other than 100-continue, the one expectation HTTP defines.',
   },
   TILE_ERR_NOT_IMPLEMENTED: {
     status: 501,

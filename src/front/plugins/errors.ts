@@ -72,8 +72,9 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Duplex): 
 }
 
 /** What Node's HTTP server answers itself before fastify sees a request, in the service's shape:
- *  an Expect header it cannot meet (Node: a bare 417) and CONNECT (Node: the socket closed
- *  without an answer); each closes the connection. Listeners of the server's events (app.ts). */
+ *  an Expect header it cannot meet (Node: a bare 417; the body, if sent all the same, is read and
+ *  dropped, and the connection kept, as Node does) and CONNECT (Node: the socket closed without
+ *  an answer; here closed after it). Listeners of the server's events (app.ts). */
 export function expectationFailed(request: IncomingMessage, response: ServerResponse): void {
   const error = make.expectationFailed(String(request.headers.expect));
   const body = JSON.stringify(error.body());
@@ -81,7 +82,6 @@ export function expectationFailed(request: IncomingMessage, response: ServerResp
     'content-length': Buffer.byteLength(body),
     'content-type': 'application/json',
     'x-error-code': error.code,
-    connection: 'close',
   });
   response.end(body);
 }
