@@ -11,7 +11,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import t, { type Test } from 'tap';
+import { decodeFrames } from '../../src/client/slide/frames.js';
 import { openSlide } from '../../src/client/slide/open.js';
+import type { BandJob } from '../../src/client/slide/slide.js';
 import { startNginx, startS3rver } from '../../tools/remote-servers.js';
 import { writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { ROOT, startServer, waitFor, type TestServer } from '../helpers/server.js';
@@ -280,6 +282,57 @@ t.test(
     for (const [name, bytes] of expected) t.ok(got.get(name)?.equals(bytes), `${name} identical`);
   },
 );
+
+t.test("JPEG 2000 tiles OpenJPEG cannot decode or would misread: an error, never another tile's pixels", async (t) => {
+  const work = join(dir, 'j2k-tiles');
+  mkdirSync(work, { recursive: true });
+  /** A 64x64 codestream by opj_compress from raw planes (subsampling as its -F flag writes it). */
+  const encode = (name: string, planes: Buffer, format: string) => {
+    writeFileSync(join(work, `${name}.raw`), planes);
+    execFileSync(
+      'opj_compress',
+      ['-i', join(work, `${name}.raw`), '-o', join(work, `${name}.j2k`), '-F', format, '-mct', '0'],
+      {
+        stdio: 'ignore',
+      },
+    );
+    return readFileSync(join(work, `${name}.j2k`));
+  };
+  const plane = (value: number, w = 64, h = 64) => Buffer.alloc(w * h, value);
+  const red = encode('red', Buffer.concat([plane(200), plane(30), plane(40)]), '64,64,3,8,u');
+  const halfHeight = encode(
+    'y440',
+    Buffer.concat([plane(90), plane(100, 64, 32), plane(200, 64, 32)]),
+    '64,64,3,8,u@1x1:1x2:1x2',
+  );
+  const job = (coding: 'j2k' | 'j2k-ycbcr', tiles: Uint8Array[]): BandJob => ({
+    path: 'test',
+    page: 0,
+    subifd: -1,
+    tileWidth: 64,
+    tileHeight: 64,
+    tiles: tiles.length,
+    left: 0,
+    top: 0,
+    width: 64 * tiles.length,
+    height: 64,
+    frames: { coding, tiles: tiles.map((bytes) => ({ bytes })) },
+  });
+  const into = () => new Uint8Array(64 * 64 * 3 * 2);
+  const decoded = into();
+  await decodeFrames(job('j2k', [red, new Uint8Array(0)]), decoded);
+  t.same([...decoded.subarray(0, 3)], [200, 30, 40], 'a tile');
+  t.same([...decoded.subarray(64 * 3, 64 * 3 + 3)], [255, 255, 255], 'an empty tile beside it: background');
+  await t.rejects(decodeFrames(job('j2k', [red, red.subarray(0, 60)]), into()), {
+    message: /a JPEG 2000 frame OpenJPEG cannot decode: Stream too short/,
+  });
+  await t.rejects(decodeFrames(job('j2k', [red, Buffer.from('not a codestream at all')]), into()), {
+    message: /a JPEG 2000 frame OpenJPEG cannot decode/,
+  });
+  await t.rejects(decodeFrames(job('j2k-ycbcr', [halfHeight]), into()), {
+    message: /subsampled 1x1, 1x2, 1x2, which OpenJPEG does not turn to RGB: not read/,
+  });
+});
 
 t.test('bad remote slides: each a TILE_ERR_* row, the other slides done', async (t) => {
   const out = join(dir, 'bad');

@@ -1,7 +1,7 @@
 // Decodes a band of frames, each tile's own encoded bytes (DICOM frames, a remote TIFF's tiles),
 // on the reader pool, each once, straight into place: JPEG baseline by libturbojpeg (libvips in
 // sharp without it), JPEG 2000 by OpenJPEG, a TIFF's LZW, deflate, PackBits or uncompressed tiles
-// by geotiff.js' decoders, uncompressed RGB copied; a tile with no frame is background (white, as
+// by geotiff.js' decoders, uncompressed RGB copied; a tile with no frame, or an empty one, is background (white, as
 // past a slide's edges). decodeBandJob takes any band: frames here, else bands.ts' decodeBand.
 import { readSync } from 'node:fs';
 import type { getDecoder as GetDecoder } from 'geotiff';
@@ -20,9 +20,21 @@ function bytesOf(frame: FrameBytes, k: number, job: BandJob): Uint8Array {
 }
 
 let j2k: Promise<J2KDecoder> | undefined;
+/** What OpenJPEG printed during the decode in hand: an "[ERROR] ..." line is its only sign of a
+ *  codestream it could not decode (the decoder returns, keeping the last frame's pixels). */
+let printed: string[] = [];
 
 /** OpenJPEG's colour space of an image it has turned into RGB (OPJ_CLRSPC_SRGB). */
 const SRGB = 1;
+
+/** Each component's subsampling (XRsiz, YRsiz) from a codestream's SIZ segment, which follows
+ *  its SOC marker (ITU-T T.800 A.5.1); null when the bytes do not start so. */
+function subsampling(data: Uint8Array): [number, number][] | null {
+  if (data.length < 42 || data[0] !== 0xff || data[1] !== 0x4f || data[2] !== 0xff || data[3] !== 0x51) return null;
+  const count = (data[40] << 8) | data[41];
+  if (data.length < 42 + 3 * count) return null;
+  return Array.from({ length: count }, (_, c) => [data[43 + 3 * c], data[44 + 3 * c]]);
+}
 
 /** A JPEG 2000 frame as RGB, by OpenJPEG (cornerstonejs' WebAssembly build), one decoder a
  *  thread, made on first use. `ycbcr`: its components are Y, Cb, Cr (Aperio's 33003). OpenJPEG
@@ -32,13 +44,17 @@ const SRGB = 1;
 async function decodeJ2k(data: Uint8Array, job: BandJob, ycbcr: boolean): Promise<Uint8Array> {
   j2k ??= (async () => {
     const { default: factory } = await import('@cornerstonejs/codec-openjpeg/decodewasmjs');
-    // OpenJPEG's [INFO] lines would go to stdout.
-    const codec = await factory({ print: () => {}, printErr: () => {} });
+    // OpenJPEG's lines would go to stdout: kept for the decode in hand.
+    const keep = (line: string) => void printed.push(line);
+    const codec = await factory({ print: keep, printErr: keep });
     return new codec.J2KDecoder();
   })();
   const decoder = await j2k;
   decoder.getEncodedBuffer(data.length).set(data);
+  printed = [];
   decoder.decode();
+  const error = printed.find((line) => line.startsWith('[ERROR]'));
+  if (error) throw new Error(`a JPEG 2000 frame OpenJPEG cannot decode: ${error.slice('[ERROR] '.length)}`);
   const info = decoder.getFrameInfo();
   if (
     info.width !== job.tileWidth ||
@@ -49,8 +65,16 @@ async function decodeJ2k(data: Uint8Array, job: BandJob, ycbcr: boolean): Promis
     throw new Error(
       `a JPEG 2000 frame of ${info.width}x${info.height}, ${info.componentCount} components of ${info.bitsPerSample} bits; expected ${job.tileWidth}x${job.tileHeight} RGB, 8 bits`,
     );
+  // Subsampled components come interleaved only once OpenJPEG has turned them to RGB (4:2:2 and
+  // 4:2:0 as Y, Cb, Cr); others (4:4:0) would be read past their planes.
+  const converted = decoder.getColorSpace() === SRGB;
+  const factors = subsampling(data) ?? [];
+  if (!converted && factors.some(([dx, dy]) => dx !== 1 || dy !== 1))
+    throw new Error(
+      `a JPEG 2000 frame whose components are subsampled ${factors.map(([dx, dy]) => `${dx}x${dy}`).join(', ')}, which OpenJPEG does not turn to RGB: not read`,
+    );
   const pixels = decoder.getDecodedBuffer();
-  return ycbcr && decoder.getColorSpace() !== SRGB ? ycbcrToRgb(pixels) : pixels;
+  return ycbcr && !converted ? ycbcrToRgb(pixels) : pixels;
 }
 
 /** Interleaved full-range Y, Cb, Cr (JFIF) to RGB, in place: libjpeg's fixed-point arithmetic,
@@ -116,11 +140,12 @@ export async function decodeFrames(job: BandJob, into: Uint8Array): Promise<void
   for (let k = 0; k < tiles.length; k++) {
     const frame = tiles[k];
     const at = k * row;
-    if (!frame) {
+    // No frame, or an empty tile (Aperio writes them where nothing was scanned): background.
+    const data = frame && bytesOf(frame, k, job);
+    if (!data?.length) {
       for (let y = 0; y < job.tileHeight; y++) into.fill(255, at + y * stride, at + y * stride + row);
       continue;
     }
-    const data = bytesOf(frame, k, job);
     let pixels: Uint8Array;
     if (coding === 'jpeg' && hasTurboJpeg()) {
       decodeJpegInto(data, into.subarray(at), job.tileWidth, job.tileHeight, stride);

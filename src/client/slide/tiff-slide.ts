@@ -222,7 +222,7 @@ export class TiffSlide implements Slide {
           'TILE_ERR_SLIDE_FORMAT',
           `${path}: TIFF compression ${compression} (JPEG 2000 is 33003/33005) needs libopenslide0`,
         );
-      if (photometric !== RGB && !(photometric === YCBCR && (compression === JPEG || j2k === 'j2k-ycbcr'))) {
+      if (photometric !== RGB && !(photometric === YCBCR && compression === JPEG)) {
         throw new SlideError(
           'TILE_ERR_SLIDE_FORMAT',
           `${path}: photometric interpretation ${photometric} is not RGB; install libopenslide0 to read it through OpenSlide`,
