@@ -14,6 +14,7 @@ import { coordsFromName, readPlan } from '../src/client/pipeline/process-tiles.j
 import { ReaderPool } from '../src/client/pipeline/reader-pool.js';
 import { tileBodies } from '../src/client/pipeline/tile-reader.js';
 import { bestLevel } from '../src/client/slide/region.js';
+import { BLOCK, ByteSource } from '../src/client/slide/remote/source.js';
 import { aperioMpp, TiffSlide } from '../src/client/slide/tiff-slide.js';
 import { downsample, writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 
@@ -212,4 +213,26 @@ t.test('the output lock appears whole: a second run names its holder, and nothin
   t.same(readdirSync(out), ['tile-infer.lock'], 'no file it was made from');
   lock.release();
   t.same(readdirSync(out), []);
+});
+
+t.test('a remote source reads ranges of 0 bytes as empty, and never asks a server for one', async (t) => {
+  const asked: [number, number][] = [];
+  const source = new ByteSource({
+    url: 'https://example.org/slide.svs',
+    size: 10_000_000,
+    etag: '"1"',
+    first: new Uint8Array(BLOCK),
+    fetch: async (offset, length) => {
+      asked.push([offset, length]);
+      return new Uint8Array(length).fill(7);
+    },
+    close: () => {},
+  });
+  const [empty, tile] = await source.readRanges([
+    [5_000_000, 0],
+    [8_000_000, 100],
+  ]);
+  t.equal(empty.length, 0);
+  t.equal(tile.length, 100);
+  t.same(asked, [[8_000_000, 100]], 'one request, for the tile');
 });

@@ -158,9 +158,9 @@ export type DropReason = 'expired' | 'cancelled';
 
 /** How often a worker sends its load to the fronts while busy, or to a front that heard another. */
 export const LOAD_REPORT_MS = 100;
-/** How often an idle worker sends a load its fronts heard already: a front trusts a report this
- *  old (and a margin: front/admission.ts FRESH_MS), since a change would have come within
- *  LOAD_REPORT_MS (src/worker/load-reports.ts). */
+/** How often an idle worker sends a load its fronts heard already: a front trusts an idle
+ *  report this old (and a margin: front/admission.ts IDLE_FRESH_MS), since a change would have
+ *  come within LOAD_REPORT_MS (src/worker/load-reports.ts). */
 export const LOAD_KEEPALIVE_MS = 1000;
 
 /** What a worker says of its queue with each answer, for the fronts' admission. */

@@ -3,8 +3,9 @@
 // when it differs from what that front last heard, and every LOAD_KEEPALIVE_MS all the same. The
 // reports tell the fronts what the worker holds from the others, so that each can weigh that
 // before taking more than its share of the model's queue (front/admission.ts `places`, which
-// trusts a report no older than FRESH_MS). An idle worker is silent but for the keepalive: sent
-// every beat, six idle workers' reports cost two fronts ~70 CPU-ms a second.
+// trusts a report no older than FRESH_MS, an idle one IDLE_FRESH_MS). An idle worker is silent
+// but for the keepalive: sent every beat, six idle workers' reports cost two fronts ~70 CPU-ms a
+// second.
 import { LOAD_KEEPALIVE_MS, LOAD_REPORT_MS, type WorkerLoad } from '../ipc/protocol.js';
 
 /** Timers, injected so that the fast tier can drive the beat. */

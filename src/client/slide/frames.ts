@@ -1,7 +1,7 @@
 // Decodes a band of frames, each tile's own encoded bytes (DICOM frames, a remote TIFF's tiles),
 // on the reader pool, each once, straight into place: JPEG baseline by libturbojpeg (libvips in
 // sharp without it), JPEG 2000 by OpenJPEG, a TIFF's LZW, deflate, PackBits or uncompressed tiles
-// by geotiff.js' decoders, uncompressed RGB copied; a tile with no frame, or an empty one, is background (white, as
+// by geotiff.js' decoders, uncompressed RGB copied; a tile with no frame is background (white, as
 // past a slide's edges). decodeBandJob takes any band: frames here, else bands.ts' decodeBand.
 import { readSync } from 'node:fs';
 import type { getDecoder as GetDecoder } from 'geotiff';
@@ -140,12 +140,12 @@ export async function decodeFrames(job: BandJob, into: Uint8Array): Promise<void
   for (let k = 0; k < tiles.length; k++) {
     const frame = tiles[k];
     const at = k * row;
-    // No frame, or an empty tile (Aperio writes them where nothing was scanned): background.
-    const data = frame && bytesOf(frame, k, job);
-    if (!data?.length) {
+    if (!frame) {
       for (let y = 0; y < job.tileHeight; y++) into.fill(255, at + y * stride, at + y * stride + row);
       continue;
     }
+    const data = bytesOf(frame, k, job);
+    if (data.length === 0) throw new Error(`frame ${k + 1} of the band at ${job.left},${job.top} is empty (0 bytes)`);
     let pixels: Uint8Array;
     if (coding === 'jpeg' && hasTurboJpeg()) {
       decodeJpegInto(data, into.subarray(at), job.tileWidth, job.tileHeight, stride);

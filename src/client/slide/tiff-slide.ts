@@ -323,9 +323,10 @@ export class TiffSlide implements Slide {
       ranges.push(Number(dir.offsets[i]), Number(dir.counts[i]));
     }
     const fetched = this.source ? await this.fetchTiles(ranges) : undefined;
-    if (l.j2k) return { ...job, frames: { coding: l.j2k, tiles: fetched!.map((bytes) => ({ bytes })) } };
-    if (l.tiff)
-      return { ...job, frames: { coding: 'tiff', tiles: fetched!.map((bytes) => ({ bytes })), tiff: l.tiff } };
+    // A tile of 0 bytes was never written (TileByteCounts 0): background, as OpenSlide draws it.
+    const tiles = () => fetched!.map((bytes) => (bytes.length ? { bytes } : null));
+    if (l.j2k) return { ...job, frames: { coding: l.j2k, tiles: tiles() } };
+    if (l.tiff) return { ...job, frames: { coding: 'tiff', tiles: tiles(), tiff: l.tiff } };
     const jpeg: BandJob['jpeg'] = {
       tables: l.jpegTables,
       ranges,

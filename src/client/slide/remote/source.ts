@@ -81,6 +81,11 @@ export class ByteSource {
     const runs: { from: number; to: number; members: number[] }[] = [];
     for (const i of order) {
       const [offset, length] = ranges[i];
+      // Nothing to fetch (a TIFF tile never written): a range request cannot even say it.
+      if (length === 0) {
+        out[i] = new Uint8Array(0);
+        continue;
+      }
       const hit = this.lookup(offset, offset + length);
       if (hit) {
         out[i] = hit;
