@@ -2,8 +2,7 @@
 // served from a folder, and reproducible builds of the shipped packages.
 import t from 'tap';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import ort from 'onnxruntime-node';
 import { checkSignature, readPackage, PackageError } from '../src/model-package/model-package.js';
@@ -11,10 +10,11 @@ import type { CodesOf } from '../src/lib/errors.js';
 import { shippedPackages, writePackage } from '../tools/model-build/build.js';
 import { copyPackage } from './helpers/packages.js';
 import { MODELS } from './helpers/server.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 type PackageCode = CodesOf<'PACKAGE'>;
 const sha = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
-const temp = () => mkdtempSync(join(tmpdir(), 'pkg-'));
+const temp = () => tempDir('pkg');
 
 async function check(dir: string) {
   const pkg = readPackage(dir);

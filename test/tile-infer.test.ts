@@ -2,12 +2,12 @@
 // status 2 (change the command line). Refusals that need one (an unreachable server, a slide that
 // cannot be read) are in test/e2e/client-defects.test.ts and cohort.test.ts.
 import t from 'tap';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { tempDir } from './helpers/temp-dir.js';
 import { tileInfer } from './helpers/tile-infer.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'tile-infer-'));
+const dir = tempDir('tile-infer');
 const notASlide = join(dir, 'notes.txt');
 writeFileSync(notASlide, 'not a slide');
 const manifest = join(dir, 'cohort.csv');

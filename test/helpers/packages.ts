@@ -1,14 +1,14 @@
 // Model package variants for tests: a shipped package copied with its manifest edited, or broken.
 import { execSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MODELS } from './server.js';
+import { tempDir } from './temp-dir.js';
 
 export function copyPackage(
   model: string,
   edit: (manifest: Record<string, any>) => void = () => {},
-  root = mkdtempSync(join(tmpdir(), 'pkg-')),
+  root = tempDir('pkg'),
 ): string {
   const dir = join(root, model);
   mkdirSync(dir, { recursive: true });
@@ -30,7 +30,7 @@ export function corruptPackage(model: string): string {
  *  lines is null), and for --query-compute-apps `appMib` MiB for every model worker process
  *  running on the machine (none when appMib is null). */
 export function fakeNvidiaSmi(lines: string[] | null, appMib: number | null = null): string {
-  const dir = mkdtempSync(join(tmpdir(), 'bin-'));
+  const dir = tempDir('bin');
   const gpus = lines === null ? 'sleep 30' : lines.map((l) => `echo "${l}"`).join('\n');
   const apps =
     appMib === null

@@ -1,13 +1,13 @@
 // The models the Open Inference Protocol tests serve: the shipped three, tile-embed with
 // batch.max 32 (a request may hold 32 tiles; the worker runs them padded to batches of 4 and 8),
 // and a package that cannot load (its model is failed: 503 / UNAVAILABLE).
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MODELS, type ModelConfig } from './server.js';
+import { tempDir } from './temp-dir.js';
 
 function batch32(): string {
-  const dir = join(mkdtempSync(join(tmpdir(), 'pkg-')), 'tile-embed-b32');
+  const dir = join(tempDir('pkg'), 'tile-embed-b32');
   mkdirSync(dir);
   copyFileSync(join(MODELS, 'tile-embed', 'model.onnx'), join(dir, 'model.onnx'));
   const manifest = JSON.parse(readFileSync(join(MODELS, 'tile-embed', 'manifest.json'), 'utf8'));
@@ -19,7 +19,7 @@ function batch32(): string {
 }
 
 function broken(): string {
-  const dir = join(mkdtempSync(join(tmpdir(), 'pkg-')), 'broken');
+  const dir = join(tempDir('pkg'), 'broken');
   mkdirSync(dir);
   writeFileSync(join(dir, 'manifest.json'), '{');
   return dir;
