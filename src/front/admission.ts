@@ -3,7 +3,7 @@
 // once (503 TILE_ERR_QUEUE_FULL, Retry-After from the estimate) rather than queued for a 504 later.
 // Pure logic over what a front knows of each instance: the tiles it has in flight there and the
 // worker's last report of its load and pace; the clock is injected so the fast tier can drive it.
-import { LOAD_KEEPALIVE_MS, type WorkerLoad } from '../ipc/protocol.js';
+import { isIdle, LOAD_KEEPALIVE_MS, type WorkerLoad } from '../ipc/protocol.js';
 
 export type Clock = () => number;
 
@@ -42,8 +42,8 @@ export class Backlog {
    *  least FRESH_MS, or IDLE_FRESH_MS for an idle worker's): what it held less this front's
    *  tiles there then. Null without one. */
   heldByOthers(): number | null {
-    const { held, queued, batchMs } = this.report;
-    const fresh = held === 0 && queued === 0 ? IDLE_FRESH_MS : Math.max(FRESH_MS, 2 * (batchMs ?? 0));
+    const { held, batchMs } = this.report;
+    const fresh = isIdle(this.report) ? IDLE_FRESH_MS : Math.max(FRESH_MS, 2 * (batchMs ?? 0));
     if (this.at === 0 || this.clock() - this.at > fresh) return null;
     return Math.max(0, held - this.mine);
   }

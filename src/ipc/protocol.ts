@@ -177,6 +177,10 @@ export interface WorkerLoad {
   maxBatch: number;
 }
 
+/** A worker with no tile: it reports only a change or the keepalive, and its fronts trust that
+ *  report for longer (front/admission.ts IDLE_FRESH_MS). */
+export const isIdle = (load: WorkerLoad): boolean => load.queued === 0 && load.held === 0;
+
 /** A prediction or embedding as numbers, whatever the model's output dtype. */
 export type Numbers = Float32Array | Float64Array;
 

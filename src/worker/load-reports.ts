@@ -6,7 +6,7 @@
 // trusts a report no older than FRESH_MS, an idle one IDLE_FRESH_MS). An idle worker is silent
 // but for the keepalive: sent every beat, six idle workers' reports cost two fronts ~70 CPU-ms a
 // second.
-import { LOAD_KEEPALIVE_MS, LOAD_REPORT_MS, type WorkerLoad } from '../ipc/protocol.js';
+import { isIdle, LOAD_KEEPALIVE_MS, LOAD_REPORT_MS, type WorkerLoad } from '../ipc/protocol.js';
 
 /** Timers, injected so that the fast tier can drive the beat. */
 export type Every = (fn: () => void, ms: number) => () => void;
@@ -46,8 +46,7 @@ export class FrontHearing {
    *  not due. A busy worker's load drains between reports (admission.ts `queued`), so it is
    *  sent every beat. */
   beat(load: WorkerLoad, ms: number, keepaliveMs: number): void {
-    const idle = load.queued === 0 && load.held === 0;
-    if (idle && this.last && sameLoad(load, this.last) && ++this.beatsSince * ms < keepaliveMs) return;
+    if (isIdle(load) && this.last && sameLoad(load, this.last) && ++this.beatsSince * ms < keepaliveMs) return;
     this.tell(load);
   }
 }
