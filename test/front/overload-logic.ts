@@ -1,7 +1,7 @@
 // Admission by expected wait (src/front/admission.ts), the front's byte budget (queue-share.ts), the batcher's deadlines
 // (src/worker/batcher.ts) and the worker's lazy decode (src/worker/decode-window.ts), in-process
 // on an injected clock: milliseconds, no processes.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig } from '../../src/config/config.js';
@@ -435,7 +435,8 @@ t.test('decode window: tiles wait undecoded until the next batch needs them', as
   t.same(dropped, [1, 2, 3], 'expired tiles are dropped in turn without nesting');
 });
 
-t.test("the front's byte budget: a gRPC message's bytes and an admitted body's share it", async (t) => {
+/** One front's share of gene-expr's queue, with a byte budget of 2000. */
+function budgetedShare(t: Test): QueueShare {
   const root = t.testdir({
     'config.json': JSON.stringify({
       models: [{ name: 'gene-expr', max_queue: 8 }],
@@ -444,7 +445,11 @@ t.test("the front's byte budget: a gRPC message's bytes and an admitted body's s
   });
   mkdirSync(join(root, 'models', 'gene-expr'), { recursive: true });
   writeFileSync(join(root, 'models', 'gene-expr', 'manifest.json'), '{}');
-  const share = new QueueShare(loadConfig({ CONFIG: join(root, 'config.json') }, root), 1, () => []);
+  return new QueueShare(loadConfig({ CONFIG: join(root, 'config.json') }, root), 1, () => []);
+}
+
+t.test("the front's byte budget: a gRPC message's bytes and an admitted body's share it", async (t) => {
+  const share = budgetedShare(t);
   const message = share.requestBytes();
   message.received(1200);
   const ticket = share.admit('gene-expr', 1);
@@ -460,15 +465,7 @@ t.test("the front's byte budget: a gRPC message's bytes and an admitted body's s
 });
 
 t.test('bytes that arrive after a request is done are held by nobody', async (t) => {
-  const root = t.testdir({
-    'config.json': JSON.stringify({
-      models: [{ name: 'gene-expr', max_queue: 8 }],
-      front: { max_inflight_bytes: 2000 },
-    }),
-  });
-  mkdirSync(join(root, 'models', 'gene-expr'), { recursive: true });
-  writeFileSync(join(root, 'models', 'gene-expr', 'manifest.json'), '{}');
-  const share = new QueueShare(loadConfig({ CONFIG: join(root, 'config.json') }, root), 1, () => []);
+  const share = budgetedShare(t);
   const ticket = share.admit('gene-expr', 1);
   ticket.received(500);
   ticket.release();
