@@ -116,6 +116,17 @@ export function fileOf(path: string): number {
 
 let scratch = Buffer.alloc(0);
 
+/** Paints tile `k` of a band white: a tile never written (TileByteCounts 0, as sparse SVS and
+ *  TIFF files have) is background, as OpenSlide draws it (transparent, over white). */
+export function paintBackground(job: BandJob, into: Uint8Array, k: number): void {
+  const row = job.tileWidth * 3;
+  const stride = job.tiles * row;
+  for (let y = 0; y < job.tileHeight; y++) into.fill(255, k * row + y * stride, (k + 1) * row + y * stride);
+}
+
+/** Whether tile `k` of a JPEG band was never written (TileByteCounts 0). */
+const unwritten = (job: BandJob, k: number) => job.jpeg!.ranges[k * 2 + 1] === 0;
+
 /** A tile's JPEG stream from the file, with the level's tables spliced in front of an abbreviated
  *  one (tables less their EOI, then the stream less its SOI), in a reused buffer. */
 function readStream(job: BandJob, k: number): Buffer {
@@ -148,6 +159,10 @@ export async function decodeBand(job: BandJob, into: Uint8Array): Promise<void> 
     const expected = job.jpeg.colorspace === 'ycbcr' ? JPEG_YCBCR : JPEG_RGB;
     let k = 0;
     for (; k < job.tiles; k++) {
+      if (unwritten(job, k)) {
+        paintBackground(job, into, k);
+        continue;
+      }
       try {
         const stream = readStream(job, k);
         // libvips takes the colour space from the TIFF's tags, libjpeg from the stream's markers:
@@ -168,6 +183,10 @@ export async function decodeBand(job: BandJob, into: Uint8Array): Promise<void> 
   try {
     if (job.jpeg?.streams) {
       for (let k = 0; k < job.tiles; k++) {
+        if (unwritten(job, k)) {
+          paintBackground(job, into, k);
+          continue;
+        }
         const tile = await sharp(readStream(job, k)).removeAlpha().raw().toBuffer({ resolveWithObject: true });
         if (tile.info.width !== job.tileWidth || tile.info.height !== job.tileHeight)
           throw new Error(

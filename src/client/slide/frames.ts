@@ -6,7 +6,7 @@
 import { readSync } from 'node:fs';
 import type { getDecoder as GetDecoder } from 'geotiff';
 import sharp from 'sharp';
-import { decodeBand, fileOf } from './bands.js';
+import { decodeBand, fileOf, paintBackground } from './bands.js';
 import type { BandJob, FrameBytes, TiffCoding } from './slide.js';
 import { decodeJpegInto, hasTurboJpeg } from './turbojpeg.js';
 import type { J2KDecoder } from '@cornerstonejs/codec-openjpeg/decodewasmjs';
@@ -141,7 +141,7 @@ export async function decodeFrames(job: BandJob, into: Uint8Array): Promise<void
     const frame = tiles[k];
     const at = k * row;
     if (!frame) {
-      for (let y = 0; y < job.tileHeight; y++) into.fill(255, at + y * stride, at + y * stride + row);
+      paintBackground(job, into, k);
       continue;
     }
     const data = bytesOf(frame, k, job);

@@ -1,8 +1,10 @@
 // Pyramidal TIFF, Aperio SVS and OME-TIFF with no system library: geotiff.js parses the IFDs and
 // tags (the pyramid, MPP, compression, where each tile's bytes lie). Tiles are decoded in bands of
 // several TIFF tiles of one tile row (bands.ts, on the reader pool): JPEG tiles by libturbojpeg
-// when it is installed, anything else by libvips' own TIFF reader in sharp. The overview is
-// streamed through libvips, so no whole level is ever held in memory. A remote slide (a
+// when it is installed, anything else by libvips' own TIFF reader in sharp. A local level of JPEG
+// tiles gives its overview and regions the same way (a tile a sparse file never wrote is
+// background, where libvips refuses the region); other levels' overviews, and those too large to
+// hold whole, are streamed through libvips. A remote slide (a
 // ByteSource: HTTP, S3) is read the same way, but its tiles' bytes are fetched here and carried
 // to the threads with the band (JPEG tiles to libturbojpeg, Aperio's JPEG 2000 to OpenJPEG, others
 // to geotiff.js' decoders in frames.ts), and its overview and regions are decoded from its tiles
@@ -24,6 +26,7 @@ import {
   type TiffCoding,
 } from './slide.js';
 import { readTiled } from './tiled-read.js';
+import { hasTurboJpeg } from './turbojpeg.js';
 
 const RGB = 2;
 const YCBCR = 6;
@@ -376,9 +379,17 @@ export class TiffSlide implements Slide {
     });
   }
 
+  /** Whether a local level is decoded here, as the tile pipeline's bands are: JPEG tiles, when
+   *  libturbojpeg is installed. Its tiles never written (TileByteCounts 0, as sparse SVS have) are
+   *  then background, where libvips refuses the whole region. */
+  private decodedHere(l: Level): boolean {
+    return l.compression === JPEG && hasTurboJpeg();
+  }
+
   async overview(level: number, width: number, height: number): Promise<Buffer> {
     const l = this.pyramid[level];
-    if (this.source) {
+    // A local level too large to hold decoded whole is libvips' to shrink as it reads.
+    if (this.source || (this.decodedHere(l) && l.width * l.height <= MAX_LOCAL_TILED_OVERVIEW)) {
       if (l.width * l.height > MAX_REMOTE_OVERVIEW)
         throw new SlideError(
           'TILE_ERR_SLIDE_TOO_LARGE',
@@ -408,7 +419,7 @@ export class TiffSlide implements Slide {
     const right = Math.min(l.width, x + w);
     const bottom = Math.min(l.height, y + h);
     if (right <= left || bottom <= top) return out;
-    if (this.source) return readTiled(this, level, { x, y, w, h });
+    if (this.source || this.decodedHere(l)) return readTiled(this, level, { x, y, w, h });
     let data: Buffer;
     try {
       data = await this.vips(l)
@@ -436,6 +447,8 @@ export class TiffSlide implements Slide {
 
 /** The largest level a remote slide's overview is decoded from (OpenSlide's bound too). */
 const MAX_REMOTE_OVERVIEW = 2 ** 28;
+/** The largest local level whose overview is decoded here (48 MiB of RGB). */
+const MAX_LOCAL_TILED_OVERVIEW = 2 ** 24;
 
 /** geotiff's view of a ByteSource: its reads (headers, directories, tag values) come through
  *  the source's block cache. */

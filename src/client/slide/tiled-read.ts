@@ -1,5 +1,5 @@
 // A region of a level decoded here from its tiles, band by band: the overview and regions of
-// a remote slide, which libvips (a file reader) cannot open.
+// a remote slide, which libvips (a file reader) cannot open, and of a local level of JPEG tiles.
 import { bandBytes, bandView, cutRows, planBands, type BandView } from './bands.js';
 import { decodeBandJob } from './frames.js';
 import type { Region, Slide } from './slide.js';
