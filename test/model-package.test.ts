@@ -10,7 +10,7 @@ import type { CodesOf } from '../src/lib/errors.js';
 import { shippedPackages, writePackage } from '../tools/model-build/build.js';
 import { copyPackage } from './helpers/packages.js';
 import { MODELS } from './helpers/server.js';
-import { tempDir } from './helpers/temp-dir.js';
+import { tempDir } from '../tools/temp-dir.js';
 
 type PackageCode = CodesOf<'PACKAGE'>;
 const sha = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');

@@ -1,18 +1,18 @@
 // The OpenSlide path (libopenslide0, installed by .ci/run) on a generated Aperio SVS: the same
 // levels, MPP and pixels as the built-in reader, and openSlide() handing it what the TIFF reader
 // is not given.
-import { copyFileSync, mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { openSlide } from '../src/client/slide/open.js';
 import { OpenSlideSlide, openSlideLibrary } from '../src/client/slide/openslide-slide.js';
 import { TiffSlide } from '../src/client/slide/tiff-slide.js';
 import { writeSlide } from '../tools/synthetic/slide.js';
+import { tempDir } from '../tools/temp-dir.js';
 
 t.test('OpenSlide reads an SVS as the built-in reader does', async (t) => {
   t.ok(openSlideLibrary(), 'libopenslide is installed');
-  const dir = mkdtempSync(join(tmpdir(), 'openslide-'));
+  const dir = tempDir('openslide');
   const path = join(dir, 's.svs');
   await writeSlide(path, {
     widthUm: 640,

@@ -2,8 +2,7 @@
 // resolution tags and from the Aperio description, regions and tiles against the pixels that
 // were encoded;
 // the tile grid, the results journal after a torn write, and tile-folder coordinates.
-import { appendFileSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { appendFileSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import t from 'tap';
@@ -17,8 +16,9 @@ import { bestLevel } from '../src/client/slide/region.js';
 import { BLOCK, ByteSource } from '../src/client/slide/remote/source.js';
 import { aperioMpp, TiffSlide } from '../src/client/slide/tiff-slide.js';
 import { downsample, writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
+import { tempDir } from '../tools/temp-dir.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'slide-reader-'));
+const dir = tempDir('slide-reader');
 const pool = new ReaderPool(1);
 t.teardown(() => pool.close());
 const spec = (format: 'tiff' | 'svs', mpp: number): SlideSpec => ({
@@ -204,7 +204,7 @@ t.test('tile coordinates from file names or a CSV plan', async (t) => {
 });
 
 t.test('the output lock appears whole: a second run names its holder, and nothing else is left', async (t) => {
-  const out = mkdtempSync(join(tmpdir(), 'out-lock-'));
+  const out = tempDir('out-lock');
   const lock = lockOutput(out, null, () => {});
   t.throws(() => lockOutput(out, null, () => {}), {
     code: 'TILE_ERR_OUTPUT_LOCKED',

@@ -3,14 +3,14 @@
 // in process by test/shared/config.ts; these few spawns prove the wiring.)
 import t from 'tap';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { ROOT, MODELS } from './helpers/server.js';
 import { copyPackage } from './helpers/packages.js';
 import { cleanEnv as serviceEnv } from '../tools/service-process.js';
+import { tempDir } from '../tools/temp-dir.js';
 
 interface Run {
   code: number | null;
@@ -18,7 +18,7 @@ interface Run {
   stderr: string;
 }
 
-const dir = mkdtempSync(join(tmpdir(), 'startup-'));
+const dir = tempDir('startup');
 let files = 0;
 const good = {
   models: [

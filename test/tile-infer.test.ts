@@ -4,8 +4,8 @@
 import t from 'tap';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { tempDir } from './helpers/temp-dir.js';
 import { tileInfer } from './helpers/tile-infer.js';
+import { tempDir } from '../tools/temp-dir.js';
 
 const dir = tempDir('tile-infer');
 const notASlide = join(dir, 'notes.txt');

@@ -2,12 +2,12 @@
 // port with its own configuration and storage (no service manager), and DICOM WSI made from the
 // synthetic TIFFs by OrthancWSIDicomizer (orthanc-wsi). The DICOM tests and bench:slide use it.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { createServer } from 'node:net';
 import { waitFor } from './service-process.js';
+import { tempDir } from './temp-dir.js';
 
 /** Debian's orthanc-dicomweb puts the plugin here (its /etc/orthanc/orthanc.json loads the
  *  folder /usr/share/orthanc/plugins/). */
@@ -34,7 +34,7 @@ async function freePort(): Promise<number> {
 
 /** `users`: HTTP basic credentials the server demands (none: open). */
 export async function startOrthanc(users?: Record<string, string>): Promise<Orthanc> {
-  const dir = mkdtempSync(join(tmpdir(), 'orthanc-'));
+  const dir = tempDir('orthanc');
   const port = await freePort();
   const config = {
     Name: 'tile-infer-test',

@@ -3,11 +3,11 @@
 // and one subfolder without them; s3rver (npm), an S3-compatible server that checks SigV4
 // signatures. The tests and the benchmark read slides through them.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { tempDir } from './temp-dir.js';
 
 export interface Started {
   url: string;
@@ -53,7 +53,7 @@ function stopper(proc: ChildProcess) {
  *  files without them (max_ranges 0: a range request gets the whole file, 200). Every request is
  *  logged with its status and bytes sent (`log()`). */
 export async function startNginx(root: string): Promise<Started & { log(): string[] }> {
-  const prefix = mkdtempSync(join(tmpdir(), 'nginx-'));
+  const prefix = tempDir('nginx');
   const port = await freePort();
   for (const d of ['body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']) mkdirSync(join(prefix, d));
   const conf = join(prefix, 'nginx.conf');
@@ -106,7 +106,7 @@ export const S3RVER_KEYS = { AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY:
 /** s3rver with `bucket` created, its objects in a folder of its own. Objects are put through
  *  the S3 API (s3rver's folder layout is its own). */
 export async function startS3rver(bucket: string): Promise<Started & { env: NodeJS.ProcessEnv }> {
-  const dir = mkdtempSync(join(tmpdir(), 's3rver-'));
+  const dir = tempDir('s3rver');
   const port = await freePort();
   const bin = createRequire(import.meta.url).resolve('s3rver/bin/s3rver.js');
   const proc = spawn(

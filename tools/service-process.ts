@@ -2,10 +2,10 @@
 // with its own config and data folder, and waits until it listens. Used by the tests and the
 // benchmark alike; `root` lets the benchmark run an older checkout beside this one.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { tempDir } from './temp-dir.js';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
 
@@ -56,7 +56,7 @@ export async function spawnService(
   options: SpawnOptions = {},
 ): Promise<ServiceProcess> {
   const root = options.root ?? ROOT;
-  const dir = mkdtempSync(join(tmpdir(), 'tile-service-'));
+  const dir = tempDir('tile-service');
   writeFileSync(
     join(dir, 'config.json'),
     JSON.stringify({ host: '127.0.0.1', port: 0, data_dir: join(dir, 'data'), ...config }),

@@ -4,17 +4,17 @@
 // a row's place in the batch.) Once with "auto" (on cpu: one tile per run) and once with a list
 // of shapes, where lone tiles and short batches are padded.
 import t from 'tap';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MODELS, startServer } from '../helpers/server.js';
 import { cellularPng, tileRequest } from '../helpers/tiles.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 type Json = Record<string, any>;
 
 /** tile-embed under another name, so that one service runs it with two settings. */
 function renamed(name: string): string {
-  const dir = join(mkdtempSync(join(tmpdir(), 'pkg-')), name);
+  const dir = join(tempDir('pkg'), name);
   mkdirSync(dir);
   copyFileSync(join(MODELS, 'tile-embed', 'model.onnx'), join(dir, 'model.onnx'));
   writeFileSync(

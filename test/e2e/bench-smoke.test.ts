@@ -2,17 +2,17 @@
 // endpoint. No thresholds: benchmarks are not timed tests.
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT } from '../helpers/server.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 // About 100 s on idle cores, 177-181 s beside the rest of the e2e tier (CI and here): the file's
 // own limit, well above .taprc's 240 s, and the bench's below it.
 t.setTimeout(8 * 60 * 1000);
 
 t.test('npm run bench -- --smoke', { timeout: 7 * 60 * 1000 }, async (t) => {
-  const out = mkdtempSync(join(tmpdir(), 'bench-'));
+  const out = tempDir('bench');
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_OPTIONS'));
   const run = spawnSync(
     '/bin/sh',

@@ -2,8 +2,7 @@
 // two slides with one file name, a slide file changed since its run, a 72-dpi TIFF, a missing
 // slide, a folder of tiles with a damaged PNG, a server that is not there, and one that goes away
 // mid-run. Each of these failed on the client before these fixes.
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import h5wasm from 'h5wasm/node';
 import sharp from 'sharp';
@@ -12,9 +11,10 @@ import { writeNullPackage } from '../../bench/null-models.js';
 import { renderLevel0, writeSlide } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { freePort, slideCommand, smallSlide as spec, summaryRows, tileInfer } from '../helpers/tile-infer.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'client-defects-'));
-const models = mkdtempSync(join(tmpdir(), 'defects-models-'));
+const dir = tempDir('client-defects');
+const models = tempDir('defects-models');
 const MODELS = [
   { name: 'tissue-seg', instances: 1, intra_op_threads: 1 },
   { name: 'null-224', path: writeNullPackage(models, 224), max_batch: 1 },

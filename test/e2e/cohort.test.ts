@@ -3,16 +3,16 @@
 // three shards (explicit, Slurm's and Kubernetes' environment) that together run each slide once
 // with the same files, and kill -9 mid-cohort then the same command: the same files as an
 // uninterrupted run.
-import { mkdirSync, mkdtempSync, readdirSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { writeNullPackage } from '../../bench/null-models.js';
 import { writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { outputs, slideCommand, summaryRows, tileInfer } from '../helpers/tile-infer.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'cohort-'));
+const dir = tempDir('cohort');
 const spec = (format: 'tiff' | 'svs', mpp: number, seed: number): SlideSpec => ({
   widthUm: 700,
   heightUm: 520,
@@ -47,7 +47,7 @@ t.before(async () => {
   const rows = SLIDES.map((s) => `${s.wsi},${s.mpp ?? ''}`);
   rows.splice(2, 0, `${CORRUPT},`);
   writeFileSync(manifest, `wsi,mpp\n${rows.join('\n')}\n`);
-  const models = mkdtempSync(join(tmpdir(), 'cohort-models-'));
+  const models = tempDir('cohort-models');
   server = await startServer({
     models: [
       { name: 'tissue-seg', instances: 1, intra_op_threads: 1 },

@@ -4,15 +4,15 @@
 // worker to run a batch after the file appears fails that run and every later one, with the
 // message of CUDA's illegal-address error).
 import t from 'tap';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { cellularPng, fixturePng, tileRequest } from '../helpers/tiles.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 type Json = Record<string, any>;
 
-const fault = join(mkdtempSync(join(tmpdir(), 'fault-')), 'device-fault');
+const fault = join(tempDir('fault'), 'device-fault');
 const server = await startServer({
   models: [
     { name: 'tissue-seg', gpus: [], instances: 1, intra_op_threads: 1 },

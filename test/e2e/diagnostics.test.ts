@@ -1,11 +1,12 @@
 // /diagnostics, the usage log and /metrics end to end.
 import t from 'tap';
-import { appendFileSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { hostname, homedir, tmpdir, userInfo } from 'node:os';
+import { appendFileSync, writeFileSync } from 'node:fs';
+import { hostname, homedir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { startServer, ROOT, type TestServer } from '../helpers/server.js';
 import { fakeNvidiaSmi } from '../helpers/packages.js';
 import { cellularPng, tileRequest } from '../helpers/tiles.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 type Json = Record<string, any>;
 const tile = cellularPng(41);
@@ -79,7 +80,7 @@ t.test('a failing probe and an unresponsive worker degrade to error sections', a
 
 t.test('log tails from the supervisor and the workers; empty without a log file', async (t) => {
   // The device-fault test hook fails the first worker's warm-up: an error on its stderr, then a restart.
-  const fault = join(mkdtempSync(join(tmpdir(), 'fault-')), 'device-fault');
+  const fault = join(tempDir('fault'), 'device-fault');
   writeFileSync(fault, '');
   const server = await startServer({
     models: [{ name: 'tile-embed', gpus: ['3'] }],
@@ -108,7 +109,7 @@ t.test('log tails from the supervisor and the workers; empty without a log file'
 });
 
 t.test('usage entries after requests, kept across a restart of the service, never the slide name', async (t) => {
-  const data = mkdtempSync(join(tmpdir(), 'usage-'));
+  const data = tempDir('usage');
   const options = { models: [{ name: 'gene-expr', gpus: [] }], config: { data_dir: data } };
   const first = await startServer(options);
   await first.post('/api/predict/gene-expr', tileRequest(tile, { slide_name: 'SLIDE-SECRET-1' }));

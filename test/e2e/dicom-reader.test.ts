@@ -4,16 +4,16 @@
 // dcmodify), uncompressed frames with a level split across instances and one instance gone
 // (background there), and the MPP cross-check.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { openSlide } from '../../src/client/slide/open.js';
 import type { Slide } from '../../src/client/slide/slide.js';
 import { writeSlide } from '../../tools/synthetic/slide.js';
 import { dicomize } from '../../tools/orthanc.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'dicom-reader-'));
+const dir = tempDir('dicom-reader');
 const tiff = join(dir, 's.tif');
 // 1200 x 800 µm at 0.5 MPP: 2400 x 1600 pixels, 256-pixel tiles, levels 1, 4, 16.
 const SWAPPED: [number, number] = [0.8, 1.2];

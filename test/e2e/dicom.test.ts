@@ -5,17 +5,7 @@
 // tiles as they are), a finished series is skipped on a rerun, kill -9 then rerun resumes, and
 // each damaged or unreachable slide fails with its code while the others are done.
 import { execFileSync } from 'node:child_process';
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  truncateSync,
-  writeFileSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { parse } from 'csv-parse/sync';
@@ -28,12 +18,13 @@ import { startNginx, startS3rver } from '../../tools/remote-servers.js';
 import { openSlide } from '../../src/client/slide/open.js';
 import { ROOT, startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { freePort, outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 const MODELS = [
   { name: 'tissue-seg', instances: 1, intra_op_threads: 1 },
   { name: 'gene-expr', max_batch: 1 },
 ];
-const dir = mkdtempSync(join(tmpdir(), 'tile-infer-dicom-'));
+const dir = tempDir('tile-infer-dicom');
 // Not square, so that the converter's width/height swap shows (1.6 x 1.2 mm at 0.5 MPP).
 const SPEC: SlideSpec = {
   widthUm: 1600,

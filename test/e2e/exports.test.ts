@@ -6,8 +6,7 @@
 // (test/helpers/export-models.ts). Where ../shared/interop exists (packages that PyTorch itself
 // exported, with answers PyTorch computed), the same checks run on them as a cross-check.
 import t, { type Test } from 'tap';
-import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PNG } from 'pngjs';
 import { startServer, ROOT, type TestServer } from '../helpers/server.js';
@@ -22,6 +21,7 @@ import {
   writeExportPackage,
 } from '../helpers/export-models.js';
 import type { Pixels } from '../../src/tile/png.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 const INTEROP = process.env.INTEROP_DIR ?? join(ROOT, '../shared/interop');
 
@@ -84,7 +84,7 @@ async function refusedForChannels(t: Test, server: TestServer, name: string, ten
   t.equal(await failureCode(server, name), 'TILE_ERR_PACKAGE_GRAPH');
 }
 
-const root = mkdtempSync(join(tmpdir(), 'exports-'));
+const root = tempDir('exports');
 const packages = exportPackages();
 for (const p of [...packages, symbolicSegPackage(), floatSegPackage()]) writeExportPackage(root, p);
 const floatArgmax = addArgmaxCopy(root, 'x-seg-c2-float');
@@ -181,7 +181,7 @@ t.test(
   'cross-check: the PyTorch-made interop packages (../shared/interop), when that folder exists',
   { skip: !existsSync(INTEROP) && `no ${INTEROP} in this checkout: the same checks ran above on packages built here` },
   async (t) => {
-    const copies = mkdtempSync(join(tmpdir(), 'interop-'));
+    const copies = tempDir('interop');
     const names = readdirSync(INTEROP).filter((n) => existsSync(join(INTEROP, n, 'manifest.json')));
     for (const name of names) cpSync(join(INTEROP, name), join(copies, name), { recursive: true });
     const fixed = addArgmaxCopy(copies, 'r-seg-c2');

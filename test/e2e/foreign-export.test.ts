@@ -1,15 +1,14 @@
 // A model that is only a folder: a foreign export (other tensor names and tile size, a dynamic
 // batch axis, external data) served by the real service, batched, with its own metadata.
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeForeignPackage } from '../helpers/foreign-model.js';
 import { shellDigest } from '../helpers/packages.js';
 import { startServer } from '../helpers/server.js';
 import { cellularPng, tileRequest } from '../helpers/tiles.js';
+import { tempDir } from '../../tools/temp-dir.js';
 t.test('a foreign export (other names and size, dynamic batch, external data) serves from a folder', async (t) => {
-  const dir = join(mkdtempSync(join(tmpdir(), 'pkg-')), 'foreign-vit');
+  const dir = join(tempDir('pkg'), 'foreign-vit');
   writeForeignPackage(dir);
   const server = await startServer({ models: [{ name: 'foreign-vit', path: dir, max_queue_delay_ms: 5 }] });
   t.teardown(() => server.stop());

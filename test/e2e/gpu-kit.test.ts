@@ -6,11 +6,11 @@
 // compiles the model's shaders on the CPU.
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT } from '../helpers/server.js';
 import { vulkanDevices } from '../../src/gpu/vulkan.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 type Json = Record<string, any>;
 const env = Object.fromEntries(
@@ -20,7 +20,7 @@ const env = Object.fromEntries(
 // The build takes ~2 min of xz on 2 idle cores (3.7 CPU-min measured), far longer on a loaded
 // machine; then lavapipe. The file's own limit, above .taprc's 240 s.
 t.setTimeout(45 * 60 * 1000);
-const built = mkdtempSync(join(tmpdir(), 'gpu-kit-'));
+const built = tempDir('gpu-kit');
 const started = Date.now();
 const build = spawnSync(
   '/bin/sh',
@@ -64,10 +64,10 @@ t.test('bin/gpu-report from the unpacked kit, elsewhere, without node on PATH', 
   if (build.status !== 0) return t.fail('no kit');
   if (devices.length === 0 && !process.env.CI)
     return t.pass('skipped: no Vulkan device here (Debian: mesa-vulkan-drivers from bookworm-backports)');
-  const unpacked = mkdtempSync(join(tmpdir(), 'gpu-kit-unpacked-'));
+  const unpacked = tempDir('gpu-kit-unpacked');
   const untar = spawnSync('tar', ['-xJf', join(built, 'kit.tar.xz'), '-C', unpacked], { encoding: 'utf8' });
   t.equal(untar.status, 0, 'unpacked', { stderr: untar.stderr });
-  const elsewhere = mkdtempSync(join(tmpdir(), 'gpu-report-'));
+  const elsewhere = tempDir('gpu-report');
   // PATH without node (nor npm); the kit's own loader is used before the system's. lavapipe on a
   // shared 2-core machine: a budget above the 10 minutes a GPU host gets.
   const report = spawnSync(

@@ -4,11 +4,11 @@
 // up on the public registry.
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeSlide } from '../../tools/synthetic/slide.js';
 import { ROOT, startServer } from '../helpers/server.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
 const section = readme.slice(
@@ -44,7 +44,7 @@ t.test('the examples call tile-infer itself, after an install step', async (t) =
 t.test('installed as the README says, tile-infer runs from any folder', async (t) => {
   const install = lines.find((l) => /^npm install -g /.test(l));
   if (!install) return t.fail('no install line in "Process a slide"');
-  const prefix = mkdtempSync(join(tmpdir(), 'prefix-'));
+  const prefix = tempDir('prefix');
   const installed = sh(`${install.replace(/#.*/, '')} --prefix ${prefix}`, ROOT);
   t.equal(installed.status, 0, install, { stderr: installed.stderr });
   t.ok(
@@ -52,7 +52,7 @@ t.test('installed as the README says, tile-infer runs from any folder', async (t
     'dist/ is in what was installed',
   );
   const path = `${join(prefix, 'bin')}:${process.env.PATH}`;
-  const elsewhere = mkdtempSync(join(tmpdir(), 'slides-'));
+  const elsewhere = tempDir('slides');
   const help = sh('tile-infer --help', elsewhere, path);
   t.equal(help.status, 0, 'tile-infer --help', { stderr: help.stderr });
   t.match(help.stdout, /^Usage:\n {2}tile-infer slide SLIDE/);

@@ -3,8 +3,7 @@
 // given the load checks and a warm-up pass; `--lint` refuses a broken package in one line.
 import t from 'tap';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { writeForeignPackage } from '../helpers/foreign-model.js';
@@ -14,8 +13,9 @@ import { packageExport } from '../../tools/package/main.js';
 import { lintPackage } from '../../tools/package/lint.js';
 import { manifestSkeleton } from '../../tools/package/skeleton.js';
 import { ROOT } from '../helpers/server.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const temp = () => mkdtempSync(join(tmpdir(), 'package-'));
+const temp = () => tempDir('package');
 const byName = (name: string) => exportPackages().find((p) => p.manifest.name === name)!;
 /** The command as `npm run package --` runs it (after its tsc step). */
 async function packageCli(...args: string[]): Promise<{ code: number; out: string }> {

@@ -3,15 +3,15 @@
 // tools, --check-config with the port taken, and README's lines that make tile.png and tile.rgb.
 import t from 'tap';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ROOT, MODELS } from '../helpers/server.js';
 import { tileInfer } from '../helpers/tile-infer.js';
 import { cleanEnv } from '../../tools/service-process.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'results-cli-'));
+const dir = tempDir('results-cli');
 
 /** A command through sh (so that tap's hooks cannot put their loaders back into NODE_OPTIONS). */
 function run(

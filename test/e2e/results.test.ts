@@ -10,7 +10,6 @@ import {
   copyFileSync,
   existsSync,
   mkdirSync,
-  mkdtempSync,
   readdirSync,
   readFileSync,
   rmSync,
@@ -26,8 +25,9 @@ import { writeNullPackage } from '../../bench/null-models.js';
 import { renderLevel0, writeSlide } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { outputs, slideCommand, smallSlide as spec, tileInfer } from '../helpers/tile-infer.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'results-'));
+const dir = tempDir('results');
 chmodSync(dir, 0o755);
 let server: TestServer;
 const slide = (paths: string[], out: string, extra: string[] = [], model = 'null-224') =>
@@ -43,7 +43,7 @@ const rowsOf = (out: string) =>
   ).map((r) => ({ ...r, tiles: Number(r.tiles) }));
 
 t.before(async () => {
-  const models = mkdtempSync(join(tmpdir(), 'results-models-'));
+  const models = tempDir('results-models');
   server = await startServer({
     models: [
       { name: 'tissue-seg', instances: 1, intra_op_threads: 1 },

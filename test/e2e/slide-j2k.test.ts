@@ -4,8 +4,7 @@
 // against OpenSlide (libopenjp2) reading the same files here. Also the decoder's refusals: a
 // codestream OpenJPEG cannot decode, an empty frame, chroma it does not turn to RGB.
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { decodeFrames } from '../../src/client/slide/frames.js';
@@ -15,8 +14,9 @@ import { startNginx } from '../../tools/remote-servers.js';
 import { writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { ROOT, startServer, type TestServer } from '../helpers/server.js';
 import { outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'slide-j2k-'));
+const dir = tempDir('slide-j2k');
 const TIFF: SlideSpec = {
   widthUm: 1200,
   heightUm: 900,

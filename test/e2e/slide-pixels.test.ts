@@ -3,8 +3,6 @@
 // linear reduction): the same pixels in every request body, on generated TIFF and SVS slides at
 // 0.5 and 0.25 MPP, with JPEG (4:4:4, 4:2:0, shared tables), LZW and deflate tiles, JPEG tiles
 // decoded by libturbojpeg and by libvips. And each TIFF tile is decoded once.
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import t from 'tap';
@@ -17,8 +15,9 @@ import { tileRegion } from '../../src/client/slide/region.js';
 import type { Slide } from '../../src/client/slide/slide.js';
 import { hasTurboJpeg } from '../../src/client/slide/turbojpeg.js';
 import { renderLevel0, writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'slide-pixels-'));
+const dir = tempDir('slide-pixels');
 const SIZE = 224;
 const spec = (format: 'tiff' | 'svs', mpp: number, extra: Partial<SlideSpec> = {}): SlideSpec => ({
   widthUm: 480,

@@ -6,8 +6,7 @@
 // slide-j2k.test.ts); a remote slide resumes after kill -9; a missing key, refused
 // credentials and a server without ranges are each a TILE_ERR_* row while the other slides finish.
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import t, { type Test } from 'tap';
@@ -16,8 +15,9 @@ import { startNginx, startS3rver } from '../../tools/remote-servers.js';
 import { writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { ROOT, startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { outputs, slideCommand, summaryRows, tileInfer } from '../helpers/tile-infer.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'slide-remote-'));
+const dir = tempDir('slide-remote');
 // Small (about 30 tiles): five runs of it fit the file's time on a shared machine.
 const TIFF: SlideSpec = {
   widthUm: 1200,

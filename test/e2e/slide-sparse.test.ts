@@ -12,8 +12,8 @@ import { OpenSlideSlide } from '../../src/client/slide/openslide-slide.js';
 import { startNginx } from '../../tools/remote-servers.js';
 import { writeSlide } from '../../tools/synthetic/slide.js';
 import { startServer, type TestServer } from '../helpers/server.js';
-import { tempDir } from '../helpers/temp-dir.js';
 import { outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 const dir = tempDir('slide-sparse');
 const [whole, sparse] = [join(dir, 'whole.svs'), join(dir, 'sparse.svs')];

@@ -1,8 +1,7 @@
 // tile-infer on generated slides against the real service: tissue found vs the known islands,
 // coordinates (a tile's output equals posting that tile by hand), the HDF5 layout, the GeoJSON,
 // kill -9 then rerun, and a service restarted mid-slide.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import h5wasm from 'h5wasm/node';
 import sharp from 'sharp';
@@ -10,6 +9,7 @@ import t from 'tap';
 import { truthMask, writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { startServer, waitFor, type TestServer } from '../helpers/server.js';
 import { freePort, outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 // A port of its own, kept for the run: the restarted service must come back where the command is
 // talking.
@@ -22,7 +22,7 @@ const MODELS = [
 ];
 const startService = () => startServer({ models: MODELS, config: { port: PORT } });
 
-const dir = mkdtempSync(join(tmpdir(), 'tile-infer-'));
+const dir = tempDir('tile-infer');
 const TIFF: SlideSpec = {
   widthUm: 1600,
   heightUm: 1200,

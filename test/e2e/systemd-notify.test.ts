@@ -2,14 +2,14 @@
 // settled, and STOPPING=1 when it stops. systemd-notify is replaced by a script that records its
 // arguments (no systemd runs here); NOTIFY_SOCKET is what makes the service speak at all.
 import t from 'tap';
-import { mkdtempSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer } from '../helpers/server.js';
 import { corruptPackage } from '../helpers/packages.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 function fakeSystemdNotify(): { bin: string; calls: () => string[] } {
-  const bin = mkdtempSync(join(tmpdir(), 'notify-'));
+  const bin = tempDir('notify');
   const log = join(bin, 'calls');
   writeFileSync(join(bin, 'systemd-notify'), `#!/bin/sh\necho "$@" >> ${log}\n`, { mode: 0o755 });
   return { bin, calls: () => (existsSync(log) ? readFileSync(log, 'utf8').trim().split('\n') : []) };

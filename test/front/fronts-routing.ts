@@ -2,9 +2,8 @@
 // they take (a long batch), at most one each, refuse the next, and send their load on a beat. A
 // front must weigh the other front's tiles by the load reports, or it sends a tile to a full
 // instance while the other is idle (found in review: each front used to count only its own).
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { loadConfig } from '../../src/config/config.js';
@@ -13,6 +12,7 @@ import { Channel } from '../../src/ipc/channel.js';
 import type { ChannelRequest, TileJob, WorkerMessage } from '../../src/ipc/protocol.js';
 import { errors } from '../../src/lib/errors.js';
 import { readyInstance } from '../helpers/ready-instance.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 function holdingWorker(path: string) {
   let held = 0;
@@ -62,7 +62,7 @@ t.test("a front routes by every front's tiles at each instance, as the load repo
   mkdirSync(join(root, 'models', 'gene-expr'), { recursive: true });
   writeFileSync(join(root, 'models', 'gene-expr', 'manifest.json'), '{}');
   const config = loadConfig({ CONFIG: join(root, 'config.json') }, root);
-  const dir = mkdtempSync(join(tmpdir(), 'fronts-routing-'));
+  const dir = tempDir('fronts-routing');
   const workers = [0, 1].map((i) => holdingWorker(join(dir, `w${i}.sock`)));
   await Promise.all(workers.map((w) => w.listening));
   t.teardown(() => {

@@ -2,8 +2,7 @@
 // of this process, speaking the channel protocol (src/ipc/channel.ts), for routing, retries on
 // another instance, the worker's typed decode failures, cancellation and a lost worker. The same
 // paths with real worker processes: test/e2e/supervision.test.ts and device-fault.test.ts.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection, createServer, type Server, Socket } from 'node:net';
 import { basename, join } from 'node:path';
 import t, { type Test } from 'tap';
@@ -14,6 +13,7 @@ import { Channel } from '../../src/ipc/channel.js';
 import type { ChannelReply, ChannelRequest, TileJob } from '../../src/ipc/protocol.js';
 import { errors, type ServiceError } from '../../src/lib/errors.js';
 import { readyInstance } from '../helpers/ready-instance.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 const load = { queued: 0, held: 0, batchMs: 5, maxBatch: 1 };
 
@@ -75,7 +75,7 @@ async function setUp(t: Test, answers: ((id: number) => ChannelReply | null)[], 
   writeFileSync(join(root, 'models', 'gene-expr', 'manifest.json'), '{}');
   const config = loadConfig({ CONFIG: join(root, 'config.json') }, root);
   // Socket paths are short (a Unix socket's path has at most 107 bytes): not in the test folder.
-  const sockets = mkdtempSync(join(tmpdir(), 'model-client-'));
+  const sockets = tempDir('model-client');
   const workers = answers.map((answer, i) => new FakeWorker(1000 + i, join(sockets, `w${i}.sock`), answer));
   await Promise.all(workers.map((w) => w.listen()));
   t.teardown(() => {

@@ -1,8 +1,7 @@
 // A ModelBackend for the in-process tier: the real HTTP app (src/front/app.ts) driven with
 // fastify.inject, over models whose states a test sets and whose "inference" is a cheap function
 // of the tile's bytes. Processes are the point of the e2e tier, not of this one.
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pino from 'pino';
 import type { Registry } from 'prom-client';
@@ -22,6 +21,7 @@ import type { InferResult, ModelState, ModelView, TileJob, UsageReport } from '.
 import { ServiceError } from '../../src/lib/errors.js';
 import { readManifest } from '../../src/model-package/model-package.js';
 import { MODELS, ROOT } from './server.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 export class FakeBackend implements ModelBackend {
   readonly usage: UsageReport[] = [];
@@ -174,7 +174,7 @@ export class FakeBackend implements ModelBackend {
 export async function fakeService(
   config: Record<string, unknown> = {},
 ): Promise<{ app: FastifyInstance; backend: FakeBackend; config: ServiceConfig }> {
-  const dir = mkdtempSync(join(tmpdir(), 'http-'));
+  const dir = tempDir('http');
   const file = join(dir, 'config.json');
   writeFileSync(
     file,

@@ -1,10 +1,10 @@
 // A real HAProxy (Debian's haproxy package) running the repository's deploy/haproxy/haproxy.cfg,
 // pointed at test hosts through the environment variables the file reads, with its stats CSV.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT, waitFor } from './server.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 export const HAPROXY_CFG = join(ROOT, 'deploy/haproxy/haproxy.cfg');
 
@@ -34,7 +34,7 @@ export interface Balancer {
 }
 
 export async function startBalancer(options: BalancerOptions): Promise<Balancer> {
-  const dir = mkdtempSync(join(tmpdir(), 'haproxy-'));
+  const dir = tempDir('haproxy');
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     TILE_LB_BIND: `127.0.0.1:${options.port}`,

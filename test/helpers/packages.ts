@@ -3,7 +3,7 @@ import { execSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MODELS } from './server.js';
-import { tempDir } from './temp-dir.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 export function copyPackage(
   model: string,

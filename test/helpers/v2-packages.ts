@@ -4,7 +4,7 @@
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MODELS, type ModelConfig } from './server.js';
-import { tempDir } from './temp-dir.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 function batch32(): string {
   const dir = join(tempDir('pkg'), 'tile-embed-b32');

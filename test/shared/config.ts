@@ -2,9 +2,8 @@
 // environment variable), the value and what was expected, with a suggestion for a misspelling. In
 // process; the real binary's exit status and single line are in startup-errors.test.ts.
 import t from 'tap';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfig } from '../../src/config/config.js';
 import type { ConfigCode } from '../../src/config/config-errors.js';
@@ -12,8 +11,9 @@ import { checkListenAddress } from '../../supervisor/preflight.js';
 import { describeService } from '../../supervisor/cli.js';
 import { MODELS } from '../helpers/server.js';
 import { corruptPackage } from '../helpers/packages.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'config-'));
+const dir = tempDir('config');
 let files = 0;
 function load(config: Record<string, unknown> | string, env: Record<string, string> = {}) {
   const file = join(dir, `config-${files++}.json`);

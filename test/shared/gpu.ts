@@ -5,8 +5,7 @@ import t from 'tap';
 import AdmZip from 'adm-zip';
 import type autocannon from 'autocannon';
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseComputeApps, parseGpuProcesses, parseGpus } from '../../src/gpu/nvidia-smi.js';
 import { pciAddress, pinningEnv } from '../../src/gpu/pinning.js';
@@ -22,6 +21,7 @@ import { candidateShapes, padTo, servedShapes } from '../../src/worker/batch-sha
 import { install } from '../../tools/cuda-install.js';
 import { errorCount, errorKinds } from '../../bench/load.js';
 import { ROOT } from '../helpers/server.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 // Recorded on a 2 x H100 host (nvidia-smi 550.54.15), with the service's query options.
 const GPUS = `0, NVIDIA H100 80GB HBM3, GPU-5c2e7a41-9d0b-3f4e-8b7a-1f2e3d4c5b6a, 00000000:18:00.0, 81559, 1536, 3, 550.54.15
@@ -162,7 +162,7 @@ function fakeLibrary(path: string, ...strings: string[]): void {
 
 const version = bundledVersion();
 const folder = (cuda: string[] | null, shared = true) => {
-  const dir = mkdtempSync(join(tmpdir(), 'ort-'));
+  const dir = tempDir('ort');
   if (cuda) fakeLibrary(join(dir, 'libonnxruntime_providers_cuda.so'), 'CUDAExecutionProvider', ...cuda);
   if (shared) fakeLibrary(join(dir, 'libonnxruntime_providers_shared.so'));
   return dir;
@@ -202,7 +202,7 @@ t.test('the CUDA provider check: fabricated libraries, matching and not', async 
 function nupkg(packageVersion: string, libraryVersion: string): string {
   const zip = new AdmZip();
   const lib = (name: string, ...s: string[]) => {
-    const dir = mkdtempSync(join(tmpdir(), 'lib-'));
+    const dir = tempDir('lib');
     fakeLibrary(join(dir, name), ...s);
     zip.addFile(`runtimes/linux-x64/native/${name}`, readFileSync(join(dir, name)));
   };
@@ -214,16 +214,13 @@ function nupkg(packageVersion: string, libraryVersion: string): string {
       `<package><metadata><id>Microsoft.ML.OnnxRuntime.Gpu.Linux</id><version>${packageVersion}</version></metadata></package>`,
     ),
   );
-  const file = join(
-    mkdtempSync(join(tmpdir(), 'nupkg-')),
-    `microsoft.ml.onnxruntime.gpu.linux.${packageVersion}.nupkg`,
-  );
+  const file = join(tempDir('nupkg'), `microsoft.ml.onnxruntime.gpu.linux.${packageVersion}.nupkg`);
   zip.writeZip(file);
   return file;
 }
 
 t.test('npm run cuda:install: from a local package, checked before anything is copied', async (t) => {
-  const dest = mkdtempSync(join(tmpdir(), 'dest-'));
+  const dest = tempDir('dest');
   const files = install(nupkg(version, version), dest);
   t.same(files.map((f) => f.slice(dest.length + 1)).sort(), [
     'libonnxruntime_providers_cuda.so',
@@ -235,12 +232,12 @@ t.test('npm run cuda:install: from a local package, checked before anything is c
   writeFileSync(join(dest, 'libonnxruntime_providers_cuda.so'), 'replaced');
   t.match(installRecordProblem(dest, version), /libonnxruntime_providers_cuda\.so changed after npm run cuda:install/);
 
-  const empty = mkdtempSync(join(tmpdir(), 'dest-'));
+  const empty = tempDir('dest');
   t.throws(
     () => install(nupkg('1.22.0', '1.22.0'), empty),
     new RegExp(`is ONNX Runtime 1\\.22\\.0, expected ${version.replace(/\./g, '\\.')} .*nothing installed`),
   );
-  const mislabelled = mkdtempSync(join(tmpdir(), 'lib-'));
+  const mislabelled = tempDir('lib');
   fakeLibrary(join(mislabelled, 'libonnxruntime_providers_cuda.so'), '1.22.0');
   fakeLibrary(join(mislabelled, 'libonnxruntime_providers_shared.so'));
   t.throws(

@@ -1,12 +1,12 @@
 // The service log: LOG_LEVEL honoured on every stream, readable lines on a terminal, JSON lines
 // otherwise, and LOG_FILE reopened on SIGUSR2 after logrotate moved it.
 import t from 'tap';
-import { existsSync, mkdtempSync, readFileSync, renameSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { createLogger } from '../../src/lib/logger.js';
 import { waitFor } from '../helpers/server.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 function capture(isTTY: boolean): { out: PassThrough & { isTTY?: boolean }; text: () => string } {
   const out: PassThrough & { isTTY?: boolean } = new PassThrough();
@@ -40,7 +40,7 @@ t.test('readable lines on a terminal', async (t) => {
 });
 
 t.test('LOG_FILE is reopened on SIGUSR2 (logrotate)', async (t) => {
-  const file = join(mkdtempSync(join(tmpdir(), 'log-')), 'service.log');
+  const file = join(tempDir('log'), 'service.log');
   const logger = createLogger({ log_file: file, log_level: 'info' }, capture(false).out);
   logger.info('before rotation');
   await waitFor(() => existsSync(file) && readFileSync(file, 'utf8').includes('before rotation'));

@@ -1,10 +1,11 @@
 // The systemd units parse cleanly (systemd-analyze verify) and carry the hardening we promise.
 import t from 'tap';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ROOT } from '../helpers/server.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
 const units = join(ROOT, 'systemd');
 
@@ -20,7 +21,7 @@ t.test('systemd-analyze is installed (.ci/run installs Debian systemd)', async (
 });
 
 t.test('the units verify without findings', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'units-'));
+  const dir = tempDir('units');
   copyFileSync(join(units, 'tile-inference.service'), join(dir, 'tile-inference.service'));
   copyFileSync(join(units, 'tile-inference@.service'), join(dir, 'tile-inference@gpu0.service'));
   t.equal(verify(join(dir, 'tile-inference.service')), '');

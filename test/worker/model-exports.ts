@@ -5,8 +5,7 @@
 // Open Inference Protocol batch's IPC frame) copied out alone, since postMessage would clone the
 // whole buffer under it for every tile.
 import t from 'tap';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MessageChannel } from 'node:worker_threads';
 import ort from '../../src/worker/ort.js';
@@ -19,8 +18,9 @@ import { Graph, DType, int } from '../../tools/model-build/onnx-graph.js';
 import { baseManifest, exportPackages, writeExportPackage, type ExportPackage } from '../helpers/export-models.js';
 import { writeForeignPackage } from '../helpers/foreign-model.js';
 import { shellDigest } from '../helpers/packages.js';
+import { tempDir } from '../../tools/temp-dir.js';
 
-const temp = () => mkdtempSync(join(tmpdir(), 'exports-'));
+const temp = () => tempDir('exports');
 const byName = (name: string) => exportPackages().find((p) => p.manifest.name === name)!;
 
 /** Writes the package, its manifest edited, into a folder named as the unedited manifest. */

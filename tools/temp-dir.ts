@@ -1,5 +1,6 @@
-// Temporary folders of a test process, removed when it exits: the tiers make thousands a run, and
-// left behind they filled a developer machine's disk (pkg-* alone: 7.4 GB).
+// Temporary folders of a test or benchmark process (its services, nginx, Orthanc, packages, kits),
+// removed when it exits: the tiers make thousands a run, and left behind they filled a developer
+// machine's disk (pkg-* alone: 7.4 GB; a GPU kit build 0.6 GB).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
