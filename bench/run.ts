@@ -25,7 +25,7 @@ import type { SlideBench } from './slide.js';
 import { drive, type Span } from './load.js';
 import { benchOverload, overloadMarkdown, type OverloadBench } from './overload.js';
 import { benchV2, v2Markdown, type V2Row } from './v2.js';
-import { median, medianMs } from './stats.js';
+import { medianMs, medianOf } from './stats.js';
 import { cpuByRole, type Role } from './cpu.js';
 
 const args = process.argv.slice(2);
@@ -203,7 +203,7 @@ async function main(): Promise<void> {
         rounds.push({ r: run, floor: runFloor, ratio: run.tilesPerSec / runFloor.tilesPerSec });
       }
       const ratios = rounds.map((round) => round.ratio);
-      const kept = rounds.find((round) => round.ratio === median(ratios)) ?? rounds[0];
+      const kept = medianOf(rounds, (round) => round.ratio) ?? rounds[0];
       let r = kept.r;
       const floor = kept.floor;
       for (let turn = 0; baseline && turn < (smoke ? 1 : 2); turn++) {

@@ -39,7 +39,7 @@ import { writeSlide, type SlideSpec } from '../tools/synthetic/slide.js';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { drive, type BenchBody, type Span } from './load.js';
 import { writeNullPackage } from './null-models.js';
-import { median } from './stats.js';
+import { median, medianOf } from './stats.js';
 import { dicomCopies } from './dicom-copies.js';
 
 const MODEL = 'null-224';
@@ -308,7 +308,7 @@ async function sourceRows(
             .reduce((n, line) => n + Number(line.split(' ')[1]), 0);
       }
       const ratios = pairs.map((p) => p.other.tilesPerSec / p.local.tilesPerSec);
-      const mid = pairs[ratios.indexOf(median(ratios))];
+      const mid = medianOf(pairs, (p) => p.other.tilesPerSec / p.local.tilesPerSec) ?? pairs[0];
       const row: SourceRow = {
         source,
         tiles: mid.other.tiles,
@@ -450,7 +450,7 @@ export async function benchSlide(options: SlideBenchOptions = {}): Promise<Slide
           `slide run ${r + 1}/${repeats}: ${measured.tilesPerSec.toFixed(1)} tiles/s, service alone ${before.tilesPerSec.toFixed(1)} / ${after.tilesPerSec.toFixed(1)}: ratio ${runs[r].ratio.toFixed(2)}; client ${measured.cpuMsPerTile.toFixed(2)} CPU ms/tile`,
         );
       }
-      const mid = runs.find((r) => r.ratio === median(runs.map((x) => x.ratio)))!;
+      const mid = medianOf(runs, (r) => r.ratio) ?? runs[0];
 
       const svsRun = await timedCohort(setup, [svs], join(dir, 'single-svs'), 1);
       const stages = [
