@@ -1,8 +1,9 @@
-// Aperio SVS with JPEG 2000 tiles, read remotely: codestreams written by OpenJPEG's opj_compress
-// (Debian: libopenjp2-tools) into SVS files by tifffile (tools/synthetic/aperio-j2k.py), from a
-// synthetic TIFF's pixels; served by a real nginx (range requests) and read by this reader,
-// against OpenSlide (libopenjp2) reading the same files here. Also the decoder's refusals: a
-// codestream OpenJPEG cannot decode, an empty frame, chroma it does not turn to RGB.
+// Aperio SVS with JPEG 2000 tiles: codestreams written by OpenJPEG's opj_compress (Debian:
+// libopenjp2-tools) into SVS files by tifffile (tools/synthetic/aperio-j2k.py), from a synthetic
+// TIFF's pixels; served by a real nginx (range requests) and read by this reader, against OpenSlide
+// (libopenjp2) reading the same files here; and read here from a local file as on a host without
+// libopenslide0. Also the decoder's refusals: a codestream OpenJPEG cannot decode, an empty frame,
+// chroma it does not turn to RGB.
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -143,6 +144,26 @@ t.test(
     const got = outputs(there);
     t.ok(expected.size >= 6, `${expected.size} files`);
     for (const [name, bytes] of expected) t.ok(got.get(name)?.equals(bytes), `${name} identical`);
+    // Without libopenslide0 (TILE_INFER_OPENSLIDE=0: as a host without it) the local copy is read
+    // here as the remote one is, its tiles from the file: the same files again. Before, it was
+    // refused ("needs libopenslide0").
+    const reader = execFileSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `const s = await (await import(${JSON.stringify(join(ROOT, 'dist/src/client/slide/open.js'))})).openSlide(process.argv[1]); console.log(s.reader);`,
+        join(copies, 'rgb.svs'),
+      ],
+      { env: { ...process.env, NODE_OPTIONS: '', TILE_INFER_OPENSLIDE: '0' }, encoding: 'utf8' },
+    );
+    t.equal(reader.trim(), 'tiff', 'without OpenSlide: the built-in reader');
+    const alone = join(dir, 'j2k-no-openslide');
+    const builtIn = await tileInfer(args([join(copies, 'rgb.svs')], alone), { env: { TILE_INFER_OPENSLIDE: '0' } });
+    t.equal(builtIn.code, 0, builtIn.stderr);
+    const read = outputs(alone);
+    t.equal(read.size, expected.size, 'as many files');
+    for (const [name, bytes] of expected) t.ok(read.get(name)?.equals(bytes), `without OpenSlide: ${name} identical`);
   },
 );
 

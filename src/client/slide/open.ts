@@ -1,6 +1,7 @@
 // Opens a slide: TIFF and SVS with the built-in reader (no system library); anything it cannot
-// read (other formats, JPEG 2000 SVS, ...) through libopenslide when it is installed. A path that
-// is missing, a folder or unreadable is said so before any reader is asked.
+// read (other formats; JPEG 2000 SVS, which it reads only where libopenslide is missing) through
+// libopenslide when it is installed. A path that is missing, a folder or unreadable is said so
+// before any reader is asked.
 import { accessSync, constants, statSync } from 'node:fs';
 import { extname } from 'node:path';
 import { dicomKind, openDicom } from './dicom/open-dicom.js';

@@ -33,7 +33,8 @@ let lib: OpenSlideLib | null | undefined;
 /** The library's functions, or null when no libopenslide is installed. */
 export function openSlideLibrary(): OpenSlideLib | null {
   if (lib !== undefined) return lib;
-  const so = loadLibrary(NAMES);
+  // TILE_INFER_OPENSLIDE=0: read as a host without it would (the built-in readers only).
+  const so = process.env.TILE_INFER_OPENSLIDE === '0' ? null : loadLibrary(NAMES);
   lib = so && {
     open: so.func('void *openslide_open(const char *filename)'),
     getError: so.func('const char *openslide_get_error(void *osr)'),

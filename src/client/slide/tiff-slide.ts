@@ -4,22 +4,25 @@
 // when it is installed, anything else by libvips' own TIFF reader in sharp. A local level of JPEG
 // tiles gives its overview and regions the same way (a tile a sparse file never wrote is
 // background, where libvips refuses the region); other levels' overviews, and those too large to
-// hold whole, are streamed through libvips. A remote slide (a
-// ByteSource: HTTP, S3) is read the same way, but its tiles' bytes are fetched here and carried
-// to the threads with the band (JPEG tiles to libturbojpeg, Aperio's JPEG 2000 to OpenJPEG, others
-// to geotiff.js' decoders in frames.ts), and its overview and regions are decoded from its tiles
-// (libvips reads files only). A local JPEG 2000 SVS is OpenSlide's (open.ts).
+// hold whole, are streamed through libvips. A remote slide (a ByteSource: HTTP, S3) is read the
+// same way, but its tiles' bytes are fetched here and carried to the threads with the band (JPEG
+// tiles to libturbojpeg, Aperio's JPEG 2000 to OpenJPEG, others to geotiff.js' decoders in
+// frames.ts), and its overview and regions are decoded from its tiles (libvips reads files only).
+// A local JPEG 2000 SVS is OpenSlide's (open.ts) where libopenslide0 is installed, else read here
+// as a remote one is, its tiles' bytes read from the file by the decoding thread.
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { fromFile, GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp from 'sharp';
 import { JPEG } from './bands.js';
 import { isOmeXml, omeMpp, subImages } from './ome-tiff.js';
+import { openSlideLibrary } from './openslide-slide.js';
 import type { ByteSource } from './remote/source.js';
 import {
   checkedMpp,
   SlideError,
   type BandJob,
   type BandSource,
+  type FrameBytes,
   type FrameCoding,
   type Slide,
   type SlideLevel,
@@ -213,7 +216,9 @@ export class TiffSlide implements Slide {
       const dir = image.fileDirectory;
       const photometric = Number(await dir.loadValue('PhotometricInterpretation'));
       const compression = Number(dir.hasTag('Compression') ? await dir.loadValue('Compression') : 1);
-      const j2k = (source && APERIO_J2K.get(compression)) || null;
+      // A local JPEG 2000 SVS is OpenSlide's where libopenslide0 is installed: its libopenjp2 is
+      // the reference and decodes ~100x faster than OpenJPEG's WebAssembly build.
+      const j2k = ((source || !openSlideLibrary()) && APERIO_J2K.get(compression)) || null;
       const tiff = source && compression !== JPEG && !j2k ? await tiffCoding(image, compression) : null;
       if (typeof tiff === 'string')
         throw new SlideError(
@@ -318,7 +323,7 @@ export class TiffSlide implements Slide {
       ...region,
     };
     // A local file's other tiles are libvips' to read.
-    if (l.compression !== JPEG && !this.source) return job;
+    if (l.compression !== JPEG && !l.j2k && !this.source) return job;
     const dir = await this.ranges(l);
     const ranges: number[] = [];
     for (let tx = tx0; tx < tx1; tx++) {
@@ -327,7 +332,12 @@ export class TiffSlide implements Slide {
     }
     const fetched = this.source ? await this.fetchTiles(ranges) : undefined;
     // A tile of 0 bytes was never written (TileByteCounts 0): background, as OpenSlide draws it.
-    const tiles = () => fetched!.map((bytes) => (bytes.length ? { bytes } : null));
+    const tiles = () =>
+      Array.from({ length: job.tiles }, (_, k): FrameBytes | null => {
+        const [offset, length] = [ranges[2 * k], ranges[2 * k + 1]];
+        if (length === 0) return null;
+        return fetched ? { bytes: fetched[k] } : { path: this.path, offset, length };
+      });
     if (l.j2k) return { ...job, frames: { coding: l.j2k, tiles: tiles() } };
     if (l.tiff) return { ...job, frames: { coding: 'tiff', tiles: tiles(), tiff: l.tiff } };
     const jpeg: BandJob['jpeg'] = {
@@ -379,21 +389,23 @@ export class TiffSlide implements Slide {
     });
   }
 
-  /** Whether a local level is decoded here, as the tile pipeline's bands are: JPEG tiles, when
-   *  libturbojpeg is installed. Its tiles never written (TileByteCounts 0, as sparse SVS have) are
-   *  then background, where libvips refuses the whole region. */
+  /** Whether a level's regions are decoded here, as the tile pipeline's bands are: always a
+   *  remote slide's or JPEG 2000 tiles (libvips reads neither), and a local level's JPEG tiles
+   *  when libturbojpeg is installed. Tiles never written (TileByteCounts 0, as sparse SVS have)
+   *  are then background, where libvips refuses the whole region. */
   private decodedHere(l: Level): boolean {
-    return l.compression === JPEG && hasTurboJpeg();
+    return !!this.source || !!l.j2k || (l.compression === JPEG && hasTurboJpeg());
   }
 
   async overview(level: number, width: number, height: number): Promise<Buffer> {
     const l = this.pyramid[level];
-    // A local level too large to hold decoded whole is libvips' to shrink as it reads.
-    if (this.source || (this.decodedHere(l) && l.width * l.height <= MAX_LOCAL_TILED_OVERVIEW)) {
-      if (l.width * l.height > MAX_REMOTE_OVERVIEW)
+    const pixels = l.width * l.height;
+    // A local JPEG level too large to hold decoded whole is libvips' to shrink as it reads.
+    if (this.decodedHere(l) && (pixels <= MAX_LOCAL_TILED_OVERVIEW || this.source || l.j2k)) {
+      if (pixels > MAX_TILED_OVERVIEW)
         throw new SlideError(
           'TILE_ERR_SLIDE_TOO_LARGE',
-          `${this.path}: the level nearest 8 µm/px is ${l.width}x${l.height} pixels, too large to fetch whole (the slide has no smaller pyramid level)`,
+          `${this.path}: the level nearest 8 µm/px is ${l.width}x${l.height} pixels, too large to decode whole (the slide has no smaller pyramid level)`,
         );
       const rgb = await readTiled(this, level, { x: 0, y: 0, w: l.width, h: l.height });
       const image = sharp(rgb, { raw: { width: l.width, height: l.height, channels: 3 } });
@@ -419,7 +431,7 @@ export class TiffSlide implements Slide {
     const right = Math.min(l.width, x + w);
     const bottom = Math.min(l.height, y + h);
     if (right <= left || bottom <= top) return out;
-    if (this.source || this.decodedHere(l)) return readTiled(this, level, { x, y, w, h });
+    if (this.decodedHere(l)) return readTiled(this, level, { x, y, w, h });
     let data: Buffer;
     try {
       data = await this.vips(l)
@@ -445,9 +457,9 @@ export class TiffSlide implements Slide {
   }
 }
 
-/** The largest level a remote slide's overview is decoded from (OpenSlide's bound too). */
-const MAX_REMOTE_OVERVIEW = 2 ** 28;
-/** The largest local level whose overview is decoded here (48 MiB of RGB). */
+/** The largest level an overview is decoded from whole (OpenSlide's bound too). */
+const MAX_TILED_OVERVIEW = 2 ** 28;
+/** The largest local JPEG level whose overview is decoded here (48 MiB of RGB), not by libvips. */
 const MAX_LOCAL_TILED_OVERVIEW = 2 ** 24;
 
 /** geotiff's view of a ByteSource: its reads (headers, directories, tag values) come through
