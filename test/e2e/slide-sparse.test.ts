@@ -1,17 +1,19 @@
-// A sparse SVS: JPEG tiles its TIFF directory says were never written (TileByteCounts 0), made
-// by tifffile from a libvips-written SVS. OpenSlide draws such a tile transparent (over white:
-// background); this reader, here and over HTTP (a real nginx), must read the same pixels, and
-// tile-infer must run over the slide, where before the band holding the tile failed ("a JPEG
-// stream of 0 bytes") and libvips refuses any region that touches it.
+// Sparse slides: tiles a TIFF directory says were never written (TileByteCounts 0), made by
+// tifffile from libvips-written files. OpenSlide draws such a tile of an SVS transparent (over
+// white: background); this reader, here (with libturbojpeg and without) and over HTTP (a real
+// nginx), must read the same pixels, and tile-infer must run over the slide, where before the band
+// holding the tile failed ("a JPEG stream of 0 bytes") and libvips refuses any region that
+// touches it. The same for a local LZW TIFF (OpenSlide refuses a generic TIFF's missing tiles).
 import { execFileSync } from 'node:child_process';
-import { copyFileSync } from 'node:fs';
+import { copyFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import sharp from 'sharp';
 import t from 'tap';
 import { openSlide } from '../../src/client/slide/open.js';
 import { OpenSlideSlide } from '../../src/client/slide/openslide-slide.js';
 import { startNginx } from '../../tools/remote-servers.js';
 import { writeSlide } from '../../tools/synthetic/slide.js';
-import { startServer, type TestServer } from '../helpers/server.js';
+import { ROOT, startServer, type TestServer } from '../helpers/server.js';
 import { outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
 import { tempDir } from '../../tools/temp-dir.js';
 
@@ -19,6 +21,30 @@ const dir = tempDir('slide-sparse');
 const [whole, sparse] = [join(dir, 'whole.svs'), join(dir, 'sparse.svs')];
 /** Tiles left unwritten in directory 0 (level 0): one in the tissue, one on the glass. */
 const UNWRITTEN = [34, 1];
+
+/** Zeroes the byte counts of the UNWRITTEN tiles of directory 0. */
+const unwrite = (path: string) =>
+  execFileSync('/usr/bin/python3', [
+    '-c',
+    'import sys, tifffile\nwith tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n tag = f.pages[0].tags["TileByteCounts"]\n counts = list(tag.value)\n for i in sys.argv[2:]: counts[int(i)] = 0\n tag.overwrite(counts)',
+    path,
+    ...UNWRITTEN.map(String),
+  ]);
+
+/** Whether `got` is white on the UNWRITTEN tiles of a level `width` wide cut in `tile` px tiles,
+ *  and equal to `unholed` everywhere else. */
+function holed(got: Uint8Array, unholed: Uint8Array, width: number, tile: number): { white: boolean; same: boolean } {
+  const across = Math.ceil(width / tile);
+  const unwritten = new Set(UNWRITTEN);
+  let [white, same] = [true, true];
+  for (let i = 0; i < got.length; i++) {
+    const pixel = Math.floor(i / 3);
+    const [x, y] = [pixel % width, Math.floor(pixel / width)];
+    if (unwritten.has(Math.floor(y / tile) * across + Math.floor(x / tile))) white &&= got[i] === 255;
+    else same &&= got[i] === unholed[i];
+  }
+  return { white, same };
+}
 
 let server: TestServer;
 let nginx: Awaited<ReturnType<typeof startNginx>>;
@@ -33,12 +59,7 @@ t.before(async () => {
     islands: [{ cx: 600, cy: 450, rx: 420, ry: 300 }],
   });
   copyFileSync(whole, sparse);
-  execFileSync('/usr/bin/python3', [
-    '-c',
-    'import sys, tifffile\nwith tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n page = f.pages[0]\n assert page.compression == 7, page.compression\n tag = page.tags["TileByteCounts"]\n counts = list(tag.value)\n for i in sys.argv[2:]: counts[int(i)] = 0\n tag.overwrite(counts)',
-    sparse,
-    ...UNWRITTEN.map(String),
-  ]);
+  unwrite(sparse);
   nginx = await startNginx(dir);
   server = await startServer({
     models: [{ name: 'tissue-seg', instances: 1, intra_op_threads: 1 }, { name: 'gene-expr' }],
@@ -67,25 +88,51 @@ t.test('tiles never written are background, as OpenSlide draws them, here and ov
   t.ok(Buffer.from(there).equals(Buffer.from(expected)), 'over HTTP: the pixels OpenSlide reads');
   // OpenSlide's own reading, checked against the file before its tiles were unwritten: those
   // tiles white, every other pixel as it was.
-  const unwritten = new Set(UNWRITTEN);
-  let [white, same] = [true, true];
-  for (let y = 0; y < height; y++)
-    for (let x = 0; x < width; x++) {
-      const i = (y * width + x) * 3;
-      const k = Math.floor(y / tile.tileHeight) * tile.tilesAcross + Math.floor(x / tile.tileWidth);
-      for (let c = 0; c < 3; c++)
-        if (unwritten.has(k)) white &&= expected[i + c] === 255;
-        else same &&= expected[i + c] === unholed[i + c];
-    }
-  t.ok(white, 'the unwritten tiles are white');
-  t.ok(same, 'every other tile is as in the whole file');
-  // The overview tissue detection reads: the local level, decoded here, equals OpenSlide's.
+  const check = holed(expected, unholed, width, tile.tileWidth);
+  t.ok(check.white, 'the unwritten tiles are white');
+  t.ok(check.same, 'every other tile is as in the whole file');
+  // The overview, as tissue detection reads it from a sparse level: OpenSlide's pixels, shrunk.
   const [ow, oh] = [Math.ceil(width / 4), Math.ceil(height / 4)];
-  t.ok(
-    (await local.overview(0, ow, oh)).equals(await remote.overview(0, ow, oh)),
-    'the overview here and over HTTP is one',
+  const shrunk = await sharp(expected, { raw: { width, height, channels: 3 } })
+    .resize(ow, oh, { kernel: 'linear', fit: 'fill' })
+    .raw()
+    .toBuffer();
+  t.ok((await local.overview(0, ow, oh)).equals(shrunk), "the overview: OpenSlide's pixels, shrunk");
+  t.ok((await remote.overview(0, ow, oh)).equals(shrunk), 'over HTTP too');
+  // Without libturbojpeg (TILE_INFER_TURBOJPEG=0: as a host without it), the band holding a tile
+  // never written goes to libvips' JPEG reader stream by stream: libvips' TIFF reader refuses it.
+  const raw = join(dir, 'no-turbojpeg.rgb');
+  execFileSync(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      `const s = await (await import(${JSON.stringify(join(ROOT, 'dist/src/client/slide/open.js'))})).openSlide(process.argv[1]);
+       const { width, height } = s.levels[0];
+       (await import('node:fs')).writeFileSync(process.argv[2], await s.readRegion(0, 0, 0, width, height));`,
+      sparse,
+      raw,
+    ],
+    { env: { ...process.env, NODE_OPTIONS: '', TILE_INFER_TURBOJPEG: '0' } },
   );
+  t.ok(readFileSync(raw).equals(Buffer.from(expected)), 'without libturbojpeg: the pixels OpenSlide reads');
   await Promise.all([reference, local, remote, full].map((s) => s.close()));
+});
+
+t.test('a local LZW TIFF with tiles never written: those tiles white, the rest as written', async (t) => {
+  const [lzw, holedLzw] = [join(dir, 'whole-lzw.tif'), join(dir, 'sparse-lzw.tif')];
+  execFileSync('vips', ['tiffsave', whole, lzw, '--compression', 'lzw', '--tile', '--pyramid']);
+  copyFileSync(lzw, holedLzw);
+  unwrite(holedLzw);
+  const [slide, full] = [await openSlide(holedLzw), await openSlide(lzw)];
+  const { width, height } = slide.levels[0];
+  const [got, unholed] = await Promise.all([slide, full].map((s) => s.readRegion(0, 0, 0, width, height)));
+  const check = holed(got, unholed, width, slide.bandSource!(0).tileWidth);
+  t.ok(check.white, 'the unwritten tiles are white');
+  t.ok(check.same, 'every other tile is as libvips reads the whole file');
+  const overview = await slide.overview(0, Math.ceil(width / 4), Math.ceil(height / 4));
+  t.equal(overview.length, Math.ceil(width / 4) * Math.ceil(height / 4) * 3, 'its overview is read');
+  await Promise.all([slide, full].map((s) => s.close()));
 });
 
 t.test('tile-infer runs over the sparse slide, here and over HTTP, to the same files', async (t) => {

@@ -116,8 +116,8 @@ export function fileOf(path: string): number {
 
 let scratch = Buffer.alloc(0);
 
-/** Paints tile `k` of a band white: a tile never written (TileByteCounts 0, as sparse SVS and
- *  TIFF files have) is background, as OpenSlide draws it (transparent, over white). */
+/** Paints tile `k` of a band white: a tile never written (TileByteCounts 0, as sparse files
+ *  have) is background, as OpenSlide draws an SVS's (transparent, over white). */
 export function paintBackground(job: BandJob, into: Uint8Array, k: number): void {
   const row = job.tileWidth * 3;
   const stride = job.tiles * row;
@@ -149,20 +149,24 @@ function readStream(job: BandJob, k: number): Buffer {
 
 /** Decodes a band into `into` (bandBytes(job) bytes): JPEG tiles by libturbojpeg, each straight
  *  into place, when it is installed and each stream holds what the TIFF says it does; else
- *  libvips' TIFF reader (a remote slide's fetched streams: libvips' JPEG reader, stream by
- *  stream). */
+ *  libvips' TIFF reader (a remote slide's fetched streams, and a band holding a tile never
+ *  written: libvips' JPEG reader, stream by stream). */
 export async function decodeBand(job: BandJob, into: Uint8Array): Promise<void> {
   const stride = job.tiles * job.tileWidth * 3;
   const tx0 = Math.floor(job.left / job.tileWidth);
   const ty = Math.floor(job.top / job.tileHeight);
+  // libvips refuses a band holding a tile never written: such a band is decoded stream by stream.
+  let sparse = false;
+  for (let k = 0; job.jpeg && k < job.tiles; k++)
+    if (unwritten(job, k)) {
+      paintBackground(job, into, k);
+      sparse = true;
+    }
   if (job.jpeg && hasTurboJpeg()) {
     const expected = job.jpeg.colorspace === 'ycbcr' ? JPEG_YCBCR : JPEG_RGB;
     let k = 0;
     for (; k < job.tiles; k++) {
-      if (unwritten(job, k)) {
-        paintBackground(job, into, k);
-        continue;
-      }
+      if (unwritten(job, k)) continue;
       try {
         const stream = readStream(job, k);
         // libvips takes the colour space from the TIFF's tags, libjpeg from the stream's markers:
@@ -174,20 +178,21 @@ export async function decodeBand(job: BandJob, into: Uint8Array): Promise<void> 
       }
     }
     if (k === job.tiles) return;
-    if (job.jpeg.streams)
+    if (job.jpeg.streams || sparse)
       throw new Error(
-        `tile ${k} of the band: its JPEG stream's colour space is not the ${job.jpeg.colorspace.toUpperCase()} the TIFF's photometric tag says; only libvips' TIFF reader reconciles them, and it reads local files: copy the slide here`,
+        `tile ${k} of the band: its JPEG stream's colour space is not the ${job.jpeg.colorspace.toUpperCase()} the TIFF's photometric tag says; only libvips' TIFF reader reconciles them, and ${job.jpeg.streams ? 'it reads local files: copy the slide here' : 'it refuses this band, which holds a tile never written (TileByteCounts 0)'}`,
       );
   }
   let data: Buffer;
   try {
-    if (job.jpeg?.streams) {
+    if (job.jpeg?.streams || sparse) {
       for (let k = 0; k < job.tiles; k++) {
-        if (unwritten(job, k)) {
-          paintBackground(job, into, k);
-          continue;
-        }
-        const tile = await sharp(readStream(job, k)).removeAlpha().raw().toBuffer({ resolveWithObject: true });
+        if (unwritten(job, k)) continue;
+        // A copy: while libvips decodes, another band of this thread's may take the scratch buffer.
+        const tile = await sharp(Buffer.from(readStream(job, k)))
+          .removeAlpha()
+          .raw()
+          .toBuffer({ resolveWithObject: true });
         if (tile.info.width !== job.tileWidth || tile.info.height !== job.tileHeight)
           throw new Error(
             `tile ${k} of the band: JPEG of ${tile.info.width}x${tile.info.height}, expected ${job.tileWidth}x${job.tileHeight}`,

@@ -1,13 +1,13 @@
 // Pyramidal TIFF, Aperio SVS and OME-TIFF with no system library: geotiff.js parses the IFDs and
 // tags (the pyramid, MPP, compression, where each tile's bytes lie). Tiles are decoded in bands of
 // several TIFF tiles of one tile row (bands.ts, on the reader pool): JPEG tiles by libturbojpeg
-// when it is installed, anything else by libvips' own TIFF reader in sharp. A local level of JPEG
-// tiles gives its overview and regions the same way (a tile a sparse file never wrote is
-// background, where libvips refuses the region); other levels' overviews, and those too large to
-// hold whole, are streamed through libvips. A remote slide (a ByteSource: HTTP, S3) is read the
-// same way, but its tiles' bytes are fetched here and carried to the threads with the band (JPEG
-// tiles to libturbojpeg, Aperio's JPEG 2000 to OpenJPEG, others to geotiff.js' decoders in
-// frames.ts), and its overview and regions are decoded from its tiles (libvips reads files only).
+// when it is installed, anything else by libvips' own TIFF reader in sharp, which also streams the
+// overview, so no whole level is held in memory. A level with tiles never written (TileByteCounts
+// 0), which libvips refuses, is decoded here, overview and regions too, those tiles background, as
+// OpenSlide draws an SVS's. A remote slide (a ByteSource: HTTP, S3) is read the same way, but its
+// tiles' bytes are fetched here and carried to the threads with the band (JPEG tiles to
+// libturbojpeg, Aperio's JPEG 2000 to OpenJPEG, others to geotiff.js' decoders in frames.ts), and
+// its overview and regions are decoded from its tiles (libvips reads files only).
 // A local JPEG 2000 SVS is OpenSlide's (open.ts) where libopenslide0 is installed, else read here
 // as a remote one is, its tiles' bytes read from the file by the decoding thread.
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
@@ -29,7 +29,6 @@ import {
   type TiffCoding,
 } from './slide.js';
 import { readTiled } from './tiled-read.js';
-import { hasTurboJpeg } from './turbojpeg.js';
 
 const RGB = 2;
 const YCBCR = 6;
@@ -147,9 +146,11 @@ interface Level extends SlideLevel {
    *  markers are checked against as they are decoded. */
   photometric: number;
   jpegTables: Uint8Array | null;
-  /** How a remote slide's tiles other than JPEG are coded (decoded on the pool, as libvips reads
-   *  files only); null for JPEG tiles and for a local file's. */
+  /** How tiles other than JPEG are coded where they are decoded here (a remote slide's, as
+   *  libvips reads files only, and a sparse local level's); null for JPEG tiles and otherwise. */
   tiff: TiffCoding | null;
+  /** Some tile was never written (TileByteCounts 0): libvips refuses any region touching it. */
+  sparse: boolean;
   /** A remote slide's JPEG 2000 tiles (Aperio's); null otherwise. */
   j2k: FrameCoding | null;
   image: GeoTIFFImage;
@@ -263,6 +264,7 @@ export class TiffSlide implements Slide {
         photometric,
         tiff: typeof tiff === 'string' ? null : tiff,
         j2k,
+        sparse: false,
         jpegTables:
           compression === JPEG && dir.hasTag('JPEGTables')
             ? Uint8Array.from((await dir.loadValue('JPEGTables')) as ArrayLike<number>)
@@ -284,9 +286,22 @@ export class TiffSlide implements Slide {
     for (const l of pyramid) {
       const { offsets, counts } = await slide.ranges(l);
       let end = 0;
-      for (let i = 0; i < offsets.length; i++) end = Math.max(end, Number(offsets[i]) + Number(counts[i]));
+      for (let i = 0; i < offsets.length; i++) {
+        end = Math.max(end, Number(offsets[i]) + Number(counts[i]));
+        if (Number(counts[i]) === 0) l.sparse = true;
+      }
       if (end > size)
         throw truncated(path, size, `level ${pyramid.indexOf(l)}'s tiles (directory ${l.page}) run to byte ${end}`);
+      // A sparse local level's tiles other than JPEG are decoded as a remote slide's are.
+      if (l.sparse && !l.tiff && !l.j2k && l.compression !== JPEG) {
+        const coding = await tiffCoding(l.image, l.compression);
+        if (typeof coding === 'string')
+          throw new SlideError(
+            'TILE_ERR_SLIDE_FORMAT',
+            `${path}: directory ${l.page} has tiles never written (TileByteCounts 0), which libvips refuses, and ${coding}, which only libvips decodes`,
+          );
+        l.tiff = coding;
+      }
     }
     return slide;
   }
@@ -323,7 +338,8 @@ export class TiffSlide implements Slide {
       ...region,
     };
     // A local file's other tiles are libvips' to read.
-    if (l.compression !== JPEG && !l.j2k && !this.source) return job;
+    // A local level's other tiles, all written, are libvips' to read.
+    if (l.compression !== JPEG && !this.decodedHere(l)) return job;
     const dir = await this.ranges(l);
     const ranges: number[] = [];
     for (let tx = tx0; tx < tx1; tx++) {
@@ -389,20 +405,18 @@ export class TiffSlide implements Slide {
     });
   }
 
-  /** Whether a level's regions are decoded here, as the tile pipeline's bands are: always a
-   *  remote slide's or JPEG 2000 tiles (libvips reads neither), and a local level's JPEG tiles
-   *  when libturbojpeg is installed. Tiles never written (TileByteCounts 0, as sparse SVS have)
-   *  are then background, where libvips refuses the whole region. */
+  /** Whether a level's overview and regions are decoded here from its tiles, band by band, not
+   *  by libvips' TIFF reader: a remote slide's and JPEG 2000 tiles (libvips reads neither), and a
+   *  sparse level's (libvips refuses any region touching a tile never written; here it is
+   *  background, as OpenSlide draws an SVS's). */
   private decodedHere(l: Level): boolean {
-    return !!this.source || !!l.j2k || (l.compression === JPEG && hasTurboJpeg());
+    return !!this.source || !!l.j2k || l.sparse;
   }
 
   async overview(level: number, width: number, height: number): Promise<Buffer> {
     const l = this.pyramid[level];
-    const pixels = l.width * l.height;
-    // A local JPEG level too large to hold decoded whole is libvips' to shrink as it reads.
-    if (this.decodedHere(l) && (pixels <= MAX_LOCAL_TILED_OVERVIEW || this.source || l.j2k)) {
-      if (pixels > MAX_TILED_OVERVIEW)
+    if (this.decodedHere(l)) {
+      if (l.width * l.height > MAX_TILED_OVERVIEW)
         throw new SlideError(
           'TILE_ERR_SLIDE_TOO_LARGE',
           `${this.path}: the level nearest 8 µm/px is ${l.width}x${l.height} pixels, too large to decode whole (the slide has no smaller pyramid level)`,
@@ -425,13 +439,13 @@ export class TiffSlide implements Slide {
 
   async readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
     const l = this.pyramid[level];
+    if (this.decodedHere(l)) return readTiled(this, level, { x, y, w, h });
     const out = Buffer.alloc(w * h * 3, 255);
     const left = Math.max(0, x);
     const top = Math.max(0, y);
     const right = Math.min(l.width, x + w);
     const bottom = Math.min(l.height, y + h);
     if (right <= left || bottom <= top) return out;
-    if (this.decodedHere(l)) return readTiled(this, level, { x, y, w, h });
     let data: Buffer;
     try {
       data = await this.vips(l)
@@ -459,8 +473,6 @@ export class TiffSlide implements Slide {
 
 /** The largest level an overview is decoded from whole (OpenSlide's bound too). */
 const MAX_TILED_OVERVIEW = 2 ** 28;
-/** The largest local JPEG level whose overview is decoded here (48 MiB of RGB), not by libvips. */
-const MAX_LOCAL_TILED_OVERVIEW = 2 ** 24;
 
 /** geotiff's view of a ByteSource: its reads (headers, directories, tag values) come through
  *  the source's block cache. */

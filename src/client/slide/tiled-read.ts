@@ -1,5 +1,6 @@
 // A region of a level decoded here from its tiles, band by band: the overview and regions of
-// a remote slide, which libvips (a file reader) cannot open, and of a local level of JPEG tiles.
+// a remote slide, which libvips (a file reader) cannot open, of JPEG 2000 tiles, and of a level
+// with tiles never written, which libvips refuses.
 import { bandBytes, bandView, cutRows, planBands, type BandView } from './bands.js';
 import { decodeBandJob } from './frames.js';
 import type { Region, Slide } from './slide.js';
