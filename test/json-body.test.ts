@@ -5,6 +5,11 @@ import t, { type Test } from 'tap';
 import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
 import { parseJsonBody, parseTileBody } from '../src/front/plugins/json-body.js';
+import { ServiceError } from '../src/lib/errors.js';
+import { EXTRA_NESTED_VALUES, nestedLimit } from '../src/front/tile-checks.js';
+import { readManifest } from '../src/model-package/model-package.js';
+import { join } from 'node:path';
+import { MODELS } from './helpers/server.js';
 import { isTileImage, type TileImage } from '../src/front/tile-image.js';
 import { decodeBase64Strict } from '../src/tile/base64.js';
 import Fastify, { type FastifyError } from 'fastify';
@@ -12,6 +17,9 @@ import { TileRequest } from '../src/contract/schemas.js';
 import { toValidationItems } from '../src/front/validation-error.js';
 import { fakeService } from './helpers/fake-backend.js';
 import { cellularPng, tileRequest } from './helpers/tiles.js';
+
+/** Room for any nesting the equivalence cases make: the limit has its own test below. */
+const UNBOUNDED = { values: Number.MAX_SAFE_INTEGER, expected: '' };
 
 type Outcome = { error: string } | { fields: Record<string, unknown>; image: string };
 
@@ -50,7 +58,7 @@ function theLongWay(text: string): Outcome {
 
 const same = (t: Test, text: string, name: string) =>
   t.same(
-    outcome(() => parseJsonBody(Buffer.from(text))),
+    outcome(() => parseJsonBody(Buffer.from(text), UNBOUNDED)),
     theLongWay(text),
     name,
   );
@@ -59,8 +67,8 @@ const png = Buffer.from('89504e470d0a1a0a0000000d49484452', 'hex').toString('bas
 
 t.test('the shortcut takes a plain tile body and decodes image_data once', async (t) => {
   const text = Buffer.from(JSON.stringify({ image_data: png, slide_name: 's', x: 1 }));
-  t.ok(parseTileBody(text), 'the shortcut takes it: the text was never made a string');
-  const body = parseJsonBody(text) as Record<string, unknown> & { image_data: TileImage };
+  t.ok(parseTileBody(text, UNBOUNDED), 'the shortcut takes it: the text was never made a string');
+  const body = parseJsonBody(text, UNBOUNDED) as Record<string, unknown> & { image_data: TileImage };
   t.match(
     body.image_data,
     { format: 'png', bytes: Buffer.from(png, 'base64'), from: 'image_data' },
@@ -73,6 +81,7 @@ t.test('the shortcut takes a plain tile body and decodes image_data once', async
 t.test('a JSON body cannot pass for a decoded image', async (t) => {
   const body = parseJsonBody(
     Buffer.from(JSON.stringify({ image_data: { format: 'png', bytes: [1], from: 'image_data' } })),
+    UNBOUNDED,
   ) as Record<string, unknown>;
   t.notOk(isTileImage(body.image_data), 'an object sent as image_data stays what it was');
 });
@@ -120,7 +129,7 @@ t.test('generated bodies: the shortcut and the long way agree', async (t) => {
     fc.property(body, ({ before, image, after, space }) => {
       const head = JSON.stringify(before).slice(0, -1);
       const text = `${head}${head.length > 1 ? ',' : ''}"image_data"${space}:${space}${JSON.stringify(image)}${Object.keys(after).length ? ',' : ''}${JSON.stringify(after).slice(1)}`;
-      const a = outcome(() => parseJsonBody(Buffer.from(text)));
+      const a = outcome(() => parseJsonBody(Buffer.from(text), UNBOUNDED));
       const b = theLongWay(text);
       if (JSON.stringify(a) !== JSON.stringify(b))
         throw new Error(`${text}: ${JSON.stringify(a)} vs ${JSON.stringify(b)}`);
@@ -128,6 +137,40 @@ t.test('generated bodies: the shortcut and the long way agree', async (t) => {
     { numRuns: 2000 },
   );
   t.pass('2000 generated bodies agree');
+});
+
+t.test("nested values past the route's limit: a 422 before JSON.parse, on either path", async (t) => {
+  const manifest = readManifest(join(MODELS, 'gene-expr'));
+  const limit = nestedLimit({ name: 'gene-expr', manifest });
+  t.equal(limit.values, 50 + EXTRA_NESTED_VALUES);
+  const body = (counts: number, image = png) =>
+    Buffer.from(
+      `{"slide_name": "a, b", "x": 1, "image_data": "${image}", "bulk_rna": [${Array(counts).fill('"a"').join(',')}]}`,
+    );
+  // The last that passes: counts - 1 commas inside bulk_rna; the top level's and a string's do not count.
+  for (const image of [png, png.replace('/', '\\/')]) {
+    const path = image === png ? 'the shortcut' : 'the long way';
+    t.equal((parseJsonBody(body(limit.values), limit) as { bulk_rna: string[] }).bulk_rna.length, limit.values, path);
+    let refused: unknown;
+    try {
+      parseJsonBody(body(limit.values + 1), limit);
+    } catch (err) {
+      refused = err;
+    }
+    t.ok(refused instanceof ServiceError, `${path}: refused`);
+    t.match((refused as ServiceError).body(), {
+      detail: [
+        {
+          loc: ['body'],
+          type: 'value_error',
+          msg: `Value error, the body's arrays and objects hold more than ${limit.values} values; a gene-expr tile request nests its 50 bulk_rna counts (GET /api/metadata/gene-expr)`,
+          ctx: { limit: limit.values },
+        },
+      ],
+    });
+  }
+  t.match(nestedLimit({ name: 'tissue-seg' }), { values: EXTRA_NESTED_VALUES, expected: /nests none/ });
+  t.match(nestedLimit(), { values: EXTRA_NESTED_VALUES });
 });
 
 t.test('strict base64 from bytes decodes as from text, across slice boundaries', async (t) => {

@@ -1,7 +1,7 @@
 // The HTTP app of a front: a tree of small plugins over a ModelBackend. It reads, checks, routes
 // and answers requests; it never runs a model.
 import { createServer } from 'node:http';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { ServiceConfig } from '../config/config.js';
 import type { ModelBackend } from './backend.js';
@@ -29,6 +29,8 @@ import v2 from './plugins/v2.js';
 import { V2Service } from './v2/v2-service.js';
 import { SERVICE_VERSION } from '../lib/version.js';
 import { tileImageKeyword } from './tile-image.js';
+import { modelRoute } from './route-config.js';
+import { nestedLimit } from './tile-checks.js';
 
 export interface AppOptions {
   config: ServiceConfig;
@@ -74,9 +76,13 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
   await app.register(connections, { maxConnections: front.max_connections });
   await app.register(contentEncoding);
   await app.register(queryEncoding);
-  await app.register(jsonBody);
+  const nested = (request: FastifyRequest) => {
+    const route = modelRoute(request);
+    return nestedLimit(route && { name: route.name, manifest: backend.model(route.name)?.info?.manifest });
+  };
+  await app.register(jsonBody, { nested });
   await app.register(binaryBody);
-  await app.register(nonJsonBody);
+  await app.register(nonJsonBody, { nested });
   await app.register(pressure, { config: config.pressure });
   await app.register(openapi, { version: SERVICE_VERSION });
   await app.register(usage, { backend });

@@ -6,12 +6,30 @@
 import type { FieldError, TileJobImage } from '../ipc/protocol.js';
 import type { Manifest } from '../model-package/manifest.js';
 import { PngError, readPngHeader, type PngHeader } from '../tile/png-rules.js';
+import type { NestedLimit } from './plugins/json-body.js';
 import { fieldsLocation, imageLoc, type TileBody } from './tile-image.js';
 
 export interface CheckedTile {
   errors: FieldError[];
   /** The image for the worker, when it passed the checks here. */
   image: TileJobImage | null;
+}
+
+/** Values a tile request's nested arrays and objects may hold besides bulk_rna's: fields the
+ *  contract does not name are ignored, as FastAPI ignores them, and get this much room. */
+export const EXTRA_NESTED_VALUES = 1024;
+
+/** The nested values a request may send: a tile request to `model` (its manifest once loaded)
+ *  nests its bulk_rna counts, any other request only room for extras. */
+export function nestedLimit(model?: { name: string; manifest?: Manifest }): NestedLimit {
+  const genes = model?.manifest?.genes?.input.length ?? 0;
+  if (!model) return { values: EXTRA_NESTED_VALUES, expected: 'this request nests little' };
+  return {
+    values: genes + EXTRA_NESTED_VALUES,
+    expected: genes
+      ? `a ${model.name} tile request nests its ${genes} bulk_rna counts (GET /api/metadata/${model.name})`
+      : `a ${model.name} tile request nests none (it takes no bulk_rna)`,
+  };
 }
 
 export function checkTile(body: TileBody, manifest: Manifest, usesBulk: boolean, maxPixels: number): CheckedTile {

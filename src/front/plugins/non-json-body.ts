@@ -4,13 +4,13 @@
 // 415 in another shape.
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
-import { parseJsonBody } from './json-body.js';
+import { type JsonBodyOptions, parseJsonBody } from './json-body.js';
 
-async function nonJsonBody(app: FastifyInstance): Promise<void> {
+async function nonJsonBody(app: FastifyInstance, { nested }: JsonBodyOptions): Promise<void> {
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, body, done) => {
     if (request.headers['content-type'] !== undefined) return done(null, (body as Buffer).toString('utf8'));
     try {
-      done(null, parseJsonBody(body as Buffer));
+      done(null, parseJsonBody(body as Buffer, nested(request)));
     } catch (err) {
       done(err as Error, undefined);
     }
