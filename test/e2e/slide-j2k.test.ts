@@ -31,6 +31,21 @@ const TIFF: SlideSpec = {
 };
 const tiffPath = join(dir, 'tiff-slide.tif');
 
+/** What the built-in reader makes of a local file on a host without libopenslide0
+ *  (TILE_INFER_OPENSLIDE=0, read once a process): its reader, or its error's code. */
+const withoutOpenSlide = (path: string) =>
+  execFileSync(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      `const { openSlide } = await import(${JSON.stringify(join(ROOT, 'dist/src/client/slide/open.js'))});
+       console.log(await openSlide(process.argv[1]).then((s) => s.reader, (err) => err.code));`,
+      path,
+    ],
+    { env: { ...process.env, NODE_OPTIONS: '', TILE_INFER_OPENSLIDE: '0' }, encoding: 'utf8' },
+  ).trim();
+
 let server: TestServer;
 let nginx: Awaited<ReturnType<typeof startNginx>>;
 const args = (slides: string[], out: string) => slideCommand(slides, { model: 'gene-expr', out, server: server.url });
@@ -104,6 +119,26 @@ t.test(
       }
       await Promise.all([local.close(), remote.close()]);
     }
+    // A JPEG 2000 TIFF that OpenSlide does not take (its ImageDescription no longer Aperio's, as
+    // de-identification may leave it) is read here even where OpenSlide is installed: the pixels
+    // of the Aperio file. Before, it was refused, saying it needed libopenslide0.
+    const plain = join(copies, 'plain.tif');
+    copyFileSync(join(copies, 'rgb.svs'), plain);
+    execFileSync('/usr/bin/python3', [
+      '-c',
+      'import sys, tifffile\nwith tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n f.pages[0].tags["ImageDescription"].overwrite("de-identified")',
+      plain,
+    ]);
+    const [aperio, renamed] = [await openSlide(join(copies, 'rgb.svs')), await openSlide(plain)];
+    t.equal(renamed.reader, 'tiff', 'not Aperio: the built-in reader, OpenSlide installed');
+    const { width: w0, height: h0 } = aperio.levels[0];
+    t.ok(
+      Buffer.from(await renamed.readRegion(0, 0, 0, w0, h0)).equals(
+        Buffer.from(await aperio.readRegion(0, 0, 0, w0, h0)),
+      ),
+      "its pixels are OpenSlide's of the Aperio file",
+    );
+    await Promise.all([aperio.close(), renamed.close()]);
     // A tile never written (TileByteCounts 0, as sparse SVS have) is background: no range request
     // of 0 bytes (which HTTP cannot say) goes out for it.
     const sparse = join(copies, 'sparse.svs');
@@ -147,17 +182,11 @@ t.test(
     // Without libopenslide0 (TILE_INFER_OPENSLIDE=0: as a host without it) the local copy is read
     // here as the remote one is, its tiles from the file: the same files again. Before, it was
     // refused ("needs libopenslide0").
-    const reader = execFileSync(
-      process.execPath,
-      [
-        '--input-type=module',
-        '-e',
-        `const s = await (await import(${JSON.stringify(join(ROOT, 'dist/src/client/slide/open.js'))})).openSlide(process.argv[1]); console.log(s.reader);`,
-        join(copies, 'rgb.svs'),
-      ],
-      { env: { ...process.env, NODE_OPTIONS: '', TILE_INFER_OPENSLIDE: '0' }, encoding: 'utf8' },
-    );
-    t.equal(reader.trim(), 'tiff', 'without OpenSlide: the built-in reader');
+    t.equal(withoutOpenSlide(join(copies, 'rgb.svs')), 'tiff', 'without OpenSlide: the built-in reader');
+    // A copy cut short is said so (its code kept), not "other formats need libopenslide".
+    const cut = join(copies, 'cut.svs');
+    writeFileSync(cut, readFileSync(join(copies, 'rgb.svs')).subarray(0, 200_000));
+    t.equal(withoutOpenSlide(cut), 'TILE_ERR_SLIDE_TRUNCATED', 'without OpenSlide: a copy cut short');
     const alone = join(dir, 'j2k-no-openslide');
     const builtIn = await tileInfer(args([join(copies, 'rgb.svs')], alone), { env: { TILE_INFER_OPENSLIDE: '0' } });
     t.equal(builtIn.code, 0, builtIn.stderr);

@@ -70,7 +70,7 @@ t.teardown(async () => {
   await nginx?.stop();
 });
 
-t.test('tiles never written are background, as OpenSlide draws them, here and over HTTP', async (t) => {
+t.test('tiles never written are background, as OpenSlide draws them at level 0, here and over HTTP', async (t) => {
   const reference = OpenSlideSlide.open(sparse);
   const [local, remote, full] = [
     await openSlide(sparse),

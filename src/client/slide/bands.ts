@@ -117,7 +117,7 @@ export function fileOf(path: string): number {
 let scratch = Buffer.alloc(0);
 
 /** Paints tile `k` of a band white: a tile never written (TileByteCounts 0, as sparse files
- *  have) is background, as OpenSlide draws an SVS's (transparent, over white). */
+ *  have) is background, as OpenSlide draws one at an SVS's level 0 (transparent, over white). */
 export function paintBackground(job: BandJob, into: Uint8Array, k: number): void {
   const row = job.tileWidth * 3;
   const stride = job.tiles * row;

@@ -10,7 +10,7 @@ import { openRemoteSlide } from './remote/open-remote.js';
 import { isRemote, openSource } from './remote/open-source.js';
 import type { ByteSource } from './remote/source.js';
 import { SlideError, type Slide } from './slide.js';
-import { TiffSlide } from './tiff-slide.js';
+import { OpenSlideFirst, TiffSlide } from './tiff-slide.js';
 
 const TIFF_EXTENSIONS = new Set(['.tif', '.tiff', '.svs']);
 
@@ -46,6 +46,8 @@ export async function openSlide(path: string, source?: ByteSource): Promise<Slid
     try {
       return OpenSlideSlide.open(path);
     } catch (err) {
+      // JPEG 2000 tiles of a TIFF OpenSlide does not take (one it does not know as Aperio's).
+      if (tiffError instanceof OpenSlideFirst) return TiffSlide.open(path, null, { builtInJ2k: true });
       // The TIFF reader's complaint is the more telling one for a TIFF it could not read.
       if (tiffError)
         throw new SlideError(
@@ -55,6 +57,8 @@ export async function openSlide(path: string, source?: ByteSource): Promise<Slid
       throw err;
     }
   }
+  // A TIFF the reader knows but could not read (cut short, unreadable) is said as it is.
+  if (tiffError instanceof SlideError && tiffError.code !== 'TILE_ERR_SLIDE_FORMAT') throw tiffError;
   const reason = tiffError ? `the TIFF reader says: ${tiffError.message}; ` : '';
   throw new SlideError(
     'TILE_ERR_SLIDE_FORMAT',

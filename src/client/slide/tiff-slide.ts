@@ -1,15 +1,16 @@
 // Pyramidal TIFF, Aperio SVS and OME-TIFF with no system library: geotiff.js parses the IFDs and
 // tags (the pyramid, MPP, compression, where each tile's bytes lie). Tiles are decoded in bands of
 // several TIFF tiles of one tile row (bands.ts, on the reader pool): JPEG tiles by libturbojpeg
-// when it is installed, anything else by libvips' own TIFF reader in sharp, which also streams the
-// overview, so no whole level is held in memory. A level with tiles never written (TileByteCounts
-// 0), which libvips refuses, is decoded here, overview and regions too, those tiles background, as
-// OpenSlide draws an SVS's. A remote slide (a ByteSource: HTTP, S3) is read the same way, but its
-// tiles' bytes are fetched here and carried to the threads with the band (JPEG tiles to
-// libturbojpeg, Aperio's JPEG 2000 to OpenJPEG, others to geotiff.js' decoders in frames.ts), and
-// its overview and regions are decoded from its tiles (libvips reads files only).
-// A local JPEG 2000 SVS is OpenSlide's (open.ts) where libopenslide0 is installed, else read here
-// as a remote one is, its tiles' bytes read from the file by the decoding thread.
+// when it is installed, anything else by libvips' own TIFF reader in sharp, which also streams a
+// local level's overview. A level with tiles never written (TileByteCounts 0), which libvips
+// refuses, is decoded here, overview and regions too, those tiles background: as OpenSlide draws
+// them at an SVS's level 0 (at its lower levels OpenSlide redraws one from the level above; here
+// it is white too). A remote slide (a ByteSource: HTTP, S3) is read the same way, but its tiles'
+// bytes are fetched here and carried to the threads with the band (JPEG tiles to libturbojpeg,
+// Aperio's JPEG 2000 to OpenJPEG, others to geotiff.js' decoders in frames.ts). A local JPEG 2000
+// SVS is OpenSlide's (open.ts) where libopenslide0 is installed, else read here as a remote one
+// is, its tiles' bytes read from the file by the decoding thread. Levels decoded here give their
+// overview from the whole level (up to 2^28 px, a tile row of bands at a time).
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { fromFile, GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp from 'sharp';
@@ -25,6 +26,7 @@ import {
   type FrameBytes,
   type FrameCoding,
   type Slide,
+  type Region,
   type SlideLevel,
   type TiffCoding,
 } from './slide.js';
@@ -41,8 +43,8 @@ const MAX_TILE_SIDE = 4096;
 /** Compressions a remote slide's non-JPEG tiles are decoded from (geotiff.js' decoders). */
 const REMOTE_DECODED = new Set([1, 5, 8, 32946, 32773]);
 
-/** Aperio's JPEG 2000 tiles (the codes OpenSlide reads), a remote slide's decoded by OpenJPEG:
- *  codestreams of Y, Cb, Cr (33003) or of R, G, B (33005). */
+/** Aperio's JPEG 2000 tiles (the codes OpenSlide reads), decoded here by OpenJPEG: codestreams
+ *  of Y, Cb, Cr (33003) or of R, G, B (33005). */
 const APERIO_J2K = new Map<number, FrameCoding>([
   [33003, 'j2k-ycbcr'],
   [33005, 'j2k'],
@@ -151,11 +153,18 @@ interface Level extends SlideLevel {
   tiff: TiffCoding | null;
   /** Some tile was never written (TileByteCounts 0): libvips refuses any region touching it. */
   sparse: boolean;
-  /** A remote slide's JPEG 2000 tiles (Aperio's); null otherwise. */
+  /** How the level's JPEG 2000 tiles (Aperio's) are coded; null for other tiles. */
   j2k: FrameCoding | null;
   image: GeoTIFFImage;
   /** Where each tile's bytes lie, loaded on first use. */
   ranges?: Promise<{ offsets: ArrayLike<number | bigint>; counts: ArrayLike<number | bigint> }>;
+}
+
+/** A local JPEG 2000 TIFF left to OpenSlide (TiffSlide.open's `builtInJ2k`). */
+export class OpenSlideFirst extends SlideError {
+  constructor(message: string) {
+    super('TILE_ERR_SLIDE_FORMAT', message);
+  }
 }
 
 export class TiffSlide implements Slide {
@@ -178,7 +187,15 @@ export class TiffSlide implements Slide {
     return this.pyramid.map(({ width, height, downsample }) => ({ width, height, downsample }));
   }
 
-  static async open(path: string, source: ByteSource | null = null): Promise<TiffSlide> {
+  /** `builtInJ2k`: decode Aperio's JPEG 2000 tiles here; by default a remote slide's, and a local
+   *  one's where libopenslide0 is missing (else OpenSlideFirst is thrown: open.ts asks OpenSlide,
+   *  whose native libopenjp2 is the reference and ~100x faster than OpenJPEG's WebAssembly
+   *  build, and comes back here only if OpenSlide does not take the file). */
+  static async open(
+    path: string,
+    source: ByteSource | null = null,
+    { builtInJ2k }: { builtInJ2k?: boolean } = {},
+  ): Promise<TiffSlide> {
     const size = source ? source.size : statSync(path).size;
     const cut = source ? null : cutDirectories(path, size);
     if (cut) throw truncated(path, size, cut);
@@ -217,9 +234,10 @@ export class TiffSlide implements Slide {
       const dir = image.fileDirectory;
       const photometric = Number(await dir.loadValue('PhotometricInterpretation'));
       const compression = Number(dir.hasTag('Compression') ? await dir.loadValue('Compression') : 1);
-      // A local JPEG 2000 SVS is OpenSlide's where libopenslide0 is installed: its libopenjp2 is
-      // the reference and decodes ~100x faster than OpenJPEG's WebAssembly build.
-      const j2k = ((source || !openSlideLibrary()) && APERIO_J2K.get(compression)) || null;
+      const j2k = APERIO_J2K.get(compression) ?? null;
+      // libopenslide is loaded only for a file with such tiles.
+      if (j2k && !(builtInJ2k ?? (!!source || !openSlideLibrary())))
+        throw new OpenSlideFirst(`${path}: directory ${page}: JPEG 2000 tiles, OpenSlide's to read`);
       const tiff = source && compression !== JPEG && !j2k ? await tiffCoding(image, compression) : null;
       if (typeof tiff === 'string')
         throw new SlideError(
@@ -227,10 +245,7 @@ export class TiffSlide implements Slide {
           `${path}: directory ${page}: ${tiff}; remote slides are read with JPEG or Aperio's JPEG 2000 (33003, 33005) tiles, or 8-bit RGB tiles uncompressed, LZW, deflate or PackBits; copy this one here to read it`,
         );
       if (!DECODED.has(compression) && !j2k)
-        throw new SlideError(
-          'TILE_ERR_SLIDE_FORMAT',
-          `${path}: TIFF compression ${compression} (JPEG 2000 is 33003/33005) needs libopenslide0`,
-        );
+        throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: TIFF compression ${compression} needs libopenslide0`);
       if (photometric !== RGB && !(photometric === YCBCR && compression === JPEG)) {
         throw new SlideError(
           'TILE_ERR_SLIDE_FORMAT',
@@ -337,7 +352,6 @@ export class TiffSlide implements Slide {
       tiles: tx1 - tx0,
       ...region,
     };
-    // A local file's other tiles are libvips' to read.
     // A local level's other tiles, all written, are libvips' to read.
     if (l.compression !== JPEG && !this.decodedHere(l)) return job;
     const dir = await this.ranges(l);
@@ -347,7 +361,7 @@ export class TiffSlide implements Slide {
       ranges.push(Number(dir.offsets[i]), Number(dir.counts[i]));
     }
     const fetched = this.source ? await this.fetchTiles(ranges) : undefined;
-    // A tile of 0 bytes was never written (TileByteCounts 0): background, as OpenSlide draws it.
+    // A tile of 0 bytes was never written (TileByteCounts 0): background (bands.ts).
     const tiles = () =>
       Array.from({ length: job.tiles }, (_, k): FrameBytes | null => {
         const [offset, length] = [ranges[2 * k], ranges[2 * k + 1]];
@@ -408,9 +422,19 @@ export class TiffSlide implements Slide {
   /** Whether a level's overview and regions are decoded here from its tiles, band by band, not
    *  by libvips' TIFF reader: a remote slide's and JPEG 2000 tiles (libvips reads neither), and a
    *  sparse level's (libvips refuses any region touching a tile never written; here it is
-   *  background, as OpenSlide draws an SVS's). */
+   *  background, bands.ts). */
   private decodedHere(l: Level): boolean {
     return !!this.source || !!l.j2k || l.sparse;
+  }
+
+  /** A region decoded here (readTiled), its failure said with the file's name. */
+  private async tiled(level: number, r: Region): Promise<Uint8Array> {
+    try {
+      return await readTiled(this, level, r);
+    } catch (err) {
+      if (err instanceof SlideError) throw err;
+      throw new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: ${(err as Error).message}`);
+    }
   }
 
   async overview(level: number, width: number, height: number): Promise<Buffer> {
@@ -421,11 +445,13 @@ export class TiffSlide implements Slide {
           'TILE_ERR_SLIDE_TOO_LARGE',
           `${this.path}: the level nearest 8 µm/px is ${l.width}x${l.height} pixels, too large to decode whole (the slide has no smaller pyramid level)`,
         );
-      const rgb = await readTiled(this, level, { x: 0, y: 0, w: l.width, h: l.height });
-      const image = sharp(rgb, { raw: { width: l.width, height: l.height, channels: 3 } });
-      return l.width === width && l.height === height
-        ? Buffer.from(rgb)
-        : image.resize(width, height, { kernel: 'linear', fit: 'fill' }).raw().toBuffer();
+      const rgb = await this.tiled(level, { x: 0, y: 0, w: l.width, h: l.height });
+      if (l.width === width && l.height === height) return Buffer.from(rgb.buffer, rgb.byteOffset, rgb.length);
+      // Up to MAX_TILED_OVERVIEW, past sharp's default limit on an input's pixels (16383^2).
+      return sharp(rgb, { raw: { width: l.width, height: l.height, channels: 3 }, limitInputPixels: false })
+        .resize(width, height, { kernel: 'linear', fit: 'fill' })
+        .raw()
+        .toBuffer();
     }
     let image = this.vips(l);
     if (l.width !== width || l.height !== height)
@@ -439,7 +465,7 @@ export class TiffSlide implements Slide {
 
   async readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
     const l = this.pyramid[level];
-    if (this.decodedHere(l)) return readTiled(this, level, { x, y, w, h });
+    if (this.decodedHere(l)) return this.tiled(level, { x, y, w, h });
     const out = Buffer.alloc(w * h * 3, 255);
     const left = Math.max(0, x);
     const top = Math.max(0, y);

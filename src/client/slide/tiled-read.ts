@@ -1,7 +1,7 @@
 // A region of a level decoded here from its tiles, band by band: the overview and regions of
 // a remote slide, which libvips (a file reader) cannot open, of JPEG 2000 tiles, and of a level
 // with tiles never written, which libvips refuses.
-import { bandBytes, bandView, cutRows, planBands, type BandView } from './bands.js';
+import { bandBytes, bandView, cutRows, planBands, type BandKey, type BandView } from './bands.js';
 import { decodeBandJob } from './frames.js';
 import type { Region, Slide } from './slide.js';
 
@@ -10,16 +10,26 @@ export async function readTiled(
   level: number,
   r: Region,
 ): Promise<Uint8Array> {
-  const { bands } = planBands(slide.bandSource(level), [[r]]);
-  const views = await Promise.all(
-    bands.map(async ({ ty, tx0, tx1 }): Promise<BandView> => {
-      const job = await slide.bandJob(level, ty, tx0, tx1);
-      const data = new SharedArrayBuffer(bandBytes(job));
-      await decodeBandJob(job, new Uint8Array(data));
-      return bandView(job, data);
-    }),
-  );
-  const out = new Uint8Array(r.w * r.h * 3);
-  cutRows(r, 0, r.h, views, out, 0);
+  const source = slide.bandSource(level);
+  const { bands } = planBands(source, [[r]]);
+  const rows = new Map<number, BandKey[]>();
+  for (const band of bands) rows.set(band.ty, [...(rows.get(band.ty) ?? []), band]);
+  // White where no band is (past the level's edges).
+  const out = new Uint8Array(r.w * r.h * 3).fill(255);
+  // One tile row at a time, cut into place and dropped: a whole level's bands at once held twice
+  // its pixels.
+  for (const [ty, row] of rows) {
+    const views = await Promise.all(
+      row.map(async ({ tx0, tx1 }): Promise<BandView> => {
+        const job = await slide.bandJob(level, ty, tx0, tx1);
+        const data = new SharedArrayBuffer(bandBytes(job));
+        await decodeBandJob(job, new Uint8Array(data));
+        return bandView(job, data);
+      }),
+    );
+    const top = Math.max(r.y, ty * source.tileHeight);
+    const bottom = Math.min(r.y + r.h, (ty + 1) * source.tileHeight);
+    cutRows(r, top - r.y, bottom - top, views, out, (top - r.y) * r.w * 3);
+  }
   return out;
 }
