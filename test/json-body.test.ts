@@ -6,7 +6,7 @@ import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
 import { parseJsonBody, parseTileBody } from '../src/front/plugins/json-body.js';
 import { ServiceError } from '../src/lib/errors.js';
-import { EXTRA_NESTED_VALUES, nestedLimit } from '../src/front/tile-checks.js';
+import { EXTRA_VALUES, valueLimit } from '../src/front/tile-checks.js';
 import { readManifest } from '../src/model-package/model-package.js';
 import { join } from 'node:path';
 import { MODELS } from './helpers/server.js';
@@ -139,38 +139,48 @@ t.test('generated bodies: the shortcut and the long way agree', async (t) => {
   t.pass('2000 generated bodies agree');
 });
 
-t.test("nested values past the route's limit: a 422 before JSON.parse, on either path", async (t) => {
+t.test("values past the route's limit: a 422 before JSON.parse, on either path", async (t) => {
   const manifest = readManifest(join(MODELS, 'gene-expr'));
-  const limit = nestedLimit({ name: 'gene-expr', manifest });
-  t.equal(limit.values, 50 + EXTRA_NESTED_VALUES);
+  const limit = valueLimit({ name: 'gene-expr', manifest });
+  t.equal(limit.values, 50 + EXTRA_VALUES);
   const body = (counts: number, image = png) =>
     Buffer.from(
       `{"slide_name": "a, b", "x": 1, "image_data": "${image}", "bulk_rna": [${Array(counts).fill('"a"').join(',')}]}`,
     );
-  // The last that passes: counts - 1 commas inside bulk_rna; the top level's and a string's do not count.
+  /** What the parser makes of `text`: the value, or its refusal. */
+  const parsed = (text: Buffer) => {
+    try {
+      return parseJsonBody(text, limit) as Record<string, unknown>;
+    } catch (err) {
+      return err as Error;
+    }
+  };
+  const refusal = {
+    detail: [
+      {
+        loc: ['body'],
+        type: 'value_error',
+        msg: `Value error, the body holds more than ${limit.values} values; a gene-expr tile request holds its fields and its 50 bulk_rna counts (GET /api/metadata/gene-expr)`,
+        ctx: { limit: limit.values },
+      },
+    ],
+  };
+  // The commas between values are counted, a string's not ("a, b"): 3 between the fields, and
+  // counts - 1 in bulk_rna.
+  const most = limit.values - 3;
   for (const image of [png, png.replace('/', '\\/')]) {
     const path = image === png ? 'the shortcut' : 'the long way';
-    t.equal((parseJsonBody(body(limit.values), limit) as { bulk_rna: string[] }).bulk_rna.length, limit.values, path);
-    let refused: unknown;
-    try {
-      parseJsonBody(body(limit.values + 1), limit);
-    } catch (err) {
-      refused = err;
-    }
-    t.ok(refused instanceof ServiceError, `${path}: refused`);
-    t.match((refused as ServiceError).body(), {
-      detail: [
-        {
-          loc: ['body'],
-          type: 'value_error',
-          msg: `Value error, the body's arrays and objects hold more than ${limit.values} values; a gene-expr tile request nests its 50 bulk_rna counts (GET /api/metadata/gene-expr)`,
-          ctx: { limit: limit.values },
-        },
-      ],
-    });
+    t.equal((parsed(body(most, image)) as { bulk_rna: string[] }).bulk_rna.length, most, `${path}: the most it takes`);
+    const refused = parsed(body(most + 1, image));
+    t.ok(refused instanceof ServiceError, `${path}: one more is refused`);
+    t.match((refused as ServiceError).body(), refusal);
   }
-  t.match(nestedLimit({ name: 'tissue-seg' }), { values: EXTRA_NESTED_VALUES, expected: /nests none/ });
-  t.match(nestedLimit(), { values: EXTRA_NESTED_VALUES });
+  // As many fields, at the top level, as well.
+  const fields = Array.from({ length: limit.values + 1 }, (_, i) => `"f${i}": ${i}`).join(', ');
+  const wide = parsed(Buffer.from(`{"image_data": "${png}", ${fields}}`));
+  t.ok(wide instanceof ServiceError, 'as many fields: refused');
+  t.match(valueLimit({ name: 'tissue-seg' }), { values: EXTRA_VALUES, expected: /takes no bulk_rna/ });
+  t.match(valueLimit(), { values: EXTRA_VALUES });
 });
 
 t.test('strict base64 from bytes decodes as from text, across slice boundaries', async (t) => {

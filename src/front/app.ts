@@ -30,7 +30,7 @@ import { V2Service } from './v2/v2-service.js';
 import { SERVICE_VERSION } from '../lib/version.js';
 import { tileImageKeyword } from './tile-image.js';
 import { modelRoute } from './route-config.js';
-import { nestedLimit } from './tile-checks.js';
+import { valueLimit } from './tile-checks.js';
 
 export interface AppOptions {
   config: ServiceConfig;
@@ -76,13 +76,13 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
   await app.register(connections, { maxConnections: front.max_connections });
   await app.register(contentEncoding);
   await app.register(queryEncoding);
-  const nested = (request: FastifyRequest) => {
+  const values = (request: FastifyRequest) => {
     const route = modelRoute(request);
-    return nestedLimit(route && { name: route.name, manifest: backend.model(route.name)?.info?.manifest });
+    return valueLimit(route && { name: route.name, manifest: backend.model(route.name)?.info?.manifest });
   };
-  await app.register(jsonBody, { nested });
+  await app.register(jsonBody, { values });
   await app.register(binaryBody);
-  await app.register(nonJsonBody, { nested });
+  await app.register(nonJsonBody, { values });
   await app.register(pressure, { config: config.pressure });
   await app.register(openapi, { version: SERVICE_VERSION });
   await app.register(usage, { backend });

@@ -6,7 +6,7 @@
 import type { FieldError, TileJobImage } from '../ipc/protocol.js';
 import type { Manifest } from '../model-package/manifest.js';
 import { PngError, readPngHeader, type PngHeader } from '../tile/png-rules.js';
-import type { NestedLimit } from './plugins/json-body.js';
+import type { ValueLimit } from './plugins/json-body.js';
 import { fieldsLocation, imageLoc, type TileBody } from './tile-image.js';
 
 export interface CheckedTile {
@@ -15,20 +15,20 @@ export interface CheckedTile {
   image: TileJobImage | null;
 }
 
-/** Values a tile request's nested arrays and objects may hold besides bulk_rna's: fields the
- *  contract does not name are ignored, as FastAPI ignores them, and get this much room. */
-export const EXTRA_NESTED_VALUES = 1024;
+/** Values a request's body may hold besides bulk_rna's: a tile request's fields, and room for
+ *  fields the contract does not name, which are ignored, as FastAPI ignores them. */
+export const EXTRA_VALUES = 1024;
 
-/** The nested values a request may send: a tile request to `model` (its manifest once loaded)
- *  nests its bulk_rna counts, any other request only room for extras. */
-export function nestedLimit(model?: { name: string; manifest?: Manifest }): NestedLimit {
+/** The values a request's body may hold: a tile request to `model` (its manifest once loaded)
+ *  its fields and bulk_rna counts, any other request its fields. */
+export function valueLimit(model?: { name: string; manifest?: Manifest }): ValueLimit {
   const genes = model?.manifest?.genes?.input.length ?? 0;
-  if (!model) return { values: EXTRA_NESTED_VALUES, expected: 'this request nests little' };
+  if (!model) return { values: EXTRA_VALUES, expected: 'this request takes a few fields' };
   return {
-    values: genes + EXTRA_NESTED_VALUES,
+    values: genes + EXTRA_VALUES,
     expected: genes
-      ? `a ${model.name} tile request nests its ${genes} bulk_rna counts (GET /api/metadata/${model.name})`
-      : `a ${model.name} tile request nests none (it takes no bulk_rna)`,
+      ? `a ${model.name} tile request holds its fields and its ${genes} bulk_rna counts (GET /api/metadata/${model.name})`
+      : `a ${model.name} tile request holds its fields (it takes no bulk_rna)`,
   };
 }
 

@@ -303,7 +303,7 @@ t.test(
           {
             type: 'value_error',
             loc: ['body'],
-            msg: /hold more than 1074 values; a gene-expr tile request nests its 50 bulk_rna counts/,
+            msg: /holds more than 1074 values; a gene-expr tile request holds its fields and its 50 bulk_rna counts/,
           },
         ]);
       }

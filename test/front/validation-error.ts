@@ -10,13 +10,13 @@ import { TileBody, tileImageKeyword } from '../../src/front/tile-image.js';
 import { jsonInvalid, literalItem, MAX_ITEMS } from '../../src/front/validation-error.js';
 
 /** Room for the mapping's own cases (the front's limit is the route's: plugins/json-body.ts). */
-const nested = () => ({ values: 1_000_000, expected: 'what the test allows' });
+const values = () => ({ values: 1_000_000, expected: 'what the test allows' });
 
 async function app() {
   const app = Fastify({ ajv: { customOptions: { allErrors: true, coerceTypes: false }, plugins: [tileImageKeyword] } });
   await app.register(errors, { retryAfterS: 1, models: () => [] });
-  await app.register(jsonBody, { nested });
-  await app.register(nonJsonBody, { nested });
+  await app.register(jsonBody, { values });
+  await app.register(nonJsonBody, { values });
   app.post('/tile', { schema: { body: TileBody, querystring: PredictQuery } }, async () => ({ ok: true }));
   return app;
 }

@@ -6,11 +6,11 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { type JsonBodyOptions, parseJsonBody } from './json-body.js';
 
-async function nonJsonBody(app: FastifyInstance, { nested }: JsonBodyOptions): Promise<void> {
+async function nonJsonBody(app: FastifyInstance, { values }: JsonBodyOptions): Promise<void> {
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (request, body, done) => {
     if (request.headers['content-type'] !== undefined) return done(null, (body as Buffer).toString('utf8'));
     try {
-      done(null, parseJsonBody(body as Buffer, nested(request)));
+      done(null, parseJsonBody(body as Buffer, values(request)));
     } catch (err) {
       done(err as Error, undefined);
     }
