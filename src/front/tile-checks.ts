@@ -22,8 +22,8 @@ export const EXTRA_VALUES = 1024;
 /** The values a request's body may hold: a tile request to `model` (its manifest once loaded)
  *  its fields and bulk_rna counts, any other request its fields. */
 export function valueLimit(model?: { name: string; manifest?: Manifest }): ValueLimit {
-  const genes = model?.manifest?.genes?.input.length ?? 0;
   if (!model) return { values: EXTRA_VALUES, expected: 'this request takes a few fields' };
+  const genes = model.manifest?.genes?.input.length ?? 0;
   return {
     values: genes + EXTRA_VALUES,
     expected: genes

@@ -30,7 +30,7 @@ const BACKSLASH = 0x5c;
 const MARKER = `image_data ${randomBytes(16).toString('hex')}`;
 
 /** How deep a body may nest: a tile request nests 2 levels (the object, bulk_rna); fields the
- *  contract does not name are ignored, as FastAPI ignores them, and get room up to this. */
+ *  contract does not name get room up to this (and EXTRA_VALUES values, tile-checks.ts). */
 export const MAX_JSON_DEPTH = 16;
 
 const OPEN_OBJECT = 0x7b;
@@ -49,7 +49,7 @@ export interface ValueLimit {
 /** Throws where `body` nests deeper than MAX_JSON_DEPTH, as JSON.parse throws on malformed text;
  *  returns about how many values it holds (the commas between them). `skip`, a string's contents
  *  already read (no quote or backslash in it), is not scanned. */
-export function checkDepth(body: Buffer, skip: [number, number] = [body.length, body.length]): number {
+export function scanJson(body: Buffer, skip: [number, number] = [body.length, body.length]): number {
   let depth = 0;
   let values = 0;
   let inString = false;
@@ -71,9 +71,9 @@ export function checkDepth(body: Buffer, skip: [number, number] = [body.length, 
   return values;
 }
 
-/** checkDepth, and a 422 where the body holds more values than `limit` allows. */
+/** scanJson, and a 422 where the body holds more values than `limit` allows. */
 function checkShape(body: Buffer, limit: ValueLimit, skip?: [number, number]): void {
-  if (checkDepth(body, skip) >= limit.values)
+  if (scanJson(body, skip) >= limit.values)
     throw errors.tileInvalid([
       {
         loc: ['body'],

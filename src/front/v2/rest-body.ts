@@ -5,7 +5,7 @@
 // header followed by their raw tensors.
 import { Type, type Static } from 'typebox';
 import { errors } from '../../lib/errors.js';
-import { checkDepth } from '../plugins/json-body.js';
+import { scanJson } from '../plugins/json-body.js';
 import { maskJson, numbersJson } from '../response-writer.js';
 import type { InferRequest } from './inference.js';
 import type { InferResponse } from './v2-service.js';
@@ -58,7 +58,7 @@ export function parseBody(body: Buffer, headerLength: string | undefined): unkno
   const header = body.subarray(0, length);
   let value: unknown;
   try {
-    checkDepth(header);
+    scanJson(header);
     value = JSON.parse(header.toString('utf8'));
   } catch (err) {
     throw errors.v2Invalid(
