@@ -25,10 +25,16 @@ const sameLoad = (a: WorkerLoad, b: WorkerLoad) =>
 
 /** One front's ear: the load it last heard from this worker, and how to tell it another. */
 export class FrontHearing {
-  private last: WorkerLoad | null = null;
+  private last!: WorkerLoad;
   private beatsSince = 0;
 
-  constructor(private readonly send: (load: WorkerLoad) => void) {}
+  /** A front that connects is told `load` at once: an idle worker's beat is silent. */
+  constructor(
+    private readonly send: (load: WorkerLoad) => void,
+    load: WorkerLoad,
+  ) {
+    this.tell(load);
+  }
 
   /** The front heard `load` (with an answer). */
   heard(load: WorkerLoad): void {
@@ -46,7 +52,7 @@ export class FrontHearing {
    *  not due. A busy worker's load drains between reports (admission.ts `queued`), so it is
    *  sent every beat. */
   beat(load: WorkerLoad, ms: number, keepaliveMs: number): void {
-    if (isIdle(load) && this.last && sameLoad(load, this.last) && ++this.beatsSince * ms < keepaliveMs) return;
+    if (isIdle(load) && sameLoad(load, this.last) && ++this.beatsSince * ms < keepaliveMs) return;
     this.tell(load);
   }
 }

@@ -58,7 +58,7 @@ async function main(): Promise<void> {
    *  listens only once the worker is loaded. */
   const server = createServer((socket) => {
     const channel = new Channel<ChannelRequest, WorkerMessage>(socket);
-    const hearing = new FrontHearing((load) => channel.isOpen && channel.send({ type: 'load', load }));
+    const hearing = new FrontHearing((load) => channel.isOpen && channel.send({ type: 'load', load }), worker!.load());
     channels.set(channel, hearing);
     const reply: Reply = (message) => {
       if (!channel.isOpen) return;
@@ -66,8 +66,6 @@ async function main(): Promise<void> {
       hearing.heard(message.load);
     };
     const link = worker!.link(reply);
-    // Its load at once: an idle worker's beat is silent (load-reports.ts).
-    hearing.tell(worker!.load());
     channel.on('close', () => {
       channels.delete(channel);
       worker!.unlink(link);
