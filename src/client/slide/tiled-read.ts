@@ -5,6 +5,9 @@ import { bandBytes, bandView, cutRows, planBands, type BandKey, type BandView } 
 import { decodeBandJob } from './frames.js';
 import type { Region, Slide } from './slide.js';
 
+/** Tile rows decoded at once. */
+const ROWS_IN_FLIGHT = 4;
+
 export async function readTiled(
   slide: Required<Pick<Slide, 'bandSource' | 'bandJob'>>,
   level: number,
@@ -16,9 +19,10 @@ export async function readTiled(
   for (const band of bands) rows.set(band.ty, [...(rows.get(band.ty) ?? []), band]);
   // White where no band is (past the level's edges).
   const out = new Uint8Array(r.w * r.h * 3).fill(255);
-  // One tile row at a time, cut into place and dropped: a whole level's bands at once held twice
-  // its pixels.
-  for (const [ty, row] of rows) {
+  // A few tile rows at a time (a remote slide's fetches overlap), each cut into place and dropped:
+  // a whole level's bands at once held twice its pixels.
+  const pending = [...rows];
+  const readRow = async ([ty, row]: [number, BandKey[]]) => {
     const views = await Promise.all(
       row.map(async ({ tx0, tx1 }): Promise<BandView> => {
         const job = await slide.bandJob(level, ty, tx0, tx1);
@@ -30,6 +34,10 @@ export async function readTiled(
     const top = Math.max(r.y, ty * source.tileHeight);
     const bottom = Math.min(r.y + r.h, (ty + 1) * source.tileHeight);
     cutRows(r, top - r.y, bottom - top, views, out, (top - r.y) * r.w * 3);
-  }
+  };
+  const worker = async () => {
+    for (let next = pending.shift(); next; next = pending.shift()) await readRow(next);
+  };
+  await Promise.all(Array.from({ length: ROWS_IN_FLIGHT }, worker));
   return out;
 }
