@@ -137,7 +137,7 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
       );
     }
     const warnings = [overviewWarning(slide, mpp0)].filter((w) => w !== null);
-    const overview = await readOverview(slide, mpp0);
+    const overview = await readOverview(slide, mpp0, (job, into) => run.pool.decode({ job, into }));
 
     // Tissue: the mask PNG is the checkpoint of this stage.
     const tissue = { slide: sha256, model: run.tissueModel, sha256: run.tissueSha256, mpp: mpp0 };

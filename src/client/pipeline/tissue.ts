@@ -3,7 +3,7 @@
 import sharp from 'sharp';
 import type { TileClient } from '../tile-client.js';
 import { bestLevel } from '../slide/region.js';
-import type { Slide } from '../slide/slide.js';
+import type { BandDecoder, Slide } from '../slide/slide.js';
 
 export const TISSUE_MPP = 8;
 export const TISSUE_TILE = 512;
@@ -22,12 +22,14 @@ export interface TissueMask {
   mask: Uint8Array;
 }
 
-/** The whole slide at TISSUE_MPP, from the level nearest it. */
-export async function readOverview(slide: Slide, mpp0: number): Promise<Overview> {
+/** The whole slide at TISSUE_MPP, from the level nearest it; `decode`: where a level read from
+ *  its tiles decodes them (the reader pool, so that a large or JPEG 2000 level does not hold the
+ *  thread that sends the other slides' tiles). */
+export async function readOverview(slide: Slide, mpp0: number, decode?: BandDecoder): Promise<Overview> {
   const l0 = slide.levels[0];
   const width = Math.max(1, Math.round((l0.width * mpp0) / TISSUE_MPP));
   const height = Math.max(1, Math.round((l0.height * mpp0) / TISSUE_MPP));
-  return { width, height, rgb: await slide.overview(bestLevel(slide, TISSUE_MPP / mpp0), width, height) };
+  return { width, height, rgb: await slide.overview(bestLevel(slide, TISSUE_MPP / mpp0), width, height, decode) };
 }
 
 /** A slide whose smallest level is far finer than TISSUE_MPP (an overview level missing: not

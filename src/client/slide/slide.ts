@@ -31,8 +31,9 @@ export interface Slide {
   mppErrorCode?: CodesOf<'SLIDE'> | null;
   /** RGB of the w x h block at (x, y) in `level`'s own pixels; white past the slide's edges. */
   readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array>;
-  /** A whole level as width x height RGB (resized with a linear kernel when the sizes differ). */
-  overview(level: number, width: number, height: number): Promise<Buffer>;
+  /** A whole level as width x height RGB (resized with a linear kernel when the sizes differ).
+   *  `decode`: where its bands are decoded, when it is read from its tiles (tiled-read.ts). */
+  overview(level: number, width: number, height: number, decode?: BandDecoder): Promise<Buffer>;
   /** TIFF, SVS and DICOM: the level's tile layout and how to decode a band of it, so that the
    *  reader pool decodes each tile once. Other readers read tiles' regions on the pool. */
   bandSource?(level: number): BandSource;
@@ -109,6 +110,9 @@ export interface BandJob {
    *  tile), decoded one by one (frames.ts); null where the series has no frame (background). */
   frames?: { coding: FrameCoding; tiles: (FrameBytes | null)[]; tiff?: TiffCoding };
 }
+
+/** Decodes a band job into `into` (bandBytes(job) bytes): here, or on the reader pool. */
+export type BandDecoder = (job: BandJob, into: SharedArrayBuffer) => Promise<void>;
 
 /** How frames are coded: JPEG baseline; JPEG 2000 codestreams of R, G, B (or of a colour transform
  *  the codestream undoes) or of Y, Cb, Cr (Aperio's 33003); RGB pixels; a TIFF's other tiles. */

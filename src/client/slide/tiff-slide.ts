@@ -21,16 +21,16 @@ import type { ByteSource } from './remote/source.js';
 import {
   checkedMpp,
   SlideError,
+  type BandDecoder,
   type BandJob,
   type BandSource,
   type FrameBytes,
   type FrameCoding,
   type Slide,
-  type Region,
   type SlideLevel,
   type TiffCoding,
 } from './slide.js';
-import { readTiled } from './tiled-read.js';
+import { readTiled, tiledOverview } from './tiled-read.js';
 
 const RGB = 2;
 const YCBCR = 6;
@@ -427,32 +427,19 @@ export class TiffSlide implements Slide {
     return !!this.source || !!l.j2k || l.sparse;
   }
 
-  /** A region decoded here (readTiled), its failure said with the file's name. */
-  private async tiled(level: number, r: Region): Promise<Uint8Array> {
+  /** What is decoded here from the tiles (tiled-read.ts), its failure said with the file's name. */
+  private async fromTiles<T>(read: () => Promise<T>): Promise<T> {
     try {
-      return await readTiled(this, level, r);
+      return await read();
     } catch (err) {
       if (err instanceof SlideError) throw err;
       throw new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: ${(err as Error).message}`);
     }
   }
 
-  async overview(level: number, width: number, height: number): Promise<Buffer> {
+  async overview(level: number, width: number, height: number, decode?: BandDecoder): Promise<Buffer> {
     const l = this.pyramid[level];
-    if (this.decodedHere(l)) {
-      if (l.width * l.height > MAX_TILED_OVERVIEW)
-        throw new SlideError(
-          'TILE_ERR_SLIDE_TOO_LARGE',
-          `${this.path}: the level nearest 8 µm/px is ${l.width}x${l.height} pixels, too large to decode whole (the slide has no smaller pyramid level)`,
-        );
-      const rgb = await this.tiled(level, { x: 0, y: 0, w: l.width, h: l.height });
-      if (l.width === width && l.height === height) return Buffer.from(rgb.buffer, rgb.byteOffset, rgb.length);
-      // Up to MAX_TILED_OVERVIEW, past sharp's default limit on an input's pixels (16383^2).
-      return sharp(rgb, { raw: { width: l.width, height: l.height, channels: 3 }, limitInputPixels: false })
-        .resize(width, height, { kernel: 'linear', fit: 'fill' })
-        .raw()
-        .toBuffer();
-    }
+    if (this.decodedHere(l)) return this.fromTiles(() => tiledOverview(this, this.path, level, width, height, decode));
     let image = this.vips(l);
     if (l.width !== width || l.height !== height)
       image = image.resize(width, height, { kernel: 'linear', fit: 'fill' });
@@ -465,7 +452,7 @@ export class TiffSlide implements Slide {
 
   async readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
     const l = this.pyramid[level];
-    if (this.decodedHere(l)) return this.tiled(level, { x, y, w, h });
+    if (this.decodedHere(l)) return this.fromTiles(() => readTiled(this, level, { x, y, w, h }));
     const out = Buffer.alloc(w * h * 3, 255);
     const left = Math.max(0, x);
     const top = Math.max(0, y);
@@ -496,9 +483,6 @@ export class TiffSlide implements Slide {
     else this.tiff.close();
   }
 }
-
-/** The largest level an overview is decoded from whole (OpenSlide's bound too). */
-const MAX_TILED_OVERVIEW = 2 ** 28;
 
 /** geotiff's view of a ByteSource: its reads (headers, directories, tag values) come through
  *  the source's block cache. */

@@ -1,10 +1,8 @@
 // A DICOM WSI series as a Slide, its frames from files or a DICOMweb server (a FrameSource). The
 // reader pool decodes its levels in bands of frames, as it does TIFF tiles; regions and the
 // overview are decoded here from the same bands.
-import sharp from 'sharp';
-import { bandBytes, bandView, cutRows, tileSpan, type BandView } from '../bands.js';
-import type { BandJob, BandSource, FrameBytes, Slide, SlideLevel } from '../slide.js';
-import { decodeFrames } from '../frames.js';
+import type { BandDecoder, BandJob, BandSource, FrameBytes, Slide, SlideLevel } from '../slide.js';
+import { readTiled, tiledOverview } from '../tiled-read.js';
 import type { Pyramid } from './pyramid.js';
 
 /** A frame of the series: an instance (index into its instances) and a frame in it, from 0. */
@@ -90,30 +88,12 @@ export class DicomSlide implements Slide {
     };
   }
 
-  async readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
-    const region = { x, y, w, h };
-    const [tx0, tx1, ty0, ty1] = tileSpan(this.bandSource(level), region);
-    const bands: BandView[] = [];
-    for (let ty = ty0; ty < ty1; ty++) {
-      const job = await this.bandJob(level, ty, tx0, tx1);
-      const data = new SharedArrayBuffer(bandBytes(job));
-      await decodeFrames(job, new Uint8Array(data));
-      bands.push(bandView(job, data));
-    }
-    const out = new Uint8Array(w * h * 3);
-    cutRows(region, 0, h, bands, out, 0);
-    return out;
+  readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
+    return readTiled(this, level, { x, y, w, h });
   }
 
-  async overview(level: number, width: number, height: number): Promise<Buffer> {
-    const l = this.pyramid.levels[level];
-    const rgb = await this.readRegion(level, 0, 0, l.width, l.height);
-    const image = sharp(rgb, { raw: { width: l.width, height: l.height, channels: 3 } });
-    return (
-      l.width === width && l.height === height ? image : image.resize(width, height, { kernel: 'linear', fit: 'fill' })
-    )
-      .raw()
-      .toBuffer();
+  overview(level: number, width: number, height: number, decode?: BandDecoder): Promise<Buffer> {
+    return tiledOverview(this, this.path, level, width, height, decode);
   }
 
   close(): Promise<void> {
