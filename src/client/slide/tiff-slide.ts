@@ -10,7 +10,7 @@
 // Aperio's JPEG 2000 to OpenJPEG, others to geotiff.js' decoders in frames.ts). A local JPEG 2000
 // SVS is OpenSlide's (open.ts) where libopenslide0 is installed, else read here as a remote one
 // is, its tiles' bytes read from the file by the decoding thread. Levels decoded here give their
-// overview from the whole level (up to 2^28 px, a tile row of bands at a time).
+// overview from the whole level (up to 2^28 px, four tile rows of bands at a time, tiled-read.ts).
 import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { fromFile, GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp from 'sharp';
