@@ -25,7 +25,7 @@ import type { SlideBench } from './slide.js';
 import { drive, type Span } from './load.js';
 import { benchOverload, overloadMarkdown, type OverloadBench } from './overload.js';
 import { benchV2, v2Markdown, type V2Row } from './v2.js';
-import { medianMs, medianOf } from './stats.js';
+import { median, medianMs, medianOf } from './stats.js';
 import { cpuByRole, type Role } from './cpu.js';
 
 const args = process.argv.slice(2);
@@ -173,18 +173,35 @@ async function main(): Promise<void> {
     models: { name: string; workers: { provider: string | null; warmup: { batch_shapes: number[] } | null }[] }[];
   };
   const workerOf = (model: string) => served.find((m) => m.name === model)?.workers[0];
-  const floorFor = async (model: string, batch: number) => {
+  const floorAt = (model: string, batch: number, floorSeconds = smoke ? 1 : 5) => {
     const pkg = readPackage(join(MODELS, model));
+    const tilePngs = pngs[pkg.manifest.tile.width as 224 | 512];
+    return measureFloor(pkg, tilePngs, batch, floorSeconds, workerOf(model)?.provider ?? 'cpu');
+  };
+  const floorFor = (model: string, batch: number) => {
     const shapes = workerOf(model)?.warmup?.batch_shapes;
-    const formed = Math.max(1, Math.min(pkg.manifest.batch.max, Math.round(batch)));
-    const b = shapes?.find((s) => s >= formed) ?? formed;
-    return measureFloor(
-      pkg,
-      pngs[pkg.manifest.tile.width as 224 | 512],
-      b,
-      smoke ? 1 : 5,
-      workerOf(model)?.provider ?? 'cpu',
-    );
+    const formed = Math.max(1, Math.min(readPackage(join(MODELS, model)).manifest.batch.max, Math.round(batch)));
+    return floorAt(model, shapes?.find((s) => s >= formed) ?? formed);
+  };
+  // The floor at the model's best batch as well: ONNX Runtime alone may run a batch of several
+  // tiles faster a tile than the batch the service forms (on cpu, one tile: identical outputs).
+  // The best batch is found once per model (powers of two up to the package's max, and the max),
+  // then measured beside each run with the served batch's floor; the faster of the two counts.
+  const bestBatches = new Map<string, number>();
+  const bestBatchOf = async (model: string) => {
+    const known = bestBatches.get(model);
+    if (known) return known;
+    const max = readPackage(join(MODELS, model)).manifest.batch.max;
+    const sizes = [1];
+    while (!smoke && sizes[sizes.length - 1] * 2 < max) sizes.push(sizes[sizes.length - 1] * 2);
+    if (max > 1) sizes.push(max);
+    let best = { batch: 1, tilesPerSec: 0 };
+    for (const size of sizes) {
+      const f = await floorAt(model, size, smoke ? 1 : 3);
+      if (f.tilesPerSec > best.tilesPerSec) best = f;
+    }
+    bestBatches.set(model, best.batch);
+    return best.batch;
   };
   const rows = [];
   for (const target of TARGETS.filter(
@@ -200,9 +217,20 @@ async function main(): Promise<void> {
       for (let round = 0; round < modelRounds; round++) {
         const run = await drive(server.url, target.model, target.path, bodies[target.size], c, span, accept);
         const runFloor = await floorFor(target.model, run.meanBatch);
-        rounds.push({ r: run, floor: runFloor, ratio: run.tilesPerSec / runFloor.tilesPerSec });
+        const bestBatch = await bestBatchOf(target.model);
+        const other = bestBatch === runFloor.batch ? runFloor : await floorAt(target.model, bestBatch);
+        // The served batch is a candidate too: on a shared host it may read faster this round.
+        const best = other.tilesPerSec >= runFloor.tilesPerSec ? other : runFloor;
+        rounds.push({
+          r: run,
+          floor: runFloor,
+          best,
+          ratio: run.tilesPerSec / runFloor.tilesPerSec,
+          bestRatio: run.tilesPerSec / best.tilesPerSec,
+        });
       }
       const ratios = rounds.map((round) => round.ratio);
+      const bestRatios = rounds.map((round) => round.bestRatio);
       const kept = medianOf(rounds, (round) => round.ratio) ?? rounds[0];
       let r = kept.r;
       const floor = kept.floor;
@@ -226,6 +254,10 @@ async function main(): Promise<void> {
         floorBatch: floor.batch,
         ratio: r.tilesPerSec / floor.tilesPerSec,
         ratios,
+        bestFloor: kept.best.tilesPerSec,
+        bestFloorBatch: kept.best.batch,
+        bestRatio: median(bestRatios),
+        bestRatios,
         p50OverModel: r.p50 - single.msPerBatch,
         ...vsBaseline,
       });
@@ -233,7 +265,7 @@ async function main(): Promise<void> {
         ? `; baseline ${turns.before.map((x) => x.toFixed(1)).join('/')} vs ${turns.after.map((x) => x.toFixed(1)).join('/')}: ${(mean(turns.after) / mean(turns.before)).toFixed(2)}`
         : '';
       console.log(
-        `${label(target)} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}; floor ${floor.tilesPerSec.toFixed(1)} (batch ${floor.batch}): ${ratios.map((x) => x.toFixed(2)).join(' / ')}${versus}`,
+        `${label(target)} c=${c}: ${r.tilesPerSec.toFixed(1)} tiles/s p50 ${r.p50} ms p99 ${r.p99} ms errors ${r.errors} batch ${r.meanBatch.toFixed(2)}; floor ${floor.tilesPerSec.toFixed(1)} (batch ${floor.batch}): ${ratios.map((x) => x.toFixed(2)).join(' / ')}; best-batch floor ${kept.best.tilesPerSec.toFixed(1)} (batch ${kept.best.batch}): ${bestRatios.map((x) => x.toFixed(2)).join(' / ')}${versus}`,
       );
     }
   }
@@ -317,16 +349,20 @@ function markdown(
   slideMd: string | null,
 ): string {
   const f = (n: number, d = 1) => n.toFixed(d);
+  const ratioCell = (ratios: number[], ratio: number) =>
+    ratios.length > 1 ? `${ratios.map((x) => f(x, 2)).join(' / ')} (median ${f(ratio, 2)})` : f(ratio, 2);
   const stageNames = ['parse', 'base64', 'decode', 'preprocess', 'ipc', 'queue', 'inference', 'serialize'];
   const lines = [
     `Benchmark ${report.date} on ${report.machine}; ${report.smoke ? '3 requests per connection' : `${report.seconds} s`} per run after a warm-up, autocannon over keep-alive connections, distinct synthetic tiles.`,
     '',
-    '| endpoint | provider | conc. | tiles/s | p50 ms | p99 ms | errors | mean batch | floor tiles/s (batch) | server/floor | p50 - model ms |',
-    '|---|---|---|---|---|---|---|---|---|---|---|',
+    '| endpoint | provider | conc. | tiles/s | p50 ms | p99 ms | errors | mean batch | floor tiles/s (batch) | server/floor | best-batch floor tiles/s (batch) | server/best-batch floor | p50 - model ms |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...report.runs.map(
       (r) =>
-        `| ${label(r)} | ${r.provider} | ${r.concurrency} | ${f(r.tilesPerSec)} | ${r.p50} | ${r.p99} | ${r.errors} | ${f(r.meanBatch, 2)} | ${f(r.floor)} (${r.floorBatch}) | ${r.ratios.length > 1 ? `${r.ratios.map((x: number) => f(x, 2)).join(' / ')} (median ${f(r.ratio, 2)})` : f(r.ratio, 2)} | ${f(r.p50OverModel)} |`,
+        `| ${label(r)} | ${r.provider} | ${r.concurrency} | ${f(r.tilesPerSec)} | ${r.p50} | ${r.p99} | ${r.errors} | ${f(r.meanBatch, 2)} | ${f(r.floor)} (${r.floorBatch}) | ${ratioCell(r.ratios, r.ratio)} | ${f(r.bestFloor)} (${r.bestFloorBatch}) | ${ratioCell(r.bestRatios, r.bestRatio)} | ${f(r.p50OverModel)} |`,
     ),
+    '',
+    'The floor is ONNX Runtime alone in this process on ready tensors, measured right after each run: at the batch the service formed, and at the batch it runs fastest (found once per model over powers of two up to its max).',
     '',
     "Per-tile cost of each server stage, ms (inference is the tile's share of its batch's session.run; queue is time waiting for a batch):",
     '',

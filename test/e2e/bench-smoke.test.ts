@@ -43,8 +43,8 @@ t.test('npm run bench -- --smoke', { timeout: 7 * 60 * 1000 }, async (t) => {
   for (const r of report.runs) {
     t.equal(r.errors, 0, `${r.path} c=${r.concurrency}: no errors`);
     t.ok(
-      r.tilesPerSec > 0 && r.floor > 0 && r.stages.inference > 0,
-      `${r.path} c=${r.concurrency}: throughput, floor and stages reported`,
+      r.tilesPerSec > 0 && r.floor > 0 && r.bestFloor > 0 && r.bestRatio > 0 && r.stages.inference > 0,
+      `${r.path} c=${r.concurrency}: throughput, floors (served and best batch) and stages reported`,
     );
   }
   const systems = new Set(report.ceiling.map((r: { system: string }) => r.system));
