@@ -13,6 +13,7 @@ import { openSlide } from '../../src/client/slide/open.js';
 import { OpenSlideSlide } from '../../src/client/slide/openslide-slide.js';
 import { startNginx } from '../../tools/remote-servers.js';
 import { writeSlide } from '../../tools/synthetic/slide.js';
+import { unwriteTiles } from '../../tools/synthetic/tiff-tags.js';
 import { ROOT, startServer, type TestServer } from '../helpers/server.js';
 import { outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
 import { tempDir } from '../../tools/temp-dir.js';
@@ -23,13 +24,7 @@ const [whole, sparse] = [join(dir, 'whole.svs'), join(dir, 'sparse.svs')];
 const UNWRITTEN = [34, 1];
 
 /** Zeroes the byte counts of the UNWRITTEN tiles of directory 0. */
-const unwrite = (path: string) =>
-  execFileSync('/usr/bin/python3', [
-    '-c',
-    'import sys, tifffile\nwith tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n tag = f.pages[0].tags["TileByteCounts"]\n counts = list(tag.value)\n for i in sys.argv[2:]: counts[int(i)] = 0\n tag.overwrite(counts)',
-    path,
-    ...UNWRITTEN.map(String),
-  ]);
+const unwrite = (path: string) => unwriteTiles(path, UNWRITTEN);
 
 /** Whether `got` is white on the UNWRITTEN tiles of a level `width` wide cut in `tile` px tiles,
  *  and equal to `unholed` everywhere else. */

@@ -1,0 +1,24 @@
+// Edits to a TIFF's tags in place, by tifffile (Debian's python3-tifffile), as a real file would
+// come with them: tiles never written (sparse SVS) and a description that is no longer Aperio's
+// (de-identified slides). tifffile, not our own writer, so that the reader is tested on a file
+// another program made.
+import { execFileSync } from 'node:child_process';
+
+const tifffile = (script: string, ...args: string[]) =>
+  execFileSync('/usr/bin/python3', ['-c', `import sys, tifffile\n${script}`, ...args]);
+
+/** Zeroes the TileByteCounts of `tiles` (indices in directory 0's tile order): tiles never written. */
+export const unwriteTiles = (path: string, tiles: number[]) =>
+  tifffile(
+    'with tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n tag = f.pages[0].tags["TileByteCounts"]\n counts = list(tag.value)\n for i in sys.argv[2:]: counts[int(i)] = 0\n tag.overwrite(counts)',
+    path,
+    ...tiles.map(String),
+  );
+
+/** Overwrites directory 0's ImageDescription. */
+export const describe = (path: string, text: string) =>
+  tifffile(
+    'with tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n f.pages[0].tags["ImageDescription"].overwrite(sys.argv[2])',
+    path,
+    text,
+  );
