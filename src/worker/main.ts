@@ -11,7 +11,7 @@ import { CodedError } from '../lib/errors.js';
 import { ExitCode } from '../lib/exit-codes.js';
 import { PackageError, readPackage, type ModelPackage } from '../model-package/model-package.js';
 import { ModelSession } from './model-session.js';
-import { FrontHearing, reportLoad } from './load-reports.js';
+import { FrontHearing, type LoadBeat, reportLoad } from './load-reports.js';
 import { ModelWorker, type Reply } from './model-worker.js';
 import { NoProviderError } from './providers.js';
 
@@ -35,6 +35,8 @@ async function main(): Promise<void> {
   let exitCode: number = ExitCode.OK;
   /** Each front's channel, and what it last heard of the load. */
   const channels = new Map<Channel<ChannelRequest, WorkerMessage>, FrontHearing>();
+  /** The fronts' load reports, once the worker is loaded; woken by tiles. */
+  let loadBeat: LoadBeat | null = null;
   // A stopping worker serves on until every front has hung up: a front hangs up once it knows
   // this instance is no longer ready and its requests here are answered. Refusing a request
   // sent before the front knew would leave a model with one instance nowhere to route it.
@@ -73,7 +75,10 @@ async function main(): Promise<void> {
     });
     channel.on('message', (message) => {
       if (message.type === 'cancel') link.cancel(message.ids);
-      else link.acceptAll(message.tiles, message.deadline);
+      else {
+        link.acceptAll(message.tiles, message.deadline);
+        loadBeat?.wake();
+      }
     });
   });
 
@@ -137,7 +142,7 @@ async function main(): Promise<void> {
         });
     if (warmup.note) send({ type: 'log', level: 'warn', msg: warmup.note });
     worker = candidate;
-    reportLoad(
+    loadBeat = reportLoad(
       () => candidate.load(),
       () => channels.values(),
     );

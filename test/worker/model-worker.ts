@@ -423,10 +423,10 @@ t.test("a request's tiles are taken all or none; an idle instance takes any requ
 });
 
 t.test(
-  'the load beat: each front hears the load while busy, when it differs from what it heard, and at the keepalive',
+  'the load beat: each front hears the load while busy, when it differs from what it heard, and at the keepalive; an idle beat sleeps until the keepalive or new tiles',
   async (t) => {
-    let beat: (() => void) | null = null;
-    let stopped = false;
+    // The one timer set, and the delay it was set for; null once it fired or was cancelled.
+    let pending: { fn: () => void; ms: number } | null = null;
     const heard: [string, number][] = [];
     let held = 0;
     const now = () => ({ queued: 0, held, batchMs: 10, maxBatch: 4 });
@@ -441,54 +441,83 @@ t.test(
       ],
       'a front that connects hears the load at once',
     );
-    const stop = reportLoad(now, () => Object.values(fronts), {
+    const beat = reportLoad(now, () => Object.values(fronts), {
       ms: 100,
       keepaliveMs: 300,
       timer: (fn, ms) => {
-        t.equal(ms, 100);
-        beat = fn;
-        return () => (stopped = true);
+        t.equal(pending, null, 'one timer at a time');
+        const timer = { fn, ms };
+        pending = timer;
+        return () => {
+          if (pending === timer) pending = null;
+        };
       },
     });
+    /** Fires the pending timer `n` times; what the fronts heard, and the delay each was set for. */
     const beats = (n: number) => {
       heard.length = 0;
-      for (let i = 0; i < n; i++) beat!();
-      return heard;
+      const delays: number[] = [];
+      for (let i = 0; i < n; i++) {
+        const { fn, ms } = pending!;
+        delays.push(ms);
+        pending = null;
+        fn();
+      }
+      return { heard: [...heard], delays };
     };
-    t.same(beats(2), [], 'idle and unchanged: silent');
+    t.same(beats(1), { heard: [], delays: [100] }, 'the first beat after 100 ms: idle and unchanged, silent');
+    t.equal(pending!.ms, 300, 'idle: the next beat at the keepalive');
     t.same(
       beats(1),
-      [
-        ['a', 0],
-        ['b', 0],
-      ],
-      'until the keepalive, three beats of 100 ms',
+      {
+        heard: [
+          ['a', 0],
+          ['b', 0],
+        ],
+        delays: [300],
+      },
+      'which is sent',
     );
+    t.same(beats(1).heard.length, 2, 'and again each keepalive');
     held = 3;
+    beat.wake();
+    t.equal(pending!.ms, 100, 'tiles came: the sleeping beat is woken, 100 ms away');
     t.same(
       beats(2),
-      [
-        ['a', 3],
-        ['b', 3],
-        ['a', 3],
-        ['b', 3],
-      ],
+      {
+        heard: [
+          ['a', 3],
+          ['b', 3],
+          ['a', 3],
+          ['b', 3],
+        ],
+        delays: [100, 100],
+      },
       'busy: every beat, changed or not',
     );
+    const before = pending;
+    beat.wake();
+    t.equal(pending, before, 'more tiles while awake: the beat keeps its time (a stream of tiles cannot hold it off)');
     held = 0;
+    // The last tile answered was b's: b heard the idle load with it, a still the busy one.
+    fronts.b.heard(now());
+    t.same(beats(1), { heard: [['a', 0]], delays: [100] }, 'idle again: at once, to the front that heard another load');
+    t.equal(pending!.ms, 300, 'and the beat sleeps');
+    // Woken by tiles that were answered before its beat: the sleep it cut short is not timed, so
+    // it counts as the keepalive and every front is told, never later than the keepalive.
+    beat.wake();
     t.same(
       beats(1),
-      [
-        ['a', 0],
-        ['b', 0],
-      ],
-      'idle again: at once',
+      {
+        heard: [
+          ['a', 0],
+          ['b', 0],
+        ],
+        delays: [100],
+      },
+      'a beat woken from sleep tells every front',
     );
-    // A front heard another load with an answer (mid-batch): the beat sets it right, the other
-    // front, which heard the idle load, hears nothing.
-    fronts.a.heard({ queued: 0, held: 5, batchMs: 10, maxBatch: 4 });
-    t.same(beats(1), [['a', 0]], 'only the front whose last load differs');
-    stop();
-    t.ok(stopped);
+    beat.stop();
+    t.equal(pending, null, 'stopped: no timer left');
   },
 );
