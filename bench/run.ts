@@ -14,7 +14,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import pidusage from 'pidusage';
-import { readPackage } from '../src/model-package/model-package.js';
+import { readPackage, type ModelPackage } from '../src/model-package/model-package.js';
 import { cellularTile, encodePng, slideTile } from '../tools/synthetic/tissue.js';
 import { maskJson, outputTensor, tileResponseJson } from '../src/front/response-writer.js';
 import { shippedConfig, spawnService, waitFor, ROOT } from '../tools/service-process.js';
@@ -173,14 +173,23 @@ async function main(): Promise<void> {
     models: { name: string; workers: { provider: string | null; warmup: { batch_shapes: number[] } | null }[] }[];
   };
   const workerOf = (model: string) => served.find((m) => m.name === model)?.workers[0];
-  const floorAt = (model: string, batch: number, floorSeconds = smoke ? 1 : 5) => {
+  // Each package read once: reading one hashes its model file.
+  const packages = new Map<string, ModelPackage>();
+  const packageOf = (model: string) => {
+    const known = packages.get(model);
+    if (known) return known;
     const pkg = readPackage(join(MODELS, model));
+    packages.set(model, pkg);
+    return pkg;
+  };
+  const floorAt = (model: string, batch: number, floorSeconds = smoke ? 1 : 5) => {
+    const pkg = packageOf(model);
     const tilePngs = pngs[pkg.manifest.tile.width as 224 | 512];
     return measureFloor(pkg, tilePngs, batch, floorSeconds, workerOf(model)?.provider ?? 'cpu');
   };
   const floorFor = (model: string, batch: number) => {
     const shapes = workerOf(model)?.warmup?.batch_shapes;
-    const formed = Math.max(1, Math.min(readPackage(join(MODELS, model)).manifest.batch.max, Math.round(batch)));
+    const formed = Math.max(1, Math.min(packageOf(model).manifest.batch.max, Math.round(batch)));
     return floorAt(model, shapes?.find((s) => s >= formed) ?? formed);
   };
   // The floor at the model's best batch as well: ONNX Runtime alone may run a batch of several
@@ -191,7 +200,7 @@ async function main(): Promise<void> {
   const bestBatchOf = async (model: string) => {
     const known = bestBatches.get(model);
     if (known) return known;
-    const max = readPackage(join(MODELS, model)).manifest.batch.max;
+    const max = packageOf(model).manifest.batch.max;
     const sizes = [1];
     while (!smoke && sizes[sizes.length - 1] * 2 < max) sizes.push(sizes[sizes.length - 1] * 2);
     if (max > 1) sizes.push(max);
