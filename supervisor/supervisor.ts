@@ -181,7 +181,7 @@ export class Supervisor implements DiagnosticsSource {
         front.once('exit', () => this.listening.delete(front));
         return this.announceReady();
       case 'usage':
-        return message.entries.forEach((entry) => this.recordUsage(entry));
+        return this.recordUsage(message.entries);
       case 'query':
         if (message.query === 'metrics') {
           void Promise.all([this.aggregator.clusterMetrics(), this.gpuMetrics.metrics()]).then(
@@ -195,11 +195,13 @@ export class Supervisor implements DiagnosticsSource {
     }
   }
 
-  private recordUsage({ slide, ...entry }: UsageReport): void {
-    this.usage.record(entry);
-    if (slide === null) return;
-    this.recentSlides.delete(slide);
-    this.recentSlides.add(slide);
-    if (this.recentSlides.size > RECENT_SLIDES) this.recentSlides.delete(this.recentSlides.values().next().value!);
+  private recordUsage(reports: UsageReport[]): void {
+    this.usage.record(reports.map(({ slide, ...entry }) => entry));
+    for (const { slide } of reports) {
+      if (slide === null) continue;
+      this.recentSlides.delete(slide);
+      this.recentSlides.add(slide);
+      if (this.recentSlides.size > RECENT_SLIDES) this.recentSlides.delete(this.recentSlides.values().next().value!);
+    }
   }
 }

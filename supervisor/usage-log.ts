@@ -32,16 +32,26 @@ export class UsageLog {
     }
   }
 
-  record(entry: UsageEntry): void {
-    this.recentEntries.push(entry);
-    if (this.recentEntries.length > this.options.recentEntries) this.recentEntries.shift();
-    const key = `${entry.model} ${entry.endpoint} ${entry.status} ${entry.shed ?? ''}`;
-    this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
-    if (!this.stream) return;
-    const line = JSON.stringify(entry) + '\n';
-    if (this.size + line.length > this.options.maxFileBytes) this.rotate();
-    this.stream?.write(line);
-    this.size += line.length;
+  /** A front's batch of entries, written in one piece (two when the file rotates within it). */
+  record(entries: UsageEntry[]): void {
+    let lines = '';
+    for (const entry of entries) {
+      this.recentEntries.push(entry);
+      const key = `${entry.model} ${entry.endpoint} ${entry.status} ${entry.shed ?? ''}`;
+      this.counts.set(key, (this.counts.get(key) ?? 0) + 1);
+      if (!this.stream) continue;
+      const line = JSON.stringify(entry) + '\n';
+      if (this.size + line.length > this.options.maxFileBytes) {
+        if (lines) this.stream.write(lines);
+        lines = '';
+        this.rotate();
+      }
+      lines += line;
+      this.size += line.length;
+    }
+    if (this.recentEntries.length > this.options.recentEntries)
+      this.recentEntries.splice(0, this.recentEntries.length - this.options.recentEntries);
+    if (lines) this.stream?.write(lines);
   }
 
   /** The most recent entries, newest last. */
