@@ -1,0 +1,56 @@
+// The image tensor from pixels: float32 NCHW normalized per channel, every pixel value in every
+// channel order and pixel layout, against the per-pixel formula.
+import t from 'tap';
+import { join } from 'node:path';
+import { readPackage } from '../../src/model-package/model-package.js';
+import type { Manifest } from '../../src/model-package/manifest.js';
+import type { Pixels } from '../../src/tile/png.js';
+import { makePreprocessor } from '../../src/worker/preprocess.js';
+import { ROOT } from '../../tools/service-process.js';
+
+const shipped = readPackage(join(ROOT, 'models/gene-expr')).manifest;
+
+/** A 16x16 tile whose channels each hold every byte value, in different orders. */
+function tile(channels: 3 | 4, seed: number): Pixels {
+  const data = new Uint8Array(256 * channels);
+  for (let i = 0; i < 256; i++)
+    for (let c = 0; c < channels; c++) data[i * channels + c] = (i * (2 * c + 1) + seed * 31) & 255;
+  return { width: 16, height: 16, channels, data };
+}
+
+for (const order of ['RGB', 'BGR'] as const) {
+  t.test(`float32 tensor, channel order ${order}: v * scale / std - mean / std in each tensor channel`, async (t) => {
+    const [mR, mG, mB] = shipped.preprocess.mean as number[];
+    const [sR, sG, sB] = shipped.preprocess.std as number[];
+    const manifest: Manifest = {
+      ...shipped,
+      tile: { ...shipped.tile, width: 16, height: 16 },
+      preprocess: {
+        ...shipped.preprocess,
+        channel_order: order,
+        mean: { R: mR, G: mG, B: mB },
+        std: { R: sR, G: sG, B: sB },
+      },
+    };
+    const tiles = [tile(3, 1), tile(4, 2)];
+    const tensor = makePreprocessor(manifest).tensor(tiles);
+    t.same(tensor.dims, [2, 3, 16, 16]);
+    const out = tensor.data as Float32Array;
+    // Tensor channel c is the pixel's channel pixelChannel[c], with that colour's mean and std.
+    const pixelChannel = order === 'RGB' ? [0, 1, 2] : [2, 1, 0];
+    const mean = pixelChannel.map((p) => [mR, mG, mB][p]);
+    const std = pixelChannel.map((p) => [sR, sG, sB][p]);
+    let wrong = 0;
+    tiles.forEach(({ data, channels }, n) => {
+      for (let c = 0; c < 3; c++) {
+        const a = shipped.preprocess.scale! / std[c];
+        const b = -mean[c] / std[c];
+        for (let i = 0; i < 256; i++) {
+          const want = Math.fround(data[i * channels + pixelChannel[c]] * a + b);
+          if (out[n * 3 * 256 + c * 256 + i] !== want) wrong++;
+        }
+      }
+    });
+    t.equal(wrong, 0, 'every value as the formula gives it, bit for bit');
+  });
+}
