@@ -35,7 +35,7 @@ class FrameSerializer extends DefaultSerializer {
   readonly attached: Uint8Array[] = [];
 
   _writeHostObject(view: NodeJS.TypedArray): void {
-    const type = view instanceof Buffer ? BUFFER : TYPED.findIndex((ctor) => view.constructor === ctor);
+    const type = view instanceof Buffer ? BUFFER : TYPED.indexOf(view.constructor as (typeof TYPED)[number]);
     if (type < 0) throw new TypeError(`a ${view.constructor.name} cannot cross a channel`);
     this.writeUint32(type);
     this.writeUint32(this.attached.length);
