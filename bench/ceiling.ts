@@ -6,6 +6,7 @@
 // run. The systems take turns at each size, concurrency and body type, so a ratio compares runs
 // that are seconds apart.
 import { fork } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
@@ -241,6 +242,7 @@ export async function measureCeiling(options: CeilingOptions): Promise<CeilingRo
     return rows;
   } finally {
     for (const system of systems) await system.stop();
+    rmSync(models, { recursive: true, force: true });
   }
 }
 

@@ -3,7 +3,7 @@
 // the contract's raw-body route (application/octet-stream, one tile per request), on one service
 // serving a null model (bench/null-models.ts, batch.max raised to 32), each system taking its turn,
 // a number of rounds, so that each ratio compares runs of one round, seconds apart.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import { join } from 'node:path';
 import * as protoLoader from '@grpc/proto-loader';
@@ -270,6 +270,7 @@ export async function benchV2(options: {
     await channel?.close();
     service.proc.kill('SIGTERM');
     await service.exited;
+    rmSync(models, { recursive: true, force: true });
   }
 }
 
