@@ -110,7 +110,7 @@ t.test('--help and --check-config', async (t) => {
   );
   t.match(
     check.stdout,
-    /config-4\.json: ok\nlistening on http:\/\/127\.0\.0\.1:0, 2 model\(s\):\n {2}tissue-seg 1\.0\.0: segmentation; .*\n {2}gene-expr 1\.0\.0: prediction, embedding; 224x224 at 0\.5 MPP; 2 instance\(s\), gpus "auto"; .*POST \/api\/predict\/gene-expr, POST \/api\/embed\/gene-expr\nexecution providers:\n {2}cuda: provider libraries not installed beside libonnxruntime \d+\.\d+\.\d+ \(.*npm run cuda:install\)\n {2}webgpu: (Vulkan devices: .*|no Vulkan loader .*|no Vulkan device)\n {2}cpu: always\n$/,
+    /config-4\.json: ok\nlistening on http:\/\/127\.0\.0\.1:0, 2 model\(s\):\n {2}tissue-seg 1\.0\.0: segmentation; .*\n {2}gene-expr 1\.1\.0: prediction, embedding; 224x224 at 0\.5 MPP; 2 instance\(s\), gpus "auto"; .*POST \/api\/predict\/gene-expr, POST \/api\/embed\/gene-expr\nexecution providers:\n {2}cuda: provider libraries not installed beside libonnxruntime \d+\.\d+\.\d+ \(.*npm run cuda:install\)\n {2}webgpu: (Vulkan devices: .*|no Vulkan loader .*|no Vulkan device)\n {2}cpu: always\n$/,
   );
 });
 

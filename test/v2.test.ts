@@ -31,7 +31,7 @@ t.test('a batch in JSON and in binary; outputs picked; the id echoed', async (t)
   t.equal(res.statusCode, 200, res.body.slice(0, 200));
   t.match(res.json(), {
     model_name: 'gene-expr',
-    model_version: '1.0.0',
+    model_version: '1.1.0',
     id: 'x',
     outputs: [{ name: 'embedding', datatype: 'FP32', shape: [3, 256] }],
   });

@@ -215,8 +215,8 @@ t.test('health and metadata calls', async (t) => {
   t.ok((await call('ServerMetadata', {})).extensions.includes('binary_tensor_data'));
   t.same(await call('ModelReady', { name: 'tile-embed' }), { ready: true });
   t.same(await call('ModelReady', { name: 'broken' }), { ready: false });
-  const meta = await call('ModelMetadata', { name: 'gene-expr', version: '1.0.0' });
-  t.match(meta, { name: 'gene-expr', versions: ['1.0.0'], platform: 'onnxruntime_onnx' });
+  const meta = await call('ModelMetadata', { name: 'gene-expr', version: '1.1.0' });
+  t.match(meta, { name: 'gene-expr', versions: ['1.1.0'], platform: 'onnxruntime_onnx' });
   t.same(meta.outputs, [
     { name: 'prediction', datatype: 'FP32', shape: [-1, 21] },
     { name: 'embedding', datatype: 'FP32', shape: [-1, 256] },

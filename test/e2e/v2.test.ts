@@ -45,7 +45,7 @@ t.test('model metadata from the manifest, -1 for the batch; versions; ready', as
     { name: 'mask', datatype: 'UINT8', shape: [-1, 512, 512] },
     { name: 'tissue_ratio', datatype: 'FP32', shape: [-1] },
   ]);
-  const gene = (await (await client.get('/v2/models/gene-expr/versions/1.0.0')).json()) as Json;
+  const gene = (await (await client.get('/v2/models/gene-expr/versions/1.1.0')).json()) as Json;
   t.same(
     gene.inputs.find((i: Json) => i.name === 'bulk_rna'),
     { name: 'bulk_rna', datatype: 'FP32', shape: [-1, 50] },

@@ -1,18 +1,21 @@
 // gene-expr: a convolutional tile encoder plus a bulk-RNA branch; one forward pass yields the
 // embedding [N,256] and the predicted expression [N,21]. Weights are seeded random, not trained.
 import { Graph, Rng, DType, int } from './onnx-graph.js';
-import { conv, linear, l2normalize } from './layers.js';
+import { conv, linear, l2normalize, normalizedImage } from './layers.js';
 import { PAM50, ONCOTYPE_DX_21 } from './gene-panels.js';
 import type { Manifest } from '../../src/model-package/manifest.js';
 import type { PackageBuild } from './package-build.js';
 
 const SEED = 20261121;
 const EMBEDDING_DIM = 256;
+// ImageNet's statistics, applied in the graph to the uint8 tile.
+const MEAN = [0.485, 0.456, 0.406];
+const STD = [0.229, 0.224, 0.225];
 
 export function buildGeneExpr(): PackageBuild {
   const rng = new Rng(SEED);
   const g = new Graph('gene_expr');
-  const image = g.input('image', DType.FLOAT, ['N', 3, 224, 224]);
+  const image = normalizedImage(g, g.input('image', DType.UINT8, ['N', 224, 224, 3]), MEAN, STD);
   const bulk = g.input('bulk', DType.FLOAT, ['N', PAM50.length]);
 
   // Stem to 112x112, then three stages of 3x3 convolutions (112 -> 56 -> 28): about 4 GFLOPs
@@ -37,13 +40,13 @@ export function buildGeneExpr(): PackageBuild {
   const method = `Seeded random weights (He-normal, mulberry32 seed ${SEED}) written by tools/model-build/gene-expr.ts; NOT TRAINED: outputs are a deterministic function of pixels and bulk RNA with no biological validity.`;
   const manifest: Manifest = {
     name: 'gene-expr',
-    version: '1.0.0',
+    version: '1.1.0',
     description:
       'Spatial gene-expression prediction (Oncotype DX 21 genes) from a 224x224 H&E tile at 0.5 MPP and an optional bulk RNA vector (PAM50 genes); also serves the tile embedding. Untrained weights.',
     license: 'Apache-2.0',
     tasks: ['prediction', 'embedding'],
     tile: { width: 224, height: 224, mpp: 0.5, mpp_tolerance: 0.1 },
-    preprocess: { scale: 1 / 255, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225], channel_order: 'RGB' },
+    preprocess: { input: 'uint8', channel_order: 'RGB' },
     tensors: { image: 'image', bulk: 'bulk', prediction: 'prediction', embedding: 'embedding' },
     genes: {
       panel:
