@@ -59,6 +59,14 @@ module.exports = {
       to: { path: OURS, pathNot: folders([module, ...BELOW[module]]) },
     })),
     {
+      name: 'onnxruntime-not-through-lib',
+      severity: 'error',
+      comment:
+        'ONNX Runtime is loaded only through src/lib/onnxruntime.ts, which turns its telemetry off before the runtime reads its environment (types only are fine).',
+      from: { pathNot: '^src/lib/onnxruntime\\.ts$' },
+      to: { path: '^node_modules/onnxruntime-node/', dependencyTypesNot: ['type-only'] },
+    },
+    {
       name: 'runtime-imports-dev-dependency',
       severity: 'error',
       comment:

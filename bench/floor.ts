@@ -2,7 +2,7 @@
 // (pre-decoded, preprocessed) batches, on the execution provider the service uses. Everything the
 // service adds is overhead above it.
 import { availableParallelism } from 'node:os';
-import ort from 'onnxruntime-node';
+import ort from '../src/lib/onnxruntime.js';
 import type { ModelPackage } from '../src/model-package/model-package.js';
 import { makePreprocessor } from '../src/worker/preprocess.js';
 import { decodePng } from '../src/tile/png.js';

@@ -4,7 +4,7 @@ import t from 'tap';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import ort from 'onnxruntime-node';
+import ort from '../src/lib/onnxruntime.js';
 import { checkSignature, readPackage, PackageError } from '../src/model-package/model-package.js';
 import type { CodesOf } from '../src/lib/errors.js';
 import { shippedPackages, writePackage } from '../tools/model-build/build.js';

@@ -5,7 +5,7 @@ import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PNG } from 'pngjs';
-import ort from 'onnxruntime-node';
+import ort from '../src/lib/onnxruntime.js';
 import { readPackage } from '../src/model-package/model-package.js';
 import { makePreprocessor } from '../src/worker/preprocess.js';
 import { TISSUE_FIXTURES } from '../tools/synthetic/build-fixtures.js';

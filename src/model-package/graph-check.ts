@@ -7,7 +7,7 @@ import { checkSignature, type ModelPackage, type ServingPlan } from './model-pac
 
 export async function checkGraph(pkg: ModelPackage): Promise<ServingPlan> {
   // Loaded here only: the processes that import this module's neighbours never run a model.
-  const { default: ort } = await import('onnxruntime-node');
+  const { default: ort } = await import('../lib/onnxruntime.js');
   let session: Awaited<ReturnType<typeof ort.InferenceSession.create>>;
   try {
     session = await ort.InferenceSession.create(pkg.modelPath, {

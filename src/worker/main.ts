@@ -3,7 +3,7 @@
 // tiles over a Unix socket that every HTTP front connects to (ipc/protocol.ts).
 import { createServer } from 'node:net';
 import { rmSync } from 'node:fs';
-import ort from './ort.js';
+import ort from '../lib/onnxruntime.js';
 import type { ChannelRequest, WarmupReport, WorkerControl, WorkerMessage, WorkerReport } from '../ipc/protocol.js';
 import { readWorkerConfig } from '../ipc/fork-config.js';
 import { Channel } from '../ipc/channel.js';

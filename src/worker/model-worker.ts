@@ -1,6 +1,6 @@
 // One model's serving loop in the worker process: tiles in, decoded, batched, run through the
 // model session, each answer back on the channel its tile came from.
-import ort from './ort.js';
+import ort from '../lib/onnxruntime.js';
 import type {
   ChannelReply,
   DropReason,

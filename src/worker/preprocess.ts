@@ -1,7 +1,7 @@
 // Pixels to the model's image tensor, as the manifest's preprocess section says: float32 (or
 // float16) NCHW normalized here, or uint8 NHWC handed over as decoded (the graph normalizes, in ONNX
 // Runtime's kernels instead of a JS loop; a batch of one RGB tile is passed without a copy).
-import ort from './ort.js';
+import ort from '../lib/onnxruntime.js';
 import { inTensorOrder, type ImageInput, type Manifest } from '../model-package/manifest.js';
 import type { Pixels } from '../tile/png.js';
 import { float32ToFloat16 } from './float16.js';

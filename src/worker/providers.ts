@@ -3,7 +3,7 @@
 // rasterizer; an explicit list tries its providers in order and may use a software Vulkan device
 // (tests do). Every provider passed over is kept with the reason, for /api/models, /diagnostics
 // and the log.
-import ort from './ort.js';
+import ort from '../lib/onnxruntime.js';
 import { CodedError } from '../lib/errors.js';
 import type { ProviderName } from '../config/config.js';
 import type { SkippedProvider } from '../ipc/protocol.js';

@@ -4,7 +4,7 @@
 // thread only runs the model.
 import { existsSync, unlinkSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
-import ort from './ort.js';
+import ort from '../lib/onnxruntime.js';
 import type { ProviderName } from '../config/config.js';
 import { NoProviderError, openSession, type ProviderChoice, type ProviderTarget } from './providers.js';
 

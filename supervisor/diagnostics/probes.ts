@@ -3,7 +3,7 @@
 import { readFileSync, statfsSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import os from 'node:os';
-import ort from 'onnxruntime-node';
+import ort from '../../src/lib/onnxruntime.js';
 import { queryGpus } from '../../src/gpu/nvidia-smi.js';
 import { SERVICE_PACKAGE } from '../../src/lib/version.js';
 

@@ -7,7 +7,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { writeForeignPackage } from '../helpers/foreign-model.js';
-import ort from 'onnxruntime-node';
+import ort from '../../src/lib/onnxruntime.js';
 import { exportPackages, writeExportPackage } from '../helpers/export-models.js';
 import { packageExport } from '../../tools/package/main.js';
 import { lintPackage } from '../../tools/package/lint.js';

@@ -8,7 +8,7 @@ import t from 'tap';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MessageChannel } from 'node:worker_threads';
-import ort from '../../src/worker/ort.js';
+import ort from '../../src/lib/onnxruntime.js';
 import { toWire } from '../../src/worker/model-session.js';
 import { checkSignature, readPackage, PackageError } from '../../src/model-package/model-package.js';
 import { packageDigest } from '../../src/model-package/package-digest.js';

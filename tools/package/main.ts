@@ -4,7 +4,7 @@
 import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
-import ort from 'onnxruntime-node';
+import ort from '../../src/lib/onnxruntime.js';
 import onnxProto from 'onnx-proto';
 import type { Task } from '../../src/model-package/manifest.js';
 import { lintPackage, type LintReport } from './lint.js';

@@ -1,0 +1,10 @@
+// ONNX Runtime 1.29 and later send telemetry to Microsoft from Linux by default (1DS): a device
+// id kept under $XDG_CACHE_HOME/Microsoft/DeveloperTools/.onnxruntime, beside a queue of events
+// naming each model's file, graph, producer and metadata, the host's hardware and OS, and the
+// Node binary's path, uploaded whenever the host reaches the collector. Slides' models and hosts
+// stay in house: every process here loads ONNX Runtime through onnxruntime.ts, which imports this
+// module first, so the opt-out is in the environment before the runtime reads it. Both names are
+// set: ORT_DISABLE_TELEMETRY is what 1.30 reads, ORT_TELEMETRY_DISABLED what later releases read.
+// (Without it ONNX Runtime also leaves an empty mat-debug-<pid>.log in $TMPDIR per process.) An
+// operator's own non-empty value of either is kept: 0 lets ONNX Runtime send it.
+for (const name of ['ORT_DISABLE_TELEMETRY', 'ORT_TELEMETRY_DISABLED']) process.env[name] ||= '1';
