@@ -56,7 +56,8 @@ const soakSeconds = sections.includes('soak') ? option('soak', 300) : 0;
 const baselineRoot = args.find((a) => a.startsWith('--baseline='))?.split('=')[1];
 /** --root=DIR: the models section runs another built checkout (a baseline's figures). */
 const serviceRoot = args.find((a) => a.startsWith('--root='))?.split('=')[1] ?? ROOT;
-const MODELS = join(ROOT, 'models');
+/** The packages the measured service runs: the floor loads the same ones. */
+const MODELS = join(serviceRoot, 'models');
 
 interface Target {
   model: string;
@@ -138,10 +139,10 @@ async function main(): Promise<void> {
   }
 
   // The service with its shipped configuration, and with --baseline the other checkout's beside it.
-  const server = await spawnService(shippedConfig(configFile), { root: serviceRoot });
+  const server = await spawnService(shippedConfig(configFile, serviceRoot), { root: serviceRoot });
   const baseline =
     baselineRoot && sections.includes('models')
-      ? await spawnService(shippedConfig(configFile), { root: baselineRoot })
+      ? await spawnService(shippedConfig(configFile, baselineRoot), { root: baselineRoot })
       : null;
   for (const s of [server, baseline])
     if (s) await waitFor(async () => (await fetch(`${s.url}/health/ready`)).status === 200, 120000);
@@ -315,7 +316,7 @@ async function main(): Promise<void> {
   // Overload (issue 27): its own service, one gene-expr worker with a 300 ms deadline.
   let overload: OverloadBench | null = null;
   if (sections.includes('overload')) {
-    overload = await benchOverload({ smoke, modelRepository: MODELS });
+    overload = await benchOverload({ smoke, modelRepository: join(ROOT, 'models') });
     console.log(overloadMarkdown(overload));
   }
 

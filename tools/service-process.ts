@@ -5,19 +5,21 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { SET_HERE } from '../src/lib/onnxruntime-telemetry.js';
 import { tempDir } from './temp-dir.js';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
 
-/** A configuration file (config/default.json unless named) as a service to measure: the
- *  repository's models, any free port on loopback whatever the file says (another service may
- *  hold its port), no drain delay (nothing balances it, and it is stopped once per run). */
-export function shippedConfig(file = join(ROOT, 'config/default.json')): Record<string, unknown> {
+/** A configuration file (config/default.json unless named) as a service to measure: the models
+ *  of the checkout at `root` (another checkout's code runs its own packages), any free port on
+ *  loopback whatever the file says (another service may hold its port), no drain delay (nothing
+ *  balances it, and it is stopped once per run). */
+export function shippedConfig(file = join(ROOT, 'config/default.json'), root = ROOT): Record<string, unknown> {
   return {
     ...JSON.parse(readFileSync(file, 'utf8')),
     host: '127.0.0.1',
     port: 0,
-    model_repository: join(ROOT, 'models'),
+    model_repository: join(root, 'models'),
     supervisor: { drain_delay_ms: 0 },
   };
 }
@@ -32,11 +34,12 @@ export interface ServiceProcess {
 }
 
 /** The environment without tap's loaders (NODE_OPTIONS) and bookkeeping, which would otherwise
- *  be inherited by the service and every process it forks. */
+ *  be inherited by the service and every process it forks, and without the telemetry opt-out
+ *  this process set for itself (a service sets its own; an older checkout's runs as it would). */
 export function cleanEnv(): NodeJS.ProcessEnv {
   return Object.fromEntries(
     Object.entries(process.env).filter(
-      ([k]) => k !== 'NODE_OPTIONS' && !k.startsWith('TAP') && !k.startsWith('_TAPJS'),
+      ([k]) => k !== 'NODE_OPTIONS' && !k.startsWith('TAP') && !k.startsWith('_TAPJS') && !SET_HERE.includes(k),
     ),
   );
 }
