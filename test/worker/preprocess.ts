@@ -1,19 +1,15 @@
 // The image tensor from pixels: float32 NCHW normalized per channel, every pixel value in every
 // channel order and pixel layout, against the per-pixel formula.
 import t from 'tap';
-import { join } from 'node:path';
-import { readPackage } from '../../src/model-package/model-package.js';
-import type { Manifest } from '../../src/model-package/manifest.js';
 import type { Pixels } from '../../src/tile/png.js';
 import { makePreprocessor } from '../../src/worker/preprocess.js';
-import { ROOT } from '../../tools/service-process.js';
+import { BGR_MEAN, BGR_STD, baseManifest } from '../helpers/export-models.js';
 
-// A shipped package's other fields, with a float image input normalized by ImageNet's statistics
-// (the shipped models all take uint8 and normalize in their graphs).
-const shipped = readPackage(join(ROOT, 'models/gene-expr')).manifest;
+// A float image input normalized by ImageNet's statistics (the export packages' per-channel ones;
+// the shipped models all take uint8 and normalize in their graphs).
 const SCALE = 1 / 255;
-const [mR, mG, mB] = [0.485, 0.456, 0.406];
-const [sR, sG, sB] = [0.229, 0.224, 0.225];
+const { R: mR, G: mG, B: mB } = BGR_MEAN;
+const { R: sR, G: sG, B: sB } = BGR_STD;
 
 /** A 16x16 tile whose channels each hold every byte value, in different orders. */
 function tile(channels: 3 | 4, seed: number): Pixels {
@@ -25,16 +21,10 @@ function tile(channels: 3 | 4, seed: number): Pixels {
 
 for (const order of ['RGB', 'BGR'] as const) {
   t.test(`float32 tensor, channel order ${order}: v * scale / std - mean / std in each tensor channel`, async (t) => {
-    const manifest: Manifest = {
-      ...shipped,
-      tile: { ...shipped.tile, width: 16, height: 16 },
-      preprocess: {
-        scale: SCALE,
-        channel_order: order,
-        mean: { R: mR, G: mG, B: mB },
-        std: { R: sR, G: sG, B: sB },
-      },
-    };
+    const manifest = baseManifest('x-float', {
+      tile: { width: 16, height: 16, mpp: 0.5, mpp_tolerance: 0.1 },
+      preprocess: { scale: SCALE, channel_order: order, mean: BGR_MEAN, std: BGR_STD },
+    });
     const tiles = [tile(3, 1), tile(4, 2)];
     const tensor = makePreprocessor(manifest).tensor(tiles);
     t.same(tensor.dims, [2, 3, 16, 16]);
