@@ -71,7 +71,7 @@ http {
   fastcgi_temp_path ${prefix}/fastcgi;
   uwsgi_temp_path ${prefix}/uwsgi;
   scgi_temp_path ${prefix}/scgi;
-  log_format bytes '$status $body_bytes_sent $request_uri';
+  log_format bytes '$status $body_bytes_sent $request_uri $http_range';
   access_log ${prefix}/access.log bytes;
   server {
     listen 127.0.0.1:${port};

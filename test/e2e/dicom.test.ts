@@ -219,6 +219,7 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
     [folders.eot, ''],
   ];
   writeFileSync(manifest, `wsi,mpp\n${rows.map((r) => r.join(',')).join('\n')}\n`);
+  const logged = nginx.log().length;
   const run = await tileInfer(args([manifest], out), { timeoutMs: 600_000, env: s3.env });
   t.equal(run.code, 3, `some slides failed: ${run.stderr}`);
   const summary = summaryOf(out);
@@ -235,6 +236,13 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
   ];
   for (const slide of [tiff, ...copies, urls.https, folders.level0, folders.eot, urls.s3Eot])
     t.equal(summary.get(slide)?.status, 'done', `${slide}: ${reason(slide)}`);
+  // The instance its identity opened (for its series UID) is the one its reader reads.
+  const firstBlocks = nginx
+    .log()
+    .slice(logged)
+    .map((line) => line.split(' '))
+    .filter(([, , uri, range]) => uri === '/level0.dcm' && range.startsWith('bytes=0-'));
+  t.equal(firstBlocks.length, 1, "the HTTP instance's first block fetched once");
   t.match(
     reason(urls.s3Truncated),
     /^\[TILE_ERR_SLIDE_UNREADABLE\] .*: truncated: frame \d+ of \d+ lies past the file's end/,

@@ -56,8 +56,9 @@ export function dicomIdentity(path: string): SourceIdentity | null {
   const kind = dicomKind(path);
   if (!kind) return null;
   const location = kind === 'dicom' ? resolve(path) : path;
-  let said: Promise<string> | undefined;
-  const quick = () => (said ??= dicomSeries(path).then((uid) => `DICOM series ${uid ?? `at ${location}`}`));
+  let found: ReturnType<typeof dicomSeries> | undefined;
+  const series = () => (found ??= dicomSeries(path));
+  const quick = async () => `DICOM series ${(await series()).uid ?? `at ${location}`}`;
   return {
     location,
     quick,
@@ -65,6 +66,8 @@ export function dicomIdentity(path: string): SourceIdentity | null {
       createHash('sha256')
         .update(`${await quick()}\n`)
         .digest('hex'),
+    // A remote series' first instance, opened for its UID.
+    bytes: kind === 'remote' ? async () => (await series()).source! : undefined,
   };
 }
 

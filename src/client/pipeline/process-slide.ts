@@ -84,7 +84,8 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
   const { stem, path } = entry;
   const meta = run.model;
   const id = identityOf(path);
-  // A remote slide's first range request: its identity (URL, ETag, size), then its reader's.
+  // A remote slide's first range request: its identity (URL, ETag, size; a DICOM series' UID),
+  // then its reader's.
   const source = id.bytes ? await id.bytes() : null;
   const problem = source ? null : unreadable(path);
   if (problem) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${entry.label}: ${problem}`);

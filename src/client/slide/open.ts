@@ -30,7 +30,7 @@ export function unreadable(path: string): string | null {
 /** `source`: a remote slide's bytes, when the caller opened them already (http, https, s3). A
  *  DICOMweb URL is http(s) too: DICOM is asked first. */
 export async function openSlide(path: string, source?: ByteSource): Promise<Slide> {
-  if (dicomKind(path)) return openDicom(path);
+  if (dicomKind(path)) return openDicom(path, source);
   if (source ?? isRemote(path)) return openRemoteSlide(path, source ?? (await openSource(path)));
   const problem = unreadable(path);
   if (problem) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${path}: ${problem}`);

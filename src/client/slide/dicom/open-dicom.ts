@@ -4,12 +4,13 @@
 // UID, so that resumes and reruns know it wherever its copy lies.
 import { readdirSync, statSync } from 'node:fs';
 import { extname, join } from 'node:path';
+import type { ByteSource } from '../remote/source.js';
 import { SlideError } from '../slide.js';
 import { DicomSlide } from './dicom-slide.js';
 import { DicomWebFrames, parseDicomWebUrl, seriesInstances, seriesUrl, studySeries } from './dicomweb.js';
 import { isDicomFile, locateFrames, readInstance, seriesFiles } from './files.js';
 import { buildPyramid, seriesOf, wsiInstances } from './pyramid.js';
-import { isRemoteDicom, openRemoteDicom, remoteSeriesUid } from './remote-files.js';
+import { isRemoteDicom, openRemoteDicom, remoteSeries } from './remote-files.js';
 
 /** Which DICOM reader a slide path is for, or null when it is not DICOM. */
 export function dicomKind(path: string): 'dicom' | 'remote' | 'dicomweb' | null {
@@ -25,12 +26,13 @@ export function dicomKind(path: string): 'dicom' | 'remote' | 'dicomweb' | null 
 
 /** The series UID of a DICOM slide path, read from the first DICOM file of a folder (local or
  *  remote), the file, or the URL; null for other paths (and for a study URL, or a folder with no
- *  DICOM file). A remote series that cannot be read now fails (its identity is not guessed). */
-export async function dicomSeries(path: string): Promise<string | null> {
+ *  DICOM file). A remote series that cannot be read now fails (its identity is not guessed), and
+ *  its first instance's source comes with its UID, for its reader (openDicom's `opened`). */
+export async function dicomSeries(path: string): Promise<{ uid: string | null; source?: ByteSource }> {
   const kind = dicomKind(path);
-  if (kind === 'dicomweb') return parseDicomWebUrl(path)!.series;
-  if (kind === 'remote') return remoteSeriesUid(path);
-  if (!kind) return null;
+  if (kind === 'dicomweb') return { uid: parseDicomWebUrl(path)!.series };
+  if (kind === 'remote') return remoteSeries(path);
+  if (!kind) return { uid: null };
   try {
     const file = statSync(path).isDirectory()
       ? readdirSync(path)
@@ -38,9 +40,9 @@ export async function dicomSeries(path: string): Promise<string | null> {
           .map((n) => join(path, n))
           .find((p) => isDicomFile(p))
       : path;
-    return file ? seriesOf(readInstance(file)) || null : null;
+    return { uid: file ? seriesOf(readInstance(file)) || null : null };
   } catch {
-    return null;
+    return { uid: null };
   }
 }
 
@@ -50,8 +52,9 @@ export async function expandStudy(path: string): Promise<string[]> {
   return url && !url.series ? studySeries(url) : [path];
 }
 
-export async function openDicom(path: string): Promise<DicomSlide> {
-  if (isRemoteDicom(path)) return openRemoteDicom(path);
+/** `opened`: a remote series' first instance, open already (dicomSeries). */
+export async function openDicom(path: string, opened?: ByteSource): Promise<DicomSlide> {
+  if (isRemoteDicom(path)) return openRemoteDicom(path, opened);
   const url = parseDicomWebUrl(path);
   if (!url) {
     const instances = wsiInstances(path, seriesFiles(path));

@@ -145,34 +145,46 @@ async function folderObjects(path: string): Promise<string[]> {
 }
 
 /** The instances of the series a path names: an s3 folder's, an s3 instance's in its folder, or
- *  an http(s) instance alone. */
+ *  an http(s) instance alone. `opened`: one of them, open already (by the slide's identity). */
 async function seriesInstances(path: string, opened?: ByteSource): Promise<RemoteInstance[]> {
   if (path.endsWith('/')) {
-    const all = await openInstances(await folderObjects(path));
-    if (!all.length) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${path}: no DICOM file in this folder`);
+    const all = await openInstances(await folderObjects(path), opened);
+    if (!all.length) throw noDicomIn(path);
     return all;
   }
-  const named = await openInstances([path], opened ?? (await openSource(path, INSTANCE_CACHE)));
-  if (!named.length)
-    throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${path}: not a DICOM file (no "DICM" after its 128-byte preamble)`);
-  if (!/^s3:/i.test(path)) return named;
-  const series = seriesOf(named[0]);
+  const named = await namedInstance(path, opened);
+  if (!/^s3:/i.test(path)) return [named];
+  const series = seriesOf(named);
   const others = await openInstances((await listS3Folder(path)).filter((url) => url !== path));
   for (const o of others) if (seriesOf(o) !== series) o.source.close();
-  return [named[0], ...others.filter((o) => seriesOf(o) === series)];
+  return [named, ...others.filter((o) => seriesOf(o) === series)];
 }
 
-/** The series UID of a remote DICOM path, for its identity: its first DICOM instance's; null when
- *  there is none (it fails at opening, saying so). A server that cannot be reached fails here:
- *  a slide's identity is never guessed. */
-export async function remoteSeriesUid(path: string): Promise<string | null> {
-  for (const url of path.endsWith('/') ? await folderObjects(path) : [path]) {
-    const [instance] = await openInstances([url]);
-    if (!instance) continue;
-    instance.source.close();
-    return seriesOf(instance) || null;
+const noDicomIn = (folder: string) =>
+  new SlideError('TILE_ERR_SLIDE_MISSING', `${folder}: no DICOM file in this folder`);
+
+/** The instance a URL names, open; a file that is not DICOM fails, saying so. */
+async function namedInstance(url: string, opened?: ByteSource): Promise<RemoteInstance> {
+  const [named] = await openInstances([url], opened ?? (await openSource(url, INSTANCE_CACHE)));
+  if (!named)
+    throw new SlideError('TILE_ERR_SLIDE_FORMAT', `${url}: not a DICOM file (no "DICM" after its 128-byte preamble)`);
+  return named;
+}
+
+/** A remote DICOM path's series UID, from its first instance (a folder's first DICOM object), with
+ *  that instance's source left open for the slide's reader (openRemoteDicom's `opened`): its head
+ *  is fetched once. A path with no DICOM instance fails as opening it would, and a server that
+ *  cannot be reached fails here: a slide's identity is never guessed. */
+export async function remoteSeries(path: string): Promise<{ uid: string | null; source: ByteSource }> {
+  if (!path.endsWith('/')) {
+    const named = await namedInstance(path);
+    return { uid: seriesOf(named) || null, source: named.source };
   }
-  return null;
+  for (const url of await folderObjects(path)) {
+    const [instance] = await openInstances([url]);
+    if (instance) return { uid: seriesOf(instance) || null, source: instance.source };
+  }
+  throw noDicomIn(path);
 }
 
 /** Frames fetched by range, an instance's neighbours in one request, into shared memory (the
