@@ -28,8 +28,8 @@ const scratch = new Float32Array(1);
 const scratchBits = new Uint32Array(scratch.buffer);
 const magicFloat = new Float32Array(new Uint32Array([DENORMAL_MAGIC]).buffer)[0];
 
-export function float32ToFloat16(values: Float32Array): Uint16Array {
-  const out = new Uint16Array(values.length);
+/** `out`: where the bit patterns go (a new array by default). */
+export function float32ToFloat16(values: Float32Array, out = new Uint16Array(values.length)): Uint16Array {
   const bits = new Uint32Array(values.buffer, values.byteOffset, values.length);
   for (let i = 0; i < values.length; i++) {
     let u = bits[i];

@@ -1,7 +1,8 @@
 // The image tensor from pixels: float32 NCHW normalized per channel, every pixel value in every
-// channel order and pixel layout, against the per-pixel formula.
+// channel order and pixel layout, against the per-pixel formula; float16 the same values, rounded.
 import t from 'tap';
 import type { Pixels } from '../../src/tile/png.js';
+import { float32ToFloat16 } from '../../src/worker/float16.js';
 import { makePreprocessor } from '../../src/worker/preprocess.js';
 import { BGR_MEAN, BGR_STD, baseManifest } from '../helpers/export-models.js';
 
@@ -47,3 +48,27 @@ for (const order of ['RGB', 'BGR'] as const) {
     t.equal(wrong, 0, 'every value as the formula gives it, bit for bit');
   });
 }
+
+t.test('float16 tensor: the float32 values rounded to half, written into the buffer the session gives', async (t) => {
+  const manifest = baseManifest('x-half', {
+    tile: { width: 16, height: 16, mpp: 0.5, mpp_tolerance: 0.1 },
+    preprocess: { scale: SCALE, channel_order: 'BGR', mean: BGR_MEAN, std: BGR_STD },
+  });
+  const given: ArrayBuffer[] = [];
+  // Each buffer full of another batch's bytes, as a spare one is.
+  const half = makePreprocessor(manifest, 'float16', (bytes) => {
+    given.push(new Uint8Array(bytes).fill(0xab).buffer);
+    return given.at(-1)!;
+  });
+  const single = makePreprocessor(manifest, 'float32');
+  // Larger, smaller, then larger again than any before: the float32 scratch is kept between them.
+  for (const tiles of [[tile(3, 1), tile(4, 2)], [tile(4, 3)], [tile(3, 4), tile(3, 5), tile(4, 6)]]) {
+    const tensor = half.tensor(tiles);
+    t.equal(tensor.type, 'float16');
+    t.same(tensor.dims, [tiles.length, 3, 16, 16]);
+    const bits = tensor.data as Uint16Array;
+    t.equal(bits.buffer, given.at(-1), `${tiles.length} tiles: in the buffer given`);
+    t.equal(bits.byteLength, tiles.length * 3 * 256 * 2, 'two bytes a value');
+    t.same(bits, float32ToFloat16(single.tensor(tiles).data as Float32Array), 'the float32 values, in half');
+  }
+});
