@@ -79,7 +79,7 @@ export class ModelSession {
     readonly sessionMs: number,
   ) {
     thread.on('message', (message: ThreadReply) => {
-      if ('inputs' in message) for (const b of message.inputs) this.keep(b);
+      if ('inputs' in message) for (const b of message.inputs) this.recycle(b);
       if (message.type === 'result') this.runs.settle(message.id, message.outputs);
       else if (message.type === 'failed') this.runs.settle(message.id, new Error(message.reason));
     });
@@ -136,7 +136,9 @@ export class ModelSession {
     return spare ?? new ArrayBuffer(bytes);
   }
 
-  private keep(buffer: ArrayBuffer): void {
+  /** Keeps a batch's input buffer for the next batch of its size: one its run gave back, or one
+   *  of a batch prepared and then formed again. */
+  recycle(buffer: ArrayBuffer): void {
     if (!this.spare.has(buffer.byteLength)) this.spare.set(buffer.byteLength, buffer);
   }
 

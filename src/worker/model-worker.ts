@@ -44,6 +44,9 @@ interface Pending {
 interface Feeds {
   feeds: Record<string, ort.Tensor>;
   preprocessMs: number;
+  /** The feeds' buffers that are not a tile's own pixels (a batch of one can be passed as
+   *  decoded): the session takes them back when the batch does not run as prepared. */
+  spares: ArrayBuffer[];
 }
 
 /** A tile received and not yet decoded. */
@@ -90,7 +93,8 @@ export interface ModelWorkerOptions {
 
 /** What the worker uses of its model session: the plan, the provider, the runs and, where it has
  *  them, spare input buffers (tests give their own). */
-export type WorkerSession = Pick<ModelSession, 'plan' | 'choice' | 'run'> & Partial<Pick<ModelSession, 'buffer'>>;
+export type WorkerSession = Pick<ModelSession, 'plan' | 'choice' | 'run'> &
+  Partial<Pick<ModelSession, 'buffer' | 'recycle'>>;
 
 /** Decodes tiles, batches them and runs them through the model session. */
 export class ModelWorker {
@@ -142,6 +146,9 @@ export class ModelWorker {
       maxDelayMs: options.maxDelayMs,
       run: (batch, feeds) => this.run(batch, feeds),
       prepare: (batch) => this.feed(this.padded(batch)),
+      unprepare: ({ spares }) => {
+        for (const b of spares) this.session.recycle?.(b);
+      },
       deadline: (item) => item.deadline,
       expire: (item) => this.drop(item.link, item.id, 'expired'),
     });
@@ -365,7 +372,11 @@ export class ModelWorker {
           ? new ort.Tensor('float16', float32ToFloat16(bulk), dims)
           : new ort.Tensor('float32', bulk, dims);
     }
-    return { feeds, preprocessMs: performance.now() - t0 };
+    const pixels = new Set(tiles.map((p) => p.data.buffer));
+    const spares = Object.values(feeds)
+      .map((f) => (f.data as ArrayBufferView).buffer as ArrayBuffer)
+      .filter((b) => !pixels.has(b));
+    return { feeds, preprocessMs: performance.now() - t0, spares };
   }
 
   private async infer(batch: Pending[], prepared?: Feeds): Promise<Omit<InferResult, 'load'>[]> {

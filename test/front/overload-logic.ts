@@ -204,6 +204,7 @@ t.test('batcher: a full batch waiting behind a run is prepared during it, and ru
   const c = clock();
   const ran: [number[], string | undefined][] = [];
   const prepared: number[][] = [];
+  const handedBack: string[] = [];
   const expired: number[] = [];
   const deadlines = new Map<number, number>();
   let release: () => void = () => {};
@@ -214,6 +215,7 @@ t.test('batcher: a full batch waiting behind a run is prepared during it, and ru
     deadline: (n) => deadlines.get(n) ?? Infinity,
     expire: (n) => expired.push(n),
     prepare: (batch) => (prepared.push(batch), `feeds of ${batch.join('+')}`),
+    unprepare: (feeds) => handedBack.push(feeds),
     run: async (batch, feeds) => {
       ran.push([batch, feeds]);
       await new Promise<void>((resolve) => (release = resolve));
@@ -239,6 +241,7 @@ t.test('batcher: a full batch waiting behind a run is prepared during it, and ru
   t.same(prepared.at(-1), [4, 5]);
   t.ok(batcher.remove(4), 'an item of the prepared batch can still be taken out');
   t.same(prepared.length, 2, 'its preparation is dropped');
+  t.same(handedBack, ['feeds of 4+5'], '...and handed back');
   batcher.push(6);
   t.same(prepared.at(-1), [5, 6], 'and the batch is formed again');
   await step();
@@ -252,6 +255,8 @@ t.test('batcher: a full batch waiting behind a run is prepared during it, and ru
   await step();
   t.same(expired, [7], 'the late item is dropped, never run');
   t.same(ran.at(-1), [[8], undefined], 'the rest formed again and prepared at their run');
+  t.same(handedBack, ['feeds of 4+5', 'feeds of 7+8'], 'the dropped preparation handed back');
+  t.equal(prepared.length - handedBack.length, ran.filter(([, feeds]) => feeds).length, 'every other one ran');
   await step();
   await batcher.idle();
 });

@@ -266,6 +266,31 @@ t.test('a tile past its deadline is dropped undecoded, never run; a late one in 
   t.equal(worker.stats.startedLate, 0);
 });
 
+t.test('a prepared batch that does not run gives its input buffer back, never a tile of its own pixels', async (t) => {
+  for (const maxBatch of [2, 1]) {
+    const fake = fakeSession();
+    const given: ArrayBuffer[] = [];
+    const recycled: ArrayBuffer[] = [];
+    fake.session.buffer = (bytes) => given.at(-1 + given.push(new ArrayBuffer(bytes)))!;
+    fake.session.recycle = (buffer) => void recycled.push(buffer);
+    const { worker, link, replied } = makeWorker(fake.session, { maxBatch });
+    const release = fake.hold();
+    void link.accept(1, rgbJob(1), FAR());
+    await tick(20);
+    // Tile 1 runs (held); a full batch behind it is prepared, then one of its tiles is cancelled.
+    const behind = Array.from({ length: maxBatch }, (_, i) => i + 2);
+    for (const id of behind) void link.accept(id, rgbJob(id), FAR());
+    await tick(20);
+    t.equal(given.length, maxBatch === 1 ? 0 : 1, `batch of ${maxBatch}: prepared ahead (one tile: as decoded)`);
+    link.cancel([2]);
+    await replied(1);
+    t.same(recycled, given, `batch of ${maxBatch}: its buffer back to the session, and no other`);
+    release();
+    await worker.idle();
+    t.equal(worker.stats.tiles, maxBatch, 'the other tiles ran');
+  }
+});
+
 t.test(
   'a cancelled tile is dropped whether queued or waiting; a front that hangs up cancels all it sent',
   async (t) => {
