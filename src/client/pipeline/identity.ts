@@ -50,8 +50,8 @@ export function fileIdentity(path: string): SourceIdentity {
 
 /** A DICOM slide (a folder or file of a series, local or remote, a DICOMweb URL) is its series,
  *  whose UID changes with its content (DICOM's rule), wherever the copy lies. A study URL that
- *  could not be expanded, or a folder without a series, is its location: it fails at opening,
- *  with the reason. */
+ *  could not be expanded, or a local folder without a series, is its location: it fails at
+ *  opening, with the reason; a remote path without a DICOM instance fails here, with the same. */
 export function dicomIdentity(path: string): SourceIdentity | null {
   const kind = dicomKind(path);
   if (!kind) return null;

@@ -25,9 +25,10 @@ export function dicomKind(path: string): 'dicom' | 'remote' | 'dicomweb' | null 
 }
 
 /** The series UID of a DICOM slide path, read from the first DICOM file of a folder (local or
- *  remote), the file, or the URL; null for other paths (and for a study URL, or a folder with no
- *  DICOM file). A remote series that cannot be read now fails (its identity is not guessed), and
- *  its first instance's source comes with its UID, for its reader (openDicom's `opened`). */
+ *  remote), the file, or the URL; null for other paths (and for a study URL, or a local folder with
+ *  no DICOM file). A remote series that cannot be read now, or that has no DICOM instance, fails
+ *  (its identity is not guessed), and its first instance's source comes with its UID, for its
+ *  reader (openDicom's `opened`). */
 export async function dicomSeries(path: string): Promise<{ uid: string | null; source?: ByteSource }> {
   const kind = dicomKind(path);
   if (kind === 'dicomweb') return { uid: parseDicomWebUrl(path)!.series };

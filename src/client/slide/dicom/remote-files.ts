@@ -115,6 +115,10 @@ async function readHead(source: ByteSource): Promise<RemoteInstance> {
 /** Each instance's block cache: its head and offset table (frames are fetched once, for a band). */
 const INSTANCE_CACHE = 4 * 1024 * 1024;
 
+/** Heads already read, by their source: the identity's instance is not read again by its reader
+ *  (a head can be larger than the source's block cache). */
+const headsRead = new WeakMap<ByteSource, RemoteInstance>();
+
 /** Instances opened a few at a time (one request each for the first block), non-DICOM objects
  *  skipped; `opened` is the one the caller has open already. */
 async function openInstances(urls: string[], opened?: ByteSource): Promise<RemoteInstance[]> {
@@ -123,6 +127,8 @@ async function openInstances(urls: string[], opened?: ByteSource): Promise<Remot
     const batch = await Promise.all(
       urls.slice(k, k + 8).map(async (url) => {
         const source = url === opened?.url ? opened : await openSource(url, INSTANCE_CACHE);
+        const read = headsRead.get(source);
+        if (read) return read;
         if (isDicomHead(source.transport.first)) return readHead(source);
         source.close();
         return null;
@@ -172,19 +178,21 @@ async function namedInstance(url: string, opened?: ByteSource): Promise<RemoteIn
 }
 
 /** A remote DICOM path's series UID, from its first instance (a folder's first DICOM object), with
- *  that instance's source left open for the slide's reader (openRemoteDicom's `opened`): its head
- *  is fetched once. A path with no DICOM instance fails as opening it would, and a server that
- *  cannot be reached fails here: a slide's identity is never guessed. */
+ *  that instance's source left open for the slide's reader (openRemoteDicom's `opened`), which
+ *  takes the head read here: it is fetched once. A path with no DICOM instance fails as opening it
+ *  would, and a server that cannot be reached fails here: a slide's identity is never guessed. */
 export async function remoteSeries(path: string): Promise<{ uid: string | null; source: ByteSource }> {
-  if (!path.endsWith('/')) {
-    const named = await namedInstance(path);
-    return { uid: seriesOf(named) || null, source: named.source };
-  }
-  for (const url of await folderObjects(path)) {
-    const [instance] = await openInstances([url]);
-    if (instance) return { uid: seriesOf(instance) || null, source: instance.source };
-  }
-  throw noDicomIn(path);
+  const first = async () => {
+    if (!path.endsWith('/')) return namedInstance(path);
+    for (const url of await folderObjects(path)) {
+      const [instance] = await openInstances([url]);
+      if (instance) return instance;
+    }
+    throw noDicomIn(path);
+  };
+  const instance = await first();
+  headsRead.set(instance.source, instance);
+  return { uid: seriesOf(instance) || null, source: instance.source };
 }
 
 /** Frames fetched by range, an instance's neighbours in one request, into shared memory (the
