@@ -708,6 +708,7 @@ t.test('the README examples pass every check of their model, and are what exampl
     'gene-expr': '/api/predict/gene-expr?mode=prediction_with_embedding',
     'tile-embed': '/api/embed/tile-embed',
   };
+  t.same(Object.keys(exampleRequests()).sort(), Object.keys(paths).sort(), 'an example for every model');
   for (const [model, rebuilt] of Object.entries(exampleRequests())) {
     const committed = JSON.parse(readFileSync(join(ROOT, 'examples', `${model}.json`), 'utf8'));
     t.same(committed, rebuilt, `examples/${model}.json is reproducible`);

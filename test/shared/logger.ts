@@ -21,12 +21,18 @@ t.test('JSON lines for the journal, at the configured level', async (t) => {
   const logger = createLogger({ log_file: null, log_level: 'debug' }, out);
   logger.debug({ model: 'gene-expr' }, 'batch formed');
   logger.trace('not at debug');
-  await waitFor(() => text().includes('\n'));
+  logger.info('the last line');
+  await waitFor(() => text().includes('the last line'));
   const lines = text()
     .trim()
     .split('\n')
     .map((l) => JSON.parse(l));
   t.match(lines, [{ level: 20, model: 'gene-expr', msg: 'batch formed' }]);
+  t.same(
+    lines.map((l) => l.msg),
+    ['batch formed', 'the last line'],
+    'the trace line is left out',
+  );
 });
 
 t.test('readable lines on a terminal', async (t) => {

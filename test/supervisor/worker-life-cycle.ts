@@ -72,20 +72,27 @@ t.test('a ready worker serves from its socket; the view and the diagnostics snap
     lastError: null,
   });
   const snap = worker.snapshot();
-  t.match(snap, {
-    id: view.id,
-    pid: view.pid,
-    state: view.state,
-    gpu: view.gpu,
-    provider: view.provider,
-    provider_skipped: view.providerSkipped,
-    adapter: view.adapter,
-    load_ms: view.loadMs,
-    warmup: view.warmup,
-    restarts: view.restarts,
-    last_error: view.lastError,
-  });
-  t.match(snap, { model: 'gene-expr', instance: 0, intra_op_threads: 1, sha256: 'f'.repeat(64), last_exit: null });
+  // strictSame on the keys themselves: t.match would take a missing key for null and any array for [].
+  const { id, pid, state, gpu, provider, provider_skipped, adapter, load_ms, warmup, restarts, last_error } = snap;
+  t.strictSame(
+    { id, pid, state, gpu, provider, provider_skipped, adapter, load_ms, warmup, restarts, last_error },
+    {
+      id: view.id,
+      pid: view.pid,
+      state: view.state,
+      gpu: view.gpu,
+      provider: view.provider,
+      provider_skipped: view.providerSkipped,
+      adapter: view.adapter,
+      load_ms: view.loadMs,
+      warmup: view.warmup,
+      restarts: view.restarts,
+      last_error: view.lastError,
+    },
+    'the view and the snapshot agree, key for key',
+  );
+  t.match(snap, { model: 'gene-expr', instance: 0, intra_op_threads: 1, sha256: 'f'.repeat(64) });
+  t.equal(snap.last_exit, null, 'no exit yet');
 });
 
 t.test(

@@ -137,13 +137,20 @@ t.test("a batch is written into the session's spare buffer, whatever an earlier 
     new Uint8Array(spare).fill(0xab);
     return spare;
   };
+  const run = fake.session.run;
+  const inGiven: boolean[] = [];
+  fake.session.run = (feeds) => {
+    inGiven.push((feeds[pkg.manifest.tensors.image].data as Uint8Array).buffer === spare);
+    return run(feeds);
+  };
   const { link, replied } = makeWorker(fake.session);
   sendTens(link, [1, 2, 3]);
   await replied(3);
   sendTens(link, [4, 5]);
   const replies = await replied(5);
   t.same(fake.batches, [3, 2], 'two runs');
-  t.same(given, [3 * PIXELS, 2 * PIXELS], "each batch's tensor in a buffer the session gave");
+  t.same(given, [3 * PIXELS, 2 * PIXELS], 'a buffer of each batch size asked of the session');
+  t.same(inGiven, [true, true], "each batch's tensor in the buffer the session gave");
   for (const m of replies) {
     t.equal(valuesOf(m)![0], m.id * 10, `tile ${m.id}: its own row`);
     t.equal(valuesOf(m)![DIM - 1], m.id * 10 * PIXELS, `tile ${m.id}: every byte its own`);
