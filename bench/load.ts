@@ -65,6 +65,30 @@ function request(
  *  bodies is most of the load generator's CPU, on the cores the service shares. */
 export type Building = 'per request' | 'prebuilt';
 
+/** autocannon's client, the parts of it that closeWhenAsked replaces. */
+type CannonClient = {
+  on(event: 'headers', listener: (info: { shouldKeepAlive?: boolean }) => void): unknown;
+  _doRequest(): void;
+  _resetConnection(): void;
+};
+
+/** A response that says `Connection: close` ends its connection before the next request, as
+ *  HTTP/1.1 asks of a client (a front over its share of connections closes some:
+ *  src/front/connection-share.ts). autocannon would write the next request on it and count its
+ *  reset as an error. */
+function closeWhenAsked(client: CannonClient): void {
+  let closing = false;
+  client.on('headers', (info) => {
+    closing = info.shouldKeepAlive === false;
+  });
+  const send = client._doRequest.bind(client);
+  client._doRequest = () => {
+    if (!closing) return send();
+    closing = false;
+    client._resetConnection();
+  };
+}
+
 export function fire(
   url: string,
   path: string,
@@ -84,6 +108,7 @@ export function fire(
         url: url + path,
         connections: concurrency,
         pipelining: 1,
+        setupClient: (client) => closeWhenAsked(client as unknown as CannonClient),
         ...('seconds' in span ? { duration: span.seconds } : { amount: span.perConnection * concurrency }),
         timeout: 60,
         requests:

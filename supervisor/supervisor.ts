@@ -13,6 +13,7 @@ import { gpuMemoryRegistry } from './diagnostics/gpu-memory.js';
 import { UsageLog } from './usage-log.js';
 import { defaultIntraOpThreads, frontCount, type ServiceConfig } from '../src/config/config.js';
 import { Fronts } from './fronts.js';
+import { ConnectionTally } from './connection-tally.js';
 import { assignGpus } from './gpus.js';
 import type { GpuInfo } from '../src/gpu/nvidia-smi.js';
 import { ModelPool } from './model-pool.js';
@@ -37,6 +38,10 @@ export class Supervisor implements DiagnosticsSource {
   private reloadAgain = false;
   private stopping = false;
   private readonly listening = new Set<Worker>();
+  /** The fronts' HTTP connections, summed for each to know its share. */
+  private readonly connections = new ConnectionTally<Worker>((total, fronts) =>
+    this.fronts.send({ type: 'connections', total, fronts }),
+  );
   private announced = false;
 
   /** `gpus`: the host's GPUs, for models configured with "gpus": "auto" and for pinning. */
@@ -178,8 +183,14 @@ export class Supervisor implements DiagnosticsSource {
         return;
       case 'listening':
         this.listening.add(front);
-        front.once('exit', () => this.listening.delete(front));
+        this.connections.join(front);
+        front.once('exit', () => {
+          this.listening.delete(front);
+          this.connections.remove(front);
+        });
         return this.announceReady();
+      case 'connections':
+        return this.connections.set(front, message.open);
       case 'usage':
         return this.recordUsage(message.entries);
       case 'query':

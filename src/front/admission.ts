@@ -63,16 +63,26 @@ export const FRESH_MS = 250;
  *  the margin is for a busy event loop. A silent worker (hung) is trusted no longer than this. */
 export const IDLE_FRESH_MS = LOAD_KEEPALIVE_MS + 250;
 
+/** Tiles a front may hold past its share or the room the others leave, where there are several
+ *  fronts. Their connections are balanced (connection-share.ts), so each runs at about its share,
+ *  and its view of the others' tiles is a report old: at a concurrency equal to max_queue, a
+ *  connection that moved from one front to another made the new one a tile over its places on
+ *  reports that still counted it at the old one (4 fronts, max_queue 64, 64 connections:
+ *  13-64 503s a 4 s run without slack, 0-1 with 2 tiles). The instances still refuse what passes
+ *  their part of max_queue: at most fronts x ROOM_SLACK tiles are read and then refused. */
+export const ROOM_SLACK = 2;
+
 /** Places a front may hold in a model's queue: its share of max_queue, or, while every ready
- *  instance has reported recently, what the other fronts leave of max_queue by those reports;
- *  never more than the ready instances hold together (with one of two down, half of it).
+ *  instance has reported recently, what the other fronts leave of max_queue by those reports,
+ *  with `slack` tiles more; never more than the ready instances hold together (with one of two
+ *  down, half of it).
  *  The kernel gives a connection to whichever front accepts first (supervisor/fronts.ts), so one
  *  front may carry most of a client's connections: with a fixed share, 64 connections to a
  *  model with room for 128 got thousands of 503s on an H200 (docs/gpu.md). Fronts that admit on
  *  the same reports may together send more than the queue has room for: the instances, each
  *  holding its part of max_queue, refuse the excess. */
-export function places(share: number, maxQueue: number, instances: InstanceLoad[]): number {
-  if (instances.length === 0) return share;
+export function places(share: number, maxQueue: number, instances: InstanceLoad[], slack = 0): number {
+  if (instances.length === 0) return share + slack;
   let others: number | null = 0;
   let capacity = 0;
   for (const { backlog } of instances) {
@@ -80,7 +90,7 @@ export function places(share: number, maxQueue: number, instances: InstanceLoad[
     others = held === null || others === null ? null : others + held;
     capacity += backlog.maxHeld;
   }
-  return Math.min(capacity, others === null ? share : Math.max(share, maxQueue - others));
+  return Math.min(capacity, (others === null ? share : Math.max(share, maxQueue - others)) + slack);
 }
 
 export interface InstanceLoad {

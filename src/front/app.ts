@@ -14,6 +14,7 @@ import errors, {
 import contentEncoding from './plugins/content-encoding.js';
 import queryEncoding from './plugins/query-encoding.js';
 import connections from './plugins/connections.js';
+import type { ConnectionShare } from './connection-share.js';
 import jsonBody from './plugins/json-body.js';
 import binaryBody from './plugins/binary-body.js';
 import pressure from './plugins/pressure.js';
@@ -36,9 +37,11 @@ export interface AppOptions {
   config: ServiceConfig;
   backend: ModelBackend;
   logger: Logger;
+  /** This front's share of the service's connections, where there are several fronts. */
+  connectionShare?: ConnectionShare;
 }
 
-export async function buildApp({ config, backend, logger }: AppOptions): Promise<FastifyInstance> {
+export async function buildApp({ config, backend, logger, connectionShare }: AppOptions): Promise<FastifyInstance> {
   const { front } = config;
   const app = Fastify({
     loggerInstance: logger as FastifyBaseLogger,
@@ -73,7 +76,7 @@ export async function buildApp({ config, backend, logger }: AppOptions): Promise
     retryAfterS: config.pressure.retry_after_s,
     models: () => backend.models().map((m) => m.name),
   });
-  await app.register(connections, { maxConnections: front.max_connections });
+  await app.register(connections, { maxConnections: front.max_connections, share: connectionShare });
   await app.register(contentEncoding);
   await app.register(queryEncoding);
   const values = (request: FastifyRequest) => {

@@ -3,8 +3,9 @@
 // never runs a model and owns no process. Told by the supervisor (TILE_FRONT, then messages).
 import process from 'node:process';
 import { createLogger } from '../lib/logger.js';
-import type { ToFront } from '../ipc/protocol.js';
+import type { FromFront, ToFront } from '../ipc/protocol.js';
 import { buildApp } from './app.js';
+import { ConnectionShare } from './connection-share.js';
 import { ExitCode } from '../lib/exit-codes.js';
 import { readFrontConfig } from '../ipc/fork-config.js';
 import { ModelClient } from './model-client.js';
@@ -16,7 +17,8 @@ const logger = createLogger(config).child({ front: index });
 const client = new ModelClient(config, fronts, (message, written) =>
   process.send!(message, undefined, undefined, written),
 );
-const app = await buildApp({ config, backend: client, logger });
+const connectionShare = new ConnectionShare((open) => process.send!({ type: 'connections', open } satisfies FromFront));
+const app = await buildApp({ config, backend: client, logger, connectionShare });
 
 /** How long a stopping front waits for its last usage entries to be written to the supervisor. */
 const FLUSH_WAIT_MS = 1000;
@@ -42,6 +44,7 @@ async function stop(): Promise<void> {
 process.on('message', (message: ToFront) => {
   if (message.type === 'stop') return void stop();
   if (message.type === 'drain') logger.info('draining: readiness answers 503; requests are still served');
+  if (message.type === 'connections') return connectionShare.update(message.total, message.fronts);
   client.onMessage(message);
 });
 // The supervisor is gone (killed): nobody restarts the workers we route to.

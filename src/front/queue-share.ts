@@ -4,7 +4,7 @@
 // the request bytes the front holds.
 import { modelEntry, type ServiceConfig } from '../config/config.js';
 import { errors } from '../lib/errors.js';
-import { arrivingTiles, decide, places, type Arrival, type InstanceLoad } from './admission.js';
+import { arrivingTiles, decide, places, ROOM_SLACK, type Arrival, type InstanceLoad } from './admission.js';
 import type { RequestBytes, Ticket, Upload } from './backend.js';
 
 export class QueueShare {
@@ -108,7 +108,7 @@ export class QueueShare {
   /** Each front may hold its share of the model's queue, and what the others leave of it. */
   private places(model: string, instances: InstanceLoad[]): number {
     const { max_queue } = this.entry(model);
-    return places(this.share(max_queue), max_queue, instances);
+    return places(this.share(max_queue), max_queue, instances, this.fronts > 1 ? ROOM_SLACK : 0);
   }
 
   private share(maxQueue: number): number {

@@ -257,7 +257,10 @@ export type ToFront =
   | { type: 'drain' }
   /** Stop accepting, finish what is in flight, exit. */
   | { type: 'stop' }
-  | { type: 'reply'; id: number; data: unknown };
+  | { type: 'reply'; id: number; data: unknown }
+  /** Every front's open HTTP connections together, and how many fronts listen
+   *  (src/front/connection-share.ts). */
+  | { type: 'connections'; total: number; fronts: number };
 
 export type FrontQuery = { query: 'diagnostics'; categories: string[] } | { query: 'metrics' };
 
@@ -267,4 +270,9 @@ export type FromFront =
   /** The front accepts connections. */
   | { type: 'listening' }
   | { type: 'usage'; entries: UsageReport[] }
+  /** The front's open HTTP connections, when they changed (at most every CONNECTIONS_REPORT_MS). */
+  | { type: 'connections'; open: number }
   | ({ type: 'query'; id: number } & FrontQuery);
+
+/** Most often a front reports its open connections, and the supervisor sends their sum. */
+export const CONNECTIONS_REPORT_MS = 100;

@@ -141,6 +141,9 @@ t.test("places: a front's share of max_queue, and the room the other fronts leav
   half.update({ queued: 0, held: 0, maxHeld: 32, batchMs: 10, maxBatch: 16 });
   t.equal(places(16, 64, [at(half)]), 32, 'one of two instances ready: no more than it holds');
   t.equal(places(48, 64, [at(half)]), 32, 'even where the share is more');
+  t.equal(places(16, 64, [at(a)], 2), 18, 'with slack (several fronts): the share and two tiles');
+  t.equal(places(16, 64, [at(b, 40)], 2), 66, 'the room the others leave, and two tiles');
+  t.equal(places(16, 64, [at(half)], 2), 32, 'never more than the instances hold');
   t.match(
     decide({ held: 40, arriving: 0, places: places(32, 128, [at(b, 40)]), timeoutMs: 300, instances: [at(b, 40)] }),
     { admit: true },

@@ -1,11 +1,14 @@
 // Connections a front holds, and its stop: at most max_connections at once (derived from the
 // open-file limit, so a flood of idle or stalled connections cannot exhaust file descriptors), and
 // during a stop new requests get the service's 503 while responses in flight carry
-// `Connection: close`, so keep-alive clients let go and the front can finish closing.
+// `Connection: close`, so keep-alive clients let go and the front can finish closing. A front
+// holding more than its share of the service's connections closes them the same way, one
+// response at a time, until it holds its share (connection-share.ts).
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { errors } from '../../lib/errors.js';
+import type { ConnectionShare } from '../connection-share.js';
 
 /** Descriptors kept for everything but client connections: worker sockets, files, the IPC pipe. */
 const RESERVED_FDS = 128;
@@ -24,7 +27,13 @@ export function openFileLimit(): number {
   }
 }
 
-async function connections(app: FastifyInstance, { maxConnections }: { maxConnections: number }): Promise<void> {
+export interface ConnectionsOptions {
+  maxConnections: number;
+  /** This front's share of the service's connections (none: a front alone, as tests build it). */
+  share?: ConnectionShare;
+}
+
+async function connections(app: FastifyInstance, { maxConnections, share }: ConnectionsOptions): Promise<void> {
   const limit = maxConnections || Math.max(16, Math.min(openFileLimit(), 1 << 20) - RESERVED_FDS);
   app.server.maxConnections = limit;
   app.log.debug({ maxConnections: limit }, 'connection limit');
@@ -36,8 +45,9 @@ async function connections(app: FastifyInstance, { maxConnections }: { maxConnec
   app.addHook('onRequest', async () => {
     if (closing) throw errors.shuttingDown();
   });
-  app.addHook('onSend', async (_request, reply, payload) => {
-    if (closing) reply.header('connection', 'close');
+  if (share) app.server.on('connection', (socket) => share.track(socket));
+  app.addHook('onSend', async (request, reply, payload) => {
+    if (closing || share?.shouldClose(request.raw.socket)) reply.header('connection', 'close');
     return payload;
   });
 }
