@@ -179,15 +179,15 @@ export class Supervisor implements DiagnosticsSource {
       front.isConnected() && front.send({ type: 'reply', id: (message as { id: number }).id, data } satisfies ToFront);
     switch (message.type) {
       case 'hello':
+        // Before it listens: a front that dies after reporting connections, before it says it
+        // listens (its gRPC port taken), leaves the sum too.
+        front.once('exit', () => this.connections.remove(front));
         front.send({ type: 'models', models: this.models() } satisfies ToFront);
         return;
       case 'listening':
         this.listening.add(front);
         this.connections.join(front);
-        front.once('exit', () => {
-          this.listening.delete(front);
-          this.connections.remove(front);
-        });
+        front.once('exit', () => this.listening.delete(front));
         return this.announceReady();
       case 'connections':
         return this.connections.set(front, message.open);

@@ -68,7 +68,7 @@ export const IDLE_FRESH_MS = LOAD_KEEPALIVE_MS + 250;
  *  and its view of the others' tiles is a report old: at a concurrency equal to max_queue, a
  *  connection that moved from one front to another made the new one a tile over its places on
  *  reports that still counted it at the old one (4 fronts, max_queue 64, 64 connections:
- *  13-64 503s a 4 s run without slack, 0-1 with 2 tiles). The instances still refuse what passes
+ *  13-86 503s a 4 s run without slack, none with 2 tiles, one in a warm-up). The instances still refuse what passes
  *  their part of max_queue: at most fronts x ROOM_SLACK tiles are read and then refused. */
 export const ROOM_SLACK = 2;
 

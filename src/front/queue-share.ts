@@ -117,7 +117,7 @@ export class QueueShare {
 
   private full(model: string, held: number): string {
     const share = this.share(this.entry(model).max_queue);
-    return `${held} tiles outstanding on this front: its share of max_queue (${share})${held > share ? ' and the room the other fronts left' : ''}`;
+    return `${held} tiles outstanding on this front: its share of max_queue (${share})${held > share ? ' and the room the other fronts left, or its slack' : ''}`;
   }
 
   private entry(model: string) {

@@ -25,6 +25,13 @@ t.test('a front over its share closes one connection per response until it holds
   t.ok(share.shouldClose(closing[0]), 'a leaving connection is asked again to close');
   for (const s of closing) s.emit('close');
   t.notOk(share.shouldClose(mine[9]), 'at its share (8 of 16): none more');
+  // A client that left mid-request: its response is still sent, on a closed connection.
+  const gone = sockets(1)[0];
+  share.track(gone);
+  gone.emit('close');
+  share.update(12, 2);
+  t.notOk(share.shouldClose(gone), 'a response on a connection its client closed: not counted as leaving');
+  t.equal(mine.slice(2).filter((s) => share.shouldClose(s)).length, 2, '8 of 12: two of the live ones go');
   await tick();
   t.same(reports, [10, 8]);
 
