@@ -10,14 +10,14 @@ import { CONNECTIONS_REPORT_MS } from '../ipc/protocol.js';
 
 /** The sockets a front serves HTTP on (net.Socket's part of it that counting needs). */
 export interface CountedSocket {
+  /** Set before 'close' is emitted: a response can still be sent on a socket whose client left
+   *  mid-request, which must not be counted as leaving. */
+  readonly destroyed: boolean;
   once(event: 'close', listener: () => void): unknown;
 }
 
 export class ConnectionShare {
   private open = 0;
-  /** The connections counted in `open`: a response can still be sent on one that has closed (its
-   *  client left mid-request), which must not be counted as leaving. */
-  private readonly live = new WeakSet<CountedSocket>();
   /** Connections whose response said `Connection: close`, not closed yet. */
   private readonly leaving = new WeakSet<CountedSocket>();
   private leavingCount = 0;
@@ -35,11 +35,9 @@ export class ConnectionShare {
   /** Counts a connection the front accepted, until it closes. */
   track(socket: CountedSocket): void {
     this.open++;
-    this.live.add(socket);
     this.schedule();
     socket.once('close', () => {
       this.open--;
-      this.live.delete(socket);
       if (this.leaving.delete(socket)) this.leavingCount--;
       this.schedule();
     });
@@ -55,7 +53,7 @@ export class ConnectionShare {
    *  than its share, not counting the connections already leaving. Not while its count has grown
    *  past the last sum (the others' counts are then older than its own). */
   shouldClose(socket: CountedSocket): boolean {
-    if (!this.live.has(socket)) return false;
+    if (socket.destroyed) return false;
     if (this.leaving.has(socket)) return true;
     const staying = this.open - this.leavingCount;
     if (this.fronts < 2 || this.open > this.total || staying <= Math.ceil(this.total / this.fronts)) return false;

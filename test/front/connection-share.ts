@@ -6,7 +6,12 @@ import { ConnectionShare } from '../../src/front/connection-share.js';
 import { ConnectionTally } from '../../supervisor/connection-tally.js';
 
 const tick = (ms = 5) => new Promise((r) => setTimeout(r, ms));
-const sockets = (n: number) => Array.from({ length: n }, () => new EventEmitter());
+/** Sockets as net.Socket closes them: destroyed, then 'close'. */
+const sockets = (n: number) => Array.from({ length: n }, () => Object.assign(new EventEmitter(), { destroyed: false }));
+const close = (socket: ReturnType<typeof sockets>[number]) => {
+  socket.destroyed = true;
+  socket.emit('close');
+};
 
 t.test('a front over its share closes one connection per response until it holds its share', async (t) => {
   const reports: number[] = [];
@@ -23,12 +28,12 @@ t.test('a front over its share closes one connection per response until it holds
   const closing = mine.filter((s) => share.shouldClose(s));
   t.equal(closing.length, 2, '10 of 16 with two fronts: two go (responses in flight count once)');
   t.ok(share.shouldClose(closing[0]), 'a leaving connection is asked again to close');
-  for (const s of closing) s.emit('close');
+  for (const s of closing) close(s);
   t.notOk(share.shouldClose(mine[9]), 'at its share (8 of 16): none more');
   // A client that left mid-request: its response is still sent, on a closed connection.
   const gone = sockets(1)[0];
   share.track(gone);
-  gone.emit('close');
+  close(gone);
   share.update(12, 2);
   t.notOk(share.shouldClose(gone), 'a response on a connection its client closed: not counted as leaving');
   t.equal(mine.slice(2).filter((s) => share.shouldClose(s)).length, 2, '8 of 12: two of the live ones go');
