@@ -44,9 +44,18 @@ interface Pending {
 interface Feeds {
   feeds: Record<string, ort.Tensor>;
   preprocessMs: number;
-  /** The feeds' buffers that are not a tile's own pixels (a batch of one can be passed as
-   *  decoded): the session takes them back when the batch does not run as prepared. */
-  spares: ArrayBuffer[];
+  /** The pixels they were made from: a batch of one can be passed as decoded, its tensor the
+   *  tile's own buffer. */
+  tiles: Pixels[];
+}
+
+/** A prepared batch's input buffers that are not a tile's own pixels: the session takes them back
+ *  when the batch does not run as prepared. */
+function spareBuffers({ feeds, tiles }: Feeds): ArrayBuffer[] {
+  const pixels = new Set(tiles.map((p) => p.data.buffer));
+  return Object.values(feeds)
+    .map((f) => (f.data as ArrayBufferView).buffer as ArrayBuffer)
+    .filter((b) => !pixels.has(b));
 }
 
 /** A tile received and not yet decoded. */
@@ -146,8 +155,8 @@ export class ModelWorker {
       maxDelayMs: options.maxDelayMs,
       run: (batch, feeds) => this.run(batch, feeds),
       prepare: (batch) => this.feed(this.padded(batch)),
-      unprepare: ({ spares }) => {
-        for (const b of spares) this.session.recycle?.(b);
+      unprepare: (prepared) => {
+        for (const b of spareBuffers(prepared)) this.session.recycle?.(b);
       },
       deadline: (item) => item.deadline,
       expire: (item) => this.drop(item.link, item.id, 'expired'),
@@ -372,11 +381,7 @@ export class ModelWorker {
           ? new ort.Tensor('float16', float32ToFloat16(bulk), dims)
           : new ort.Tensor('float32', bulk, dims);
     }
-    const pixels = new Set(tiles.map((p) => p.data.buffer));
-    const spares = Object.values(feeds)
-      .map((f) => (f.data as ArrayBufferView).buffer as ArrayBuffer)
-      .filter((b) => !pixels.has(b));
-    return { feeds, preprocessMs: performance.now() - t0, spares };
+    return { feeds, preprocessMs: performance.now() - t0, tiles };
   }
 
   private async infer(batch: Pending[], prepared?: Feeds): Promise<Omit<InferResult, 'load'>[]> {
