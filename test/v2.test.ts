@@ -161,6 +161,42 @@ t.test('bodies built to cost: each refused at its first fault, in bounded time a
   t.equal(backend.jobs.length, 0, 'nothing was run');
 });
 
+t.test('JSON data nested row-major reads as the same data flat', async (t) => {
+  const { app, backend } = await fakeService();
+  const pixels = Array.from({ length: 2 * 224 * 224 * 3 }, (_, i) => (i * 31) % 256);
+  // [2, 224, 224, 3] as nested arrays, the shape's own nesting.
+  const nested = Array.from({ length: 2 }, (_, n) =>
+    Array.from({ length: 224 }, (_, y) =>
+      Array.from({ length: 224 }, (_, x) =>
+        pixels.slice(((n * 224 + y) * 224 + x) * 3, ((n * 224 + y) * 224 + x) * 3 + 3),
+      ),
+    ),
+  );
+  for (const data of [pixels, nested, [pixels.slice(0, 100), [pixels.slice(100)]]]) {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v2/models/tile-embed/infer',
+      headers: { 'content-type': 'application/json' },
+      payload: JSON.stringify({ inputs: [{ name: 'image', datatype: 'UINT8', shape: [2, 224, 224, 3], data }] }),
+    });
+    t.equal(res.statusCode, 200, res.body.slice(0, 200));
+  }
+  t.equal(backend.jobs.length, 6);
+  const bytes = backend.jobs.map((j) => Buffer.from(j.image.bytes));
+  const expected = [0, 1].map((n) => Buffer.from(pixels.slice(n * 224 * 224 * 3, (n + 1) * 224 * 224 * 3)));
+  for (const [i, b] of bytes.entries()) t.ok(b.equals(expected[i % 2]), `tile ${i} as sent`);
+  const short = await app.inject({
+    method: 'POST',
+    url: '/v2/models/tile-embed/infer',
+    headers: { 'content-type': 'application/json' },
+    payload: JSON.stringify({
+      inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3], data: [[1, 2], [3]] }],
+    }),
+  });
+  t.equal(short.statusCode, 400);
+  t.match(short.json().error, /holds 150528 elements, data has 3/);
+});
+
 t.test('resolution and float data: decimal text only, [N] only, NaN named as NaN', async (t) => {
   const { app } = await fakeService();
   const post = async (body: { header: Buffer; binary: Buffer[] }) => {

@@ -95,7 +95,7 @@ export function toInferRequest(body: InferRequestBody): InferRequest {
         throw errors.v2Invalid(
           `input '${name}' has no data: give "data", or binary_data_size and the bytes after the JSON header`,
         );
-      return { name, datatype, shape, parameters, data: { values: input.data.flat(Infinity) } };
+      return { name, datatype, shape, parameters, data: { values: flatData(input.data) } };
     }
     if (input.data) throw errors.v2Invalid(`input '${name}' has both "data" and binary_data_size: give one`);
     if (at + size > binary.length)
@@ -111,6 +111,25 @@ export function toInferRequest(body: InferRequestBody): InferRequest {
       `the inputs' binary_data_size add up to ${at} bytes, but ${binary.length} bytes follow the JSON header`,
     );
   return { id: body.id, parameters: body.parameters, inputs, outputs: body.outputs };
+}
+
+/** JSON `data` flattened row-major. A flat array (what tritonclient and the KServe SDK send:
+ *  numpy's flatten()) is kept as it is: Array.prototype.flat copied 150,528 numbers in 3.5 ms.
+ *  The body's nesting is bounded (scanJson), and so is this recursion. */
+function flatData(data: unknown[]): unknown[] {
+  let flat = true;
+  for (let i = 0; i < data.length && flat; i++) flat = !Array.isArray(data[i]);
+  if (flat) return data;
+  const out: unknown[] = [];
+  const walk = (values: unknown[]) => {
+    for (let i = 0; i < values.length; i++) {
+      const v = values[i];
+      if (Array.isArray(v)) walk(v);
+      else out.push(v);
+    }
+  };
+  walk(data);
+  return out;
 }
 
 /** Whether an output is answered in binary: its binary_data parameter, else the request's
