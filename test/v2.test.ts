@@ -5,7 +5,13 @@ import t from 'tap';
 import { fakeService } from './helpers/fake-backend.js';
 import { inferBody, type Tensor } from './helpers/v2-client.js';
 import { join } from 'node:path';
-import { messageBuffer } from '../src/front/v2/grpc-server.js';
+import { createRequire } from 'node:module';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import pino from 'pino';
+import { LOADER_OPTIONS, messageBuffer, PROTO_FILE, startGrpc } from '../src/front/v2/grpc-server.js';
+import { MessageDecoder } from '../src/front/v2/message-decoder.js';
+import { V2Service } from '../src/front/v2/v2-service.js';
 import { planJobs } from '../src/front/v2/inference.js';
 import { modelMetadata } from '../src/front/v2/model-tensors.js';
 import { readPackage } from '../src/model-package/model-package.js';
@@ -250,4 +256,35 @@ t.test("a ModelInferRequest's bytes: the buffer grpc-js framed it in, when it ho
   t.equal(messageBuffer(pooled), pooled, 'a slice of the pool: itself, which freeBytes leaves alone');
   const shared = Buffer.alloc(10 + 150_528).subarray(5, 5 + 150_528);
   t.equal(messageBuffer(shared), shared, 'bytes after it: itself');
+});
+
+t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames is answered', async (t) => {
+  const { backend, config } = await fakeService();
+  const { server, port } = await startGrpc(new V2Service(backend, config), {
+    host: '127.0.0.1',
+    port: 0,
+    maxMessageBytes: 64 << 20,
+    bodyTimeoutMs: 10_000,
+    logger: pino({ level: 'silent' }),
+  });
+  t.teardown(() => server.forceShutdown());
+  const decoders = createRequire(import.meta.url)('@grpc/grpc-js/build/src/stream-decoder.js');
+  t.equal(decoders.StreamDecoder, MessageDecoder, "grpc-js's calls construct ours");
+  const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
+  const stub = new inference.GRPCInferenceService(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  t.teardown(() => stub.close());
+  const pixels = Buffer.alloc(8 * 224 * 224 * 3, 5);
+  const response: any = await new Promise((resolve, reject) =>
+    stub.ModelInfer(
+      {
+        model_name: 'tile-embed',
+        inputs: [{ name: 'image', datatype: 'UINT8', shape: [8, 224, 224, 3] }],
+        raw_input_contents: [pixels],
+      },
+      (err: Error | null, r: unknown) => (err ? reject(err) : resolve(r)),
+    ),
+  );
+  t.same(response.outputs[0].shape, [8, 160], 'a 1.2 MB message, 16 KiB frames: 8 embeddings');
+  t.equal(backend.jobs.length, 8);
+  t.ok(backend.jobs.every((j) => Buffer.from(j.image.bytes).equals(pixels.subarray(0, 224 * 224 * 3))));
 });

@@ -5,12 +5,14 @@
 // INVALID_ARGUMENT (a bad request), NOT_FOUND (a model not enabled), UNAVAILABLE (loading, busy),
 // DEADLINE_EXCEEDED, INTERNAL.
 import { constants, type Http2Session } from 'node:http2';
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { Logger } from 'pino';
 import { errors, ServiceError } from '../../lib/errors.js';
 import type { InferRequest } from './inference.js';
+import { MessageDecoder } from './message-decoder.js';
 import { rawBytes, type InputTensor, type Parameters } from './tensor-data.js';
 import type { V2Service } from './v2-service.js';
 
@@ -159,6 +161,7 @@ export async function startGrpc(
   const definition = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as unknown as {
     inference: { GRPCInferenceService: { service: grpc.ServiceDefinition } };
   };
+  decodeWhole();
   const methods = definition.inference.GRPCInferenceService.service;
   const infer = methods.ModelInfer!;
   // Each ModelInferRequest keeps the bytes it was decoded from. One that is not a message is
@@ -239,6 +242,16 @@ function widenWindow(server: grpc.Server, step: 'settings' | 'sessions'): void {
   if (step === 'settings' && internals.commonServerOptions)
     internals.commonServerOptions.settings = { ...internals.commonServerOptions.settings, initialWindowSize: WINDOW };
   if (step === 'sessions') onSession(server, (s) => s.setLocalWindowSize(WINDOW));
+}
+
+/** Each call's messages read by MessageDecoder (message-decoder.ts) instead of grpc-js's own:
+ *  through grpc-js's module, from which each call constructs its decoder (a grpc-js without it
+ *  keeps its own). */
+function decodeWhole(): void {
+  const decoders = createRequire(import.meta.url)('@grpc/grpc-js/build/src/stream-decoder.js') as {
+    StreamDecoder?: unknown;
+  };
+  if (typeof decoders.StreamDecoder === 'function') decoders.StreamDecoder = MessageDecoder;
 }
 
 /** Each HTTP/2 connection of a bound grpc-js server, through its internals (none when they change). */
