@@ -178,7 +178,13 @@ t.test('JSON data nested row-major reads as the same data flat', async (t) => {
       ),
     ),
   );
-  for (const data of [pixels, nested, [pixels.slice(0, 100), [pixels.slice(100)]]]) {
+  // Flat, nested by the shape, nested otherwise, and flat at first with a nested tail.
+  for (const data of [
+    pixels,
+    nested,
+    [pixels.slice(0, 100), [pixels.slice(100)]],
+    [...pixels.slice(0, 9), pixels.slice(9)],
+  ]) {
     const res = await app.inject({
       method: 'POST',
       url: '/v2/models/tile-embed/infer',
@@ -187,7 +193,7 @@ t.test('JSON data nested row-major reads as the same data flat', async (t) => {
     });
     t.equal(res.statusCode, 200, res.body.slice(0, 200));
   }
-  t.equal(backend.jobs.length, 6);
+  t.equal(backend.jobs.length, 8);
   const bytes = backend.jobs.map((j) => Buffer.from(j.image.bytes));
   const expected = [0, 1].map((n) => Buffer.from(pixels.slice(n * 224 * 224 * 3, (n + 1) * 224 * 224 * 3)));
   for (const [i, b] of bytes.entries()) t.ok(b.equals(expected[i % 2]), `tile ${i} as sent`);

@@ -3,7 +3,10 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
 import t from 'tap';
-import { COMMIT_AT, MessageDecoder } from '../../src/front/v2/message-decoder.js';
+import { MessageDecoder, WHOLE_AT } from '../../src/front/v2/message-decoder.js';
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
 
 type Decoder = { write(data: Buffer): Buffer[] };
 /** grpc-js's own decoder, which MessageDecoder stands in for. */
@@ -76,24 +79,45 @@ t.test("a message over the limit throws as grpc-js's does", async (t) => {
   t.same(new MessageDecoder(101).write(message), [message], 'at the limit: read');
 });
 
-t.test('a length prefix alone allocates nothing; a share of the message does', async (t) => {
+t.test('a message holds at most WHOLE_AT times what has arrived; a length prefix alone, nothing', async (t) => {
+  // Each buffer the decoder takes, seen at Node's allocator call.
+  const taken: number[] = [];
+  const made: Buffer<ArrayBuffer>[] = [];
+  const allocUnsafeSlow = Buffer.allocUnsafeSlow;
+  Buffer.allocUnsafeSlow = (size: number) => {
+    taken.push(size);
+    made.push(allocUnsafeSlow(size));
+    return made[made.length - 1];
+  };
+  t.teardown(() => {
+    Buffer.allocUnsafeSlow = allocUnsafeSlow;
+  });
   const decoder = new MessageDecoder(-1);
   const size = 64 * 1024 * 1024;
   const prefix = Buffer.alloc(5);
   prefix.writeUInt32BE(size, 1);
-  const before = process.memoryUsage().arrayBuffers;
+  const part = Buffer.alloc(size / 8);
   t.same(decoder.write(prefix), []);
-  t.ok(process.memoryUsage().arrayBuffers - before < size / 16, 'no buffer for the declared 64 MB');
-  const part = Buffer.alloc(size / COMMIT_AT / 8);
-  for (let i = 0; i < 7; i++) decoder.write(part);
-  t.ok(process.memoryUsage().arrayBuffers - before < size / 4, 'none until its share has arrived');
-  decoder.write(part);
-  t.ok(process.memoryUsage().arrayBuffers - before >= size, 'then the whole message');
+  t.same(taken, [], 'no buffer for the declared 64 MB');
+  for (let i = 1; i <= 7; i++) {
+    decoder.write(part);
+    t.ok(Math.max(...taken) <= WHOLE_AT * (5 + i * part.length), `${i}/8 arrived: buffers of ${taken.join(', ')}`);
+  }
+  const [message] = decoder.write(part);
+  t.equal(message.length, 5 + size, 'then the whole message, in a buffer of its size');
+  t.equal(message.buffer.byteLength, 5 + size);
+  t.same(taken, [2 * (5 + part.length), 5 + size], 'twice the first eighth, then the whole at a quarter');
+  t.equal(made[0].length, 0, 'the outgrown buffer freed at once (detached)');
+});
+
+t.test('a message over the limit ends the call: later writes throw too, as with grpc-js', async (t) => {
+  for (const decoder of [new MessageDecoder(100), new StreamDecoder(100)]) {
+    t.throws(() => decoder.write(framed(0, Buffer.alloc(400))), /larger than max \(400 vs 100\)/);
+    t.throws(() => decoder.write(framed(0, Buffer.alloc(10))), /larger than max/);
+  }
 });
 
 t.test("frames are let go once the message's buffer is allocated, not when it is whole", async (t) => {
-  setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as () => void;
   const message = framed(0, Buffer.alloc(1024 * 1024, 3));
   // The first half of the message, in 64 KiB reads; the second never comes. Fed from a function
   // of its own: an async function's suspended frame would keep the last read.
@@ -112,4 +136,19 @@ t.test("frames are let go once the message's buffer is allocated, not when it is
   };
   t.equal(await held(new MessageDecoder(-1)), 0, 'ours: none of the 8 reads held');
   t.equal(await held(new StreamDecoder(-1)), 8, "grpc-js's: all 8 held until the message is whole");
+});
+
+t.test('frames of one byte hold one byte each, not a view of their read', async (t) => {
+  const message = framed(0, Buffer.alloc(200_000, 1));
+  const heap = (decoder: Decoder) => {
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    for (let i = 0; i < message.length - 1; i++) decoder.write(message.subarray(i, i + 1));
+    gc();
+    return process.memoryUsage().heapUsed - before;
+  };
+  const ours = heap(new MessageDecoder(-1));
+  const theirs = heap(new StreamDecoder(-1));
+  t.ok(ours < 1024 * 1024, `ours: ${ours} bytes of heap for 200,000 frames`);
+  t.ok(theirs > 8 * 1024 * 1024, `grpc-js's: ${theirs} bytes (a view each)`);
 });

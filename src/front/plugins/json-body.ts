@@ -34,8 +34,8 @@ const MARKER = `image_data ${randomBytes(16).toString('hex')}`;
 export const MAX_JSON_DEPTH = 16;
 
 /** What each byte is to scanJson; most (digits, letters, spaces) are nothing (0). One table read
- *  and one test pass them over: a v2 body of 150,528 numbers (537 KB) is scanned in 1.7 ms, where
- *  comparing each byte to the seven took 2.6 (module constants are not folded into the loop). */
+ *  and one test pass them over: a v2 body of 150,528 numbers (537 KB) took 1.75 ms against 2.6
+ *  comparing each byte to the seven, 1.28 against 1.45 once V8 has optimized both. */
 enum Byte {
   Quote = 1,
   Backslash,

@@ -245,12 +245,15 @@ function widenWindow(server: grpc.Server, step: 'settings' | 'sessions'): void {
 }
 
 /** Each call's messages read by MessageDecoder (message-decoder.ts) instead of grpc-js's own:
- *  through grpc-js's module, from which each call constructs its decoder (a grpc-js without it
- *  keeps its own). */
+ *  through grpc-js's module, from which each call constructs its decoder (a grpc-js that moved
+ *  it keeps its own). */
 function decodeWhole(): void {
-  const decoders = createRequire(import.meta.url)('@grpc/grpc-js/build/src/stream-decoder.js') as {
-    StreamDecoder?: unknown;
-  };
+  let decoders: { StreamDecoder?: unknown };
+  try {
+    decoders = createRequire(import.meta.url)('@grpc/grpc-js/build/src/stream-decoder.js');
+  } catch {
+    return;
+  }
   if (typeof decoders.StreamDecoder === 'function') decoders.StreamDecoder = MessageDecoder;
 }
 
