@@ -5,11 +5,12 @@ import t from 'tap';
 import { fakeService } from './helpers/fake-backend.js';
 import { inferBody, type Tensor } from './helpers/v2-client.js';
 import { join } from 'node:path';
+import http2 from 'node:http2';
 import { createRequire } from 'node:module';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import pino from 'pino';
-import { LOADER_OPTIONS, messageBuffer, PROTO_FILE, startGrpc } from '../src/front/v2/grpc-server.js';
+import { LOADER_OPTIONS, MAX_STREAMS, messageBuffer, PROTO_FILE, startGrpc } from '../src/front/v2/grpc-server.js';
 import { MessageDecoder } from '../src/front/v2/message-decoder.js';
 import { V2Service } from '../src/front/v2/v2-service.js';
 import { planJobs } from '../src/front/v2/inference.js';
@@ -291,6 +292,29 @@ t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames 
     ),
   );
   t.same(response.outputs[0].shape, [8, 160], 'a 1.2 MB message, 16 KiB frames: 8 embeddings');
+  // RFC 9113 6.5.2: SETTINGS_MAX_CONCURRENT_STREAMS, the calls one connection may hold open.
+  const session = http2.connect(`http://127.0.0.1:${port}`);
+  t.teardown(() => session.close());
+  const settings = await new Promise<http2.Settings>((resolve) => session.once('remoteSettings', resolve));
+  t.equal(settings.maxConcurrentStreams, MAX_STREAMS);
+  // A client that compresses its messages (gzip) is told to send them uncompressed.
+  const gzip = new inference.GRPCInferenceService(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), {
+    'grpc.default_compression_algorithm': 2,
+  });
+  t.teardown(() => gzip.close());
+  const refused: grpc.ServiceError = await new Promise((resolve) =>
+    gzip.ModelInfer(
+      {
+        model_name: 'tile-embed',
+        inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3] }],
+        raw_input_contents: [pixels.subarray(0, 224 * 224 * 3)],
+      },
+      (err: grpc.ServiceError) => resolve(err),
+    ),
+  );
+  t.equal(refused?.code, grpc.status.RESOURCE_EXHAUSTED);
+  t.match(refused?.details, /uncompressed \(grpc-encoding identity\)/);
+  t.equal(backend.jobs.length, 8, 'nothing of it reached a worker');
   t.equal(backend.jobs.length, 8);
   t.ok(backend.jobs.every((j) => Buffer.from(j.image.bytes).equals(pixels.subarray(0, 224 * 224 * 3))));
 });

@@ -179,6 +179,9 @@ export async function startGrpc(
   const server = new grpc.Server({
     'grpc.max_receive_message_length': options.maxMessageBytes,
     'grpc.max_send_message_length': -1,
+    // grpc-js sets no limit, and a stream that sends no data holds no budget: 8 connections of
+    // 170,000 empty streams each took a front's heap to its limit (a review session).
+    'grpc.max_concurrent_streams': MAX_STREAMS,
   });
   widenWindow(server, 'settings');
   server.addService(inferenceService, {
@@ -228,6 +231,11 @@ export async function startGrpc(
   holdAsHttp(server, service, options.bodyTimeoutMs);
   return { server, port };
 }
+
+/** Calls open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS): more than a client
+ *  keeps in flight (tritonclient and perf_analyzer share a channel across their concurrency),
+ *  nginx's default 128 doubled. */
+export const MAX_STREAMS = 256;
 
 /** HTTP/2 receive window of a stream and of a connection. */
 const WINDOW = 16 * 1024 * 1024;
