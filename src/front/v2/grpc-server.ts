@@ -180,7 +180,7 @@ export async function startGrpc(
     'grpc.max_receive_message_length': options.maxMessageBytes,
     'grpc.max_send_message_length': -1,
     // grpc-js sets no limit, and a stream that sends no data holds no budget: 8 connections of
-    // 170,000 empty streams each took a front's heap to its limit (a review session).
+    // 170,000 empty streams each took a front's heap to its limit (an attack session).
     'grpc.max_concurrent_streams': MAX_STREAMS,
   });
   widenWindow(server, 'settings');

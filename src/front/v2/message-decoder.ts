@@ -51,7 +51,7 @@ export class MessageDecoder {
         if (this.maxReadMessageLength !== -1 && this.size > this.maxReadMessageLength)
           this.refused = new Error(`Received message larger than max (${this.size} vs ${this.maxReadMessageLength})`);
         // grpc-js would inflate it to the limit, where only its compressed bytes count against the
-        // front's budget: 100 calls of a 16 KB gzip that inflates to 16 MiB held 2 GB (a review
+        // front's budget: 100 calls of a 16 KB gzip that inflates to 16 MiB held 2 GB (an attack
         // session). Tiles, PNG or raw pixels, gain little from it.
         else if (this.prefix[0] !== 0)
           this.refused = new Error(
