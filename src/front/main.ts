@@ -63,6 +63,7 @@ grpc =
         maxMessageBytes: config.body_limit_bytes,
         bodyTimeoutMs: config.front.body_timeout_ms,
         logger,
+        record: app.recordModelRequest,
       });
 if (grpc && index === 0)
   logger.info({ grpcPort: grpc.port }, `gRPC (inference.GRPCInferenceService) on ${config.host}:${grpc.port}`);

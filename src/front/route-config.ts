@@ -39,6 +39,7 @@ const SHED: Partial<Record<string, ShedOutcome>> = {
   TILE_ERR_QUEUE_FULL: 'refused',
   TILE_ERR_FRONT_BUSY: 'refused',
 };
+export const shedOutcome = (code: string): ShedOutcome | undefined => SHED[code];
 
 /** Calls `record` once per model request: when its response is done, with how it was shed if it
  *  was (expired, refused), or when its client left before the answer (cancelled, status 499),
@@ -63,6 +64,6 @@ export function onModelRequestDone(
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = modelRoute(request);
-    if (route) record(request, reply, route, reply.statusCode, SHED[String(reply.getHeader('x-error-code'))]);
+    if (route) record(request, reply, route, reply.statusCode, shedOutcome(String(reply.getHeader('x-error-code'))));
   });
 }

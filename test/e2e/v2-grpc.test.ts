@@ -349,3 +349,14 @@ t.test(
     );
   },
 );
+
+t.test('ModelInfer calls are counted in /metrics as endpoint "grpc"; an unknown model is not a label', async (t) => {
+  const rgb = await pixels(cellularPng(24));
+  await infer('tile-embed', [image([rgb], 224)]);
+  const raw = { inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3] }], raw_input_contents: [rgb] };
+  t.equal((await failure('ModelInfer', { ...raw, model_name: 'nope' })).code, grpc.status.NOT_FOUND);
+  const metrics = await (await server.get('/metrics')).text();
+  t.match(metrics, /tile_requests_total\{model="tile-embed",endpoint="grpc",status="200"\} [1-9]/);
+  t.match(metrics, /tile_request_duration_seconds_count\{model="tile-embed",endpoint="grpc"\} [1-9]/);
+  t.notMatch(metrics, /model="nope"/);
+});

@@ -7,7 +7,7 @@ import fp from 'fastify-plugin';
 import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ModelBackend } from '../backend.js';
 import { onModelRequestDone } from '../route-config.js';
-import type { StageTimes } from '../../ipc/protocol.js';
+import type { ShedOutcome, StageTimes } from '../../ipc/protocol.js';
 import { requireAdminToken } from '../admin-token.js';
 
 declare module 'fastify' {
@@ -15,8 +15,19 @@ declare module 'fastify' {
     /** Records one served tile: the batch it ran in, its milliseconds per stage, and its worker
      *  times (queue wait against its batch's run). */
     observeTile(model: string, batchSize: number, stages: Record<string, number>, worker: StageTimes): void;
+    /** Counts one request to an enabled model (others are not labels): by endpoint, status and
+     *  how it was shed. The HTTP routes' hook and the gRPC service both call it. */
+    recordModelRequest: ModelRequestRecorder;
   }
 }
+
+export type ModelRequestRecorder = (
+  model: string,
+  endpoint: string,
+  status: number,
+  seconds: number,
+  shed: ShedOutcome | undefined,
+) => void;
 
 async function metrics(
   app: FastifyInstance,
@@ -118,11 +129,16 @@ async function metrics(
     computeDuration.observe({ model }, worker.inference / 1000);
   });
 
-  onModelRequestDone(app, (_request, reply, route, status, outcome) => {
-    requests.inc({ model: route.name, endpoint: route.endpoint, status: String(status) });
-    latency.observe({ model: route.name, endpoint: route.endpoint }, reply.elapsedTime / 1000);
-    if (outcome) shed.inc({ model: route.name, endpoint: route.endpoint, outcome });
-  });
+  const record: ModelRequestRecorder = (model, endpoint, status, seconds, outcome) => {
+    if (!app.modelEndpoints.has(model)) return;
+    requests.inc({ model, endpoint, status: String(status) });
+    latency.observe({ model, endpoint }, seconds);
+    if (outcome) shed.inc({ model, endpoint, outcome });
+  };
+  app.decorate('recordModelRequest', record);
+  onModelRequestDone(app, (_request, reply, route, status, outcome) =>
+    record(route.name, route.endpoint, status, reply.elapsedTime / 1000, outcome),
+  );
 
   app.get(
     '/metrics',

@@ -13,6 +13,10 @@ import type { Logger } from 'pino';
 import { errors, ServiceError } from '../../lib/errors.js';
 import type { InferRequest } from './inference.js';
 import { MessageDecoder } from './message-decoder.js';
+import type { ModelRequestRecorder } from '../plugins/metrics.js';
+import { shedOutcome } from '../route-config.js';
+import type { ShedOutcome } from '../../ipc/protocol.js';
+import type { Ticket } from '../backend.js';
 import { rawBytes, type InputTensor, type Parameters } from './tensor-data.js';
 import type { V2Service } from './v2-service.js';
 
@@ -156,7 +160,15 @@ function unary<Req, Res>(
 /** Serves inference.GRPCInferenceService on host:port until the returned server is shut down. */
 export async function startGrpc(
   service: V2Service,
-  options: { host: string; port: number; maxMessageBytes: number; bodyTimeoutMs: number; logger: Logger },
+  options: {
+    host: string;
+    port: number;
+    maxMessageBytes: number;
+    bodyTimeoutMs: number;
+    logger: Logger;
+    /** Counts each ModelInfer call (the metrics plugin's recorder). */
+    record?: ModelRequestRecorder;
+  },
 ): Promise<{ server: grpc.Server; port: number }> {
   const definition = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as unknown as {
     inference: { GRPCInferenceService: { service: grpc.ServiceDefinition } };
@@ -197,11 +209,16 @@ export async function startGrpc(
     ModelInfer: unary(logger, async (r: GrpcInferRequest | Malformed, call) => {
       if ('malformed' in r) throw errors.v2Invalid(`the request is not a ModelInferRequest message: ${r.malformed}`);
       // Admitted as an HTTP request is, its bytes counted until it is answered (as they arrived:
-      // holdAsHttp); its tiles cancelled when the call is.
-      const ticket = service.admit(r.model_name, r.model_version || undefined);
+      // holdAsHttp); its tiles cancelled when the call is. Counted in /metrics as endpoint "grpc",
+      // with the status its HTTP twin would have had.
+      const started = performance.now();
+      let status = 200;
+      let shed: ShedOutcome | undefined;
+      let ticket: Ticket | undefined;
       const cancelled = new AbortController();
       call.once('cancelled', () => cancelled.abort());
       try {
+        ticket = service.admit(r.model_name, r.model_version || undefined);
         ticket.received(r.raw_input_contents.reduce((sum, b) => sum + b.length, 0));
         const response = await service.infer(r.model_name, r.model_version || undefined, toInferRequest(r), {
           ticket,
@@ -215,8 +232,14 @@ export async function startGrpc(
           outputs: response.outputs.map(({ name, datatype, shape }) => ({ name, datatype, shape })),
           raw_output_contents: response.outputs.map(rawBytes),
         };
+      } catch (err) {
+        const error = cancelled.signal.aborted ? errors.cancelled() : ServiceError.from(err);
+        status = error.statusCode;
+        shed = cancelled.signal.aborted ? 'cancelled' : shedOutcome(error.code);
+        throw err;
       } finally {
-        ticket.release();
+        ticket?.release();
+        options.record?.(r.model_name, 'grpc', status, (performance.now() - started) / 1000, shed);
       }
     }),
   });
