@@ -267,14 +267,14 @@ t.test("a ModelInferRequest's bytes: the buffer grpc-js framed it in, when it ho
 
 t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames is answered', async (t) => {
   const { backend, config } = await fakeService();
-  const recorded: unknown[][] = [];
+  const recorded: unknown[] = [];
   const { server, port } = await startGrpc(new V2Service(backend, config), {
     host: '127.0.0.1',
     port: 0,
     maxMessageBytes: 64 << 20,
     bodyTimeoutMs: 10_000,
     logger: pino({ level: 'silent' }),
-    record: (...call) => recorded.push(call),
+    record: (call) => recorded.push(call),
   });
   t.teardown(() => server.forceShutdown());
   const decoders = createRequire(import.meta.url)('@grpc/grpc-js/build/src/stream-decoder.js');
@@ -319,12 +319,12 @@ t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames 
   t.equal(backend.jobs.length, 8, 'nothing of it reached a worker');
   // Each ModelInfer call is counted (the refused gzip one never became a call).
   t.equal(recorded.length, 1);
-  t.match(recorded[0], ['tile-embed', 'grpc', 200, Number, undefined]);
+  t.match(recorded[0], { model: 'tile-embed', status: 200, ms: Number, shed: undefined, tile: '8x224x224' });
   const missing: grpc.ServiceError = await new Promise((resolve) =>
     stub.ModelInfer({ model_name: 'tile-embed', inputs: [] }, (err: grpc.ServiceError) => resolve(err)),
   );
   t.equal(missing.code, grpc.status.INVALID_ARGUMENT);
-  t.match(recorded[1], ['tile-embed', 'grpc', 400, Number, undefined], 'a refused call, with its HTTP twin status');
+  t.match(recorded[1], { model: 'tile-embed', status: 400, tile: 'invalid' }, 'a refused call, its HTTP twin status');
   t.equal(backend.jobs.length, 8);
   t.ok(backend.jobs.every((j) => Buffer.from(j.image.bytes).equals(pixels.subarray(0, 224 * 224 * 3))));
 });

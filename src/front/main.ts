@@ -63,7 +63,10 @@ grpc =
         maxMessageBytes: config.body_limit_bytes,
         bodyTimeoutMs: config.front.body_timeout_ms,
         logger,
-        record: app.recordModelRequest,
+        record: (call) => {
+          app.recordModelRequest(call.model, 'grpc', call.status, call.ms / 1000, call.shed);
+          app.recordGrpcUsage(call);
+        },
       });
 if (grpc && index === 0)
   logger.info({ grpcPort: grpc.port }, `gRPC (inference.GRPCInferenceService) on ${config.host}:${grpc.port}`);

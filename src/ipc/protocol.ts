@@ -19,8 +19,9 @@ export type { FieldError, WireError };
 export interface UsageEntry {
   timestamp: string;
   model: string;
-  /** v2: an Open Inference Protocol infer request over REST (its tiles in `tile`: NxHxW). */
-  endpoint: 'predict' | 'embed' | 'v2';
+  /** v2: an Open Inference Protocol infer request over REST (its tiles in `tile`: NxHxW); grpc:
+   *  over gRPC (ModelInfer). */
+  endpoint: 'predict' | 'embed' | 'v2' | 'grpc';
   mode: string;
   status: number;
   duration_ms: number;

@@ -350,13 +350,29 @@ t.test(
   },
 );
 
-t.test('ModelInfer calls are counted in /metrics as endpoint "grpc"; an unknown model is not a label', async (t) => {
-  const rgb = await pixels(cellularPng(24));
-  await infer('tile-embed', [image([rgb], 224)]);
-  const raw = { inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3] }], raw_input_contents: [rgb] };
-  t.equal((await failure('ModelInfer', { ...raw, model_name: 'nope' })).code, grpc.status.NOT_FOUND);
-  const metrics = await (await server.get('/metrics')).text();
-  t.match(metrics, /tile_requests_total\{model="tile-embed",endpoint="grpc",status="200"\} [1-9]/);
-  t.match(metrics, /tile_request_duration_seconds_count\{model="tile-embed",endpoint="grpc"\} [1-9]/);
-  t.notMatch(metrics, /model="nope"/);
-});
+t.test(
+  'ModelInfer calls are counted in /metrics and the usage log as endpoint "grpc"; an unknown model in neither',
+  async (t) => {
+    const rgb = await pixels(cellularPng(24));
+    await infer('tile-embed', [image([rgb], 224)]);
+    const raw = { inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3] }], raw_input_contents: [rgb] };
+    t.equal((await failure('ModelInfer', { ...raw, model_name: 'nope' })).code, grpc.status.NOT_FOUND);
+    const metrics = await (await server.get('/metrics')).text();
+    t.match(metrics, /tile_requests_total\{model="tile-embed",endpoint="grpc",status="200"\} [1-9]/);
+    t.match(metrics, /tile_request_duration_seconds_count\{model="tile-embed",endpoint="grpc"\} [1-9]/);
+    t.notMatch(metrics, /model="nope"/);
+    // Fronts send their usage entries to the supervisor in batches: wait for this call's.
+    let grpcLines: Json[] = [];
+    const mine = () => grpcLines.find((u) => u.tile === '1x224x224');
+    for (let i = 0; i < 50 && !mine(); i++) {
+      const { usage } = (await (await server.get('/diagnostics?categories=usage')).json()) as { usage: Json[] };
+      grpcLines = usage.filter((u) => u.endpoint === 'grpc');
+      if (!mine()) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    t.match(mine(), { model: 'tile-embed', endpoint: 'grpc', mode: 'v2', status: 200, duration_ms: Number });
+    t.notOk(
+      grpcLines.some((u) => u.model === 'nope'),
+      'no line for a model not served',
+    );
+  },
+);

@@ -4,20 +4,52 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { TileRequest } from '../../contract/schemas.js';
+import type { ShedOutcome } from '../../ipc/protocol.js';
 import type { ModelBackend } from '../backend.js';
 import { onModelRequestDone } from '../route-config.js';
 
 const round = (ms: number) => Math.round(ms * 100) / 100;
 
-/** A v2 request's tiles as its image input's shape (NxHxW, or N PNGs). */
-function v2Tiles(body: unknown): string {
+/** A v2 request's tiles as its image input's shape (NxHxW, or N PNGs); gRPC's too. */
+export function v2Tiles(body: unknown): string {
   const shape = (body as { inputs?: { name?: string; shape?: unknown }[] } | undefined)?.inputs?.find(
     (i) => i.name === 'image',
   )?.shape;
   return Array.isArray(shape) && shape.length ? shape.slice(0, 3).join('x') : 'invalid';
 }
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Writes a gRPC ModelInfer call's line (endpoint "grpc", mode "v2"), for an enabled model. */
+    recordGrpcUsage(call: GrpcCall): void;
+  }
+}
+
+/** A finished ModelInfer call: its model, the status its HTTP twin would have had, how long it
+ *  took, how it was shed, and its image input's shape (NxHxW). */
+export interface GrpcCall {
+  model: string;
+  status: number;
+  ms: number;
+  shed: ShedOutcome | undefined;
+  tile: string;
+}
+
 async function usage(app: FastifyInstance, { backend }: { backend: ModelBackend }): Promise<void> {
+  app.decorate('recordGrpcUsage', ({ model, status, ms, shed, tile }: GrpcCall) => {
+    if (!app.modelEndpoints.has(model)) return;
+    backend.recordUsage({
+      timestamp: new Date().toISOString(),
+      model,
+      endpoint: 'grpc',
+      mode: 'v2',
+      status,
+      duration_ms: round(ms),
+      tile,
+      slide: null,
+      ...(shed && { shed }),
+    });
+  });
   onModelRequestDone(app, (request, reply, route, status, shed) => {
     const body = request.body as Partial<TileRequest> | undefined;
     backend.recordUsage({

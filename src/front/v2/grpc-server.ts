@@ -13,7 +13,7 @@ import type { Logger } from 'pino';
 import { errors, ServiceError } from '../../lib/errors.js';
 import type { InferRequest } from './inference.js';
 import { MessageDecoder } from './message-decoder.js';
-import type { ModelRequestRecorder } from '../plugins/metrics.js';
+import { type GrpcCall, v2Tiles } from '../plugins/usage.js';
 import { shedOutcome } from '../route-config.js';
 import type { ShedOutcome } from '../../ipc/protocol.js';
 import type { Ticket } from '../backend.js';
@@ -166,8 +166,8 @@ export async function startGrpc(
     maxMessageBytes: number;
     bodyTimeoutMs: number;
     logger: Logger;
-    /** Counts each ModelInfer call (the metrics plugin's recorder). */
-    record?: ModelRequestRecorder;
+    /** Told of each ModelInfer call when it is done (metrics and the usage log). */
+    record?: (call: GrpcCall) => void;
   },
 ): Promise<{ server: grpc.Server; port: number }> {
   const definition = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as unknown as {
@@ -239,7 +239,8 @@ export async function startGrpc(
         throw err;
       } finally {
         ticket?.release();
-        options.record?.(r.model_name, 'grpc', status, (performance.now() - started) / 1000, shed);
+        const ms = performance.now() - started;
+        options.record?.({ model: r.model_name, status, ms, shed, tile: v2Tiles(r) });
       }
     }),
   });
