@@ -4,7 +4,7 @@
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import type { TileRequest } from '../../contract/schemas.js';
-import type { ShedOutcome } from '../../ipc/protocol.js';
+import type { ShedOutcome, StageTimes, UsageEntry } from '../../ipc/protocol.js';
 import type { ModelBackend } from '../backend.js';
 import { onModelRequestDone } from '../route-config.js';
 
@@ -35,25 +35,41 @@ export interface GrpcCall {
   tile: string;
 }
 
+/** A usage line as its writers know it: its milliseconds not yet rounded, its worker times whole. */
+interface Line {
+  model: string;
+  endpoint: UsageEntry['endpoint'];
+  mode: string;
+  status: number;
+  ms: number;
+  tile: string;
+  slide: string | null;
+  shed: ShedOutcome | undefined;
+  times?: StageTimes;
+}
+
 async function usage(app: FastifyInstance, { backend }: { backend: ModelBackend }): Promise<void> {
-  app.decorate('recordGrpcUsage', ({ model, status, ms, shed, tile }: GrpcCall) => {
-    if (!app.modelEndpoints.has(model)) return;
+  /** One line, stamped now; `shed` and the worker times only where there are some. */
+  const write = ({ model, endpoint, mode, status, ms, tile, slide, shed, times }: Line) =>
     backend.recordUsage({
       timestamp: new Date().toISOString(),
       model,
-      endpoint: 'grpc',
-      mode: 'v2',
+      endpoint,
+      mode,
       status,
       duration_ms: round(ms),
       tile,
-      slide: null,
+      slide,
       ...(shed && { shed }),
+      ...(times && { queue_ms: round(times.queue), compute_ms: round(times.inference) }),
     });
+  app.decorate('recordGrpcUsage', ({ model, status, ms, shed, tile }: GrpcCall) => {
+    if (app.modelEndpoints.has(model))
+      write({ model, endpoint: 'grpc', mode: 'v2', status, ms, tile, slide: null, shed });
   });
   onModelRequestDone(app, (request, reply, route, status, shed) => {
     const body = request.body as Partial<TileRequest> | undefined;
-    backend.recordUsage({
-      timestamp: new Date().toISOString(),
+    write({
       model: route.name,
       endpoint: route.endpoint,
       mode:
@@ -61,7 +77,7 @@ async function usage(app: FastifyInstance, { backend }: { backend: ModelBackend 
           ? 'v2'
           : ((request.query as { mode?: string }).mode ?? (route.endpoint === 'embed' ? 'embedding' : 'prediction')),
       status,
-      duration_ms: round(reply.elapsedTime),
+      ms: reply.elapsedTime,
       tile:
         route.endpoint === 'v2'
           ? v2Tiles(request.body)
@@ -69,11 +85,8 @@ async function usage(app: FastifyInstance, { backend }: { backend: ModelBackend 
             ? `${body.width}x${body.height}`
             : 'invalid',
       slide: typeof body?.slide_name === 'string' ? body.slide_name : null,
-      ...(shed && { shed }),
-      ...(request.tile?.times && {
-        queue_ms: round(request.tile.times.queue),
-        compute_ms: round(request.tile.times.inference),
-      }),
+      shed,
+      times: request.tile?.times,
     });
   });
 }
