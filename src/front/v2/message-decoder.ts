@@ -24,10 +24,10 @@ export const WHOLE_AT = 4;
 export class MessageDecoder {
   private readonly prefix = Buffer.alloc(PREFIX);
   private prefixRead = 0;
-  /** The message's length, and its buffer (prefix first) filled to `filled`. */
+  /** The message's length, how much of it has arrived, and its buffer (prefix first). */
   private size = 0;
+  private arrived = 0;
   private message: Buffer | null = null;
-  private filled = 0;
   /** A message over the limit, or compressed, ends the call: every later write throws it again. */
   private refused: Error | null = null;
 
@@ -58,14 +58,15 @@ export class MessageDecoder {
             `Received a compressed message (flag ${this.prefix[0]}): this server takes messages uncompressed (grpc-encoding identity)`,
           );
         if (this.refused) throw this.refused;
-        this.filled = 0;
+        this.arrived = 0;
       }
-      const n = Math.min(PREFIX + this.size - Math.max(this.filled, PREFIX), data.length - at);
+      const n = Math.min(this.size - this.arrived, data.length - at);
       if (n === 0 && this.size > 0) break; // the prefix alone: nothing to hold yet
-      const message = this.room(Math.max(this.filled, PREFIX) + n);
-      this.filled += data.copy(message, this.filled, at, at + n);
+      const message = this.room(PREFIX + this.arrived + n);
+      data.copy(message, PREFIX + this.arrived, at, at + n);
+      this.arrived += n;
       at += n;
-      if (this.filled === PREFIX + this.size) {
+      if (this.arrived === this.size) {
         messages.push(message);
         this.message = null;
         this.prefixRead = 0;
@@ -81,9 +82,9 @@ export class MessageDecoder {
     const whole = PREFIX + this.size;
     const grown = Buffer.allocUnsafeSlow(WHOLE_AT * bytes >= whole ? whole : 2 * bytes);
     if (held) {
-      held.copy(grown, 0, 0, this.filled);
+      held.copy(grown, 0, 0, PREFIX + this.arrived);
       freeBytes(held);
-    } else this.filled = this.prefix.copy(grown);
+    } else this.prefix.copy(grown);
     this.message = grown;
     return grown;
   }
