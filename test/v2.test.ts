@@ -328,3 +328,52 @@ t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames 
   t.equal(backend.jobs.length, 8);
   t.ok(backend.jobs.every((j) => Buffer.from(j.image.bytes).equals(pixels.subarray(0, 224 * 224 * 3))));
 });
+
+t.test(
+  "a gRPC answer its client does not take holds the front's budget, and is let go after the body timeout",
+  async (t) => {
+    const limit = 1 << 20;
+    const { backend, config } = await fakeService({ front: { max_inflight_bytes: limit } });
+    const { server, port } = await startGrpc(new V2Service(backend, config), {
+      host: '127.0.0.1',
+      port: 0,
+      maxMessageBytes: 64 << 20,
+      bodyTimeoutMs: 500,
+      logger: pino({ level: 'silent' }),
+    });
+    t.teardown(() => server.forceShutdown());
+    const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
+    const method = inference.GRPCInferenceService.service.ModelInfer;
+    const message: Buffer = method.requestSerialize({
+      model_name: 'tissue-seg',
+      inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 512, 512, 3] }],
+      raw_input_contents: [Buffer.alloc(512 * 512 * 3, 9)],
+      outputs: [{ name: 'mask' }],
+    });
+    const framed = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), message]);
+    framed.writeUInt32BE(message.length, 1);
+    // RFC 9113 6.9.2: a stream window of 0 lets no DATA through, the 256 KB mask stays with the front.
+    const unread = http2.connect(`http://127.0.0.1:${port}`, { settings: { initialWindowSize: 0 } });
+    t.teardown(() => unread.destroy());
+    const stream = unread.request({
+      ':method': 'POST',
+      ':path': method.path,
+      'content-type': 'application/grpc',
+      te: 'trailers',
+    });
+    const started = performance.now();
+    const closed = new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
+    stream.end(framed);
+    await new Promise((resolve) => stream.once('response', resolve)); // the answer is written
+    const probe = backend.requestBytes();
+    t.throws(() => probe.received(limit - 200_000), /front/i, 'its 256 KB answer counts against the 1 MiB budget');
+    t.doesNotThrow(() => probe.received(limit - 300_000), 'the budget less the answer is free');
+    probe.release();
+    t.equal(await closed, http2.constants.NGHTTP2_CANCEL, 'reset with CANCEL');
+    const ms = performance.now() - started;
+    t.ok(ms >= 450 && ms < 5000, `after ${Math.round(ms)} ms, its client having taken nothing`);
+    const whole = backend.requestBytes();
+    t.doesNotThrow(() => whole.received(limit), 'the budget is whole again');
+    whole.release();
+  },
+);

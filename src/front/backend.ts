@@ -44,6 +44,9 @@ export interface Upload {
 export interface RequestBytes {
   /** `n` more bytes arrived; throws TILE_ERR_FRONT_BUSY past the front's budget. */
   received(n: number): void;
+  /** `n` more bytes held whatever the budget: an answer already computed, waiting for its client
+   *  to take it. Past the budget, requests are refused until it is taken. */
+  held(n: number): void;
   /** The bytes held so far. */
   bytes(): number;
   /** Gives them all back. */

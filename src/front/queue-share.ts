@@ -83,19 +83,23 @@ export class QueueShare {
   }
 
   /** Request bytes held against the front's budget as they arrive (an admitted request's body; a
-   *  gRPC message, before it names its model), until released. Bytes that still pass after the
+   *  gRPC message, before it names its model; a gRPC answer not yet taken), until released. Bytes that still pass after the
    *  release (the rest of a body whose answer has gone) are not held: nothing would give them back. */
   requestBytes(): RequestBytes {
     const limit = this.config.front.max_inflight_bytes;
     let bytes = 0;
     let released = false;
+    const held = (n: number) => {
+      if (released) return;
+      this.inflightBytes += n;
+      bytes += n;
+    };
     return {
       received: (n) => {
-        if (released) return;
-        if (this.inflightBytes + n > limit) throw errors.frontBusy(limit);
-        this.inflightBytes += n;
-        bytes += n;
+        if (!released && this.inflightBytes + n > limit) throw errors.frontBusy(limit);
+        held(n);
       },
+      held,
       bytes: () => bytes,
       release: () => {
         this.inflightBytes -= bytes;

@@ -163,10 +163,10 @@ t.test("a call's bytes count against front.max_inflight_bytes as they arrive, as
   t.same(outputs.get('embedding')!.shape, [32, 160]);
 });
 
-t.test("a call's bytes are given back when it is answered, read or not", async (t) => {
+t.test("a call's bytes are given back when it is answered, read or not; an answer not taken is let go", async (t) => {
   // Eight 512 px tiles are 6.3 MB: two such calls are past the front's 12 MB. The first client
   // never reads its answer (2 MB of masks, more than HTTP/2's window lets through unread); its
-  // bytes must come back when the call is answered, not when its stream closes.
+  // request's bytes must come back when the call is answered, not when its stream closes.
   const method = (definition['inference.GRPCInferenceService'] as protoLoader.ServiceDefinition).ModelInfer;
   const rgb = Buffer.alloc(8 * 512 * 512 * 3, 200);
   const message = method.requestSerialize({
@@ -190,7 +190,11 @@ t.test("a call's bytes are given back when it is answered, read or not", async (
   };
   const unread = connect(`http://127.0.0.1:${grpcPort}`, { maxSessionMemory: 64 });
   t.teardown(() => unread.destroy());
-  open(unread); // never read
+  const untaken = open(unread); // never read
+  const untakenClosed = new Promise<number>((resolve) => {
+    untaken.once('close', () => resolve(untaken.rstCode ?? -1));
+    setTimeout(() => resolve(-1), 60_000).unref();
+  });
   const reader = connect(`http://127.0.0.1:${grpcPort}`, { maxSessionMemory: 64 });
   t.teardown(() => reader.close());
   const until = Date.now() + 60_000;
@@ -207,6 +211,8 @@ t.test("a call's bytes are given back when it is answered, read or not", async (
     if (status !== '0') await new Promise((resolve) => setTimeout(resolve, 500));
   }
   t.equal(status, '0', 'a second call of 6.3 MB is answered while the first answer lies unread');
+  // The answer is held (against the budget) until taken, for front.body_timeout_ms at most.
+  t.equal(await untakenClosed, 8, 'the untaken answer is let go: RST_STREAM CANCEL');
 });
 
 t.test('health and metadata calls', async (t) => {

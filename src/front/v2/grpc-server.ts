@@ -4,7 +4,7 @@
 // contents; outputs go back as raw_output_contents. Errors carry the protocol's status codes:
 // INVALID_ARGUMENT (a bad request), NOT_FOUND (a model not enabled), UNAVAILABLE (loading, busy),
 // DEADLINE_EXCEEDED, INTERNAL.
-import { constants, type Http2Session } from 'node:http2';
+import { constants, type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
@@ -16,7 +16,7 @@ import { MessageDecoder } from './message-decoder.js';
 import { type GrpcCall, v2Tiles } from '../plugins/usage.js';
 import { shedOutcome } from '../route-config.js';
 import type { ShedOutcome } from '../../ipc/protocol.js';
-import type { Ticket } from '../backend.js';
+import type { RequestBytes, Ticket } from '../backend.js';
 import { rawBytes, type InputTensor, type Parameters } from './tensor-data.js';
 import type { V2Service } from './v2-service.js';
 
@@ -303,8 +303,8 @@ function onSession(server: grpc.Server, listener: (session: Http2Session) => voi
  *  (REFUSED_STREAM: not processed, a client may retry; gRPC's UNAVAILABLE); it must have arrived
  *  within `ms` (front.body_timeout_ms, Node's requestTimeout for HTTP, a 408), or its stream is
  *  reset (CANCEL). grpc-js has neither: 16 streams that sent 15 MB each of a 16 MB message and
- *  stalled were held, 252 MB outside the budget, until their clients left. Not held until the
- *  stream closes: a client that never reads its answer would keep the budget. */
+ *  stalled were held, 252 MB outside the budget, until their clients left. Its answer is held
+ *  by holdAnswer, below. */
 function holdAsHttp(server: grpc.Server, service: V2Service, ms: number): void {
   onSession(server, (session) =>
     session.on('stream', (stream) => {
@@ -323,6 +323,29 @@ function holdAsHttp(server: grpc.Server, service: V2Service, ms: number): void {
       };
       stream.once('end', arrived);
       stream.once('close', arrived);
+      holdAnswer(stream, service.requestBytes(), ms);
     }),
   );
+}
+
+/** A call's answer counts against the front's budget until its client has taken it, and must be
+ *  taken within `ms` of its writing (front.body_timeout_ms, as long as its request had), or its
+ *  stream is reset (CANCEL). grpc-js writes an answer whole whatever its client reads, and HTTP/2
+ *  sends only what the client's window lets through: 4 connections of 256 streams that opened no
+ *  window, each call 8 blank 512 px tiles asking for their masks (12 KB in, 2 MB out), took a
+ *  front from 209 to 736 MB in a minute, growing at the model's rate (an ad hoc attack). Held
+ *  whatever the budget (the work is done); past it, new requests are refused until it is taken.
+ *  grpc-js writes a unary answer's message in one write and its status as trailers. */
+function holdAnswer(stream: ServerHttp2Stream, bytes: RequestBytes, ms: number): void {
+  const write = stream.write.bind(stream) as (chunk: Buffer, ...rest: unknown[]) => boolean;
+  let timer: NodeJS.Timeout | undefined;
+  stream.write = ((chunk: Buffer, ...rest: unknown[]) => {
+    bytes.held(chunk.length);
+    timer ??= setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
+    return write(chunk, ...rest);
+  }) as ServerHttp2Stream['write'];
+  stream.once('close', () => {
+    clearTimeout(timer);
+    bytes.release();
+  });
 }
