@@ -1,22 +1,31 @@
 // The Open Inference Protocol's REST plugin in process (the real app over a FakeBackend, the
 // client of test/helpers/v2-client.ts): framing and its errors, states as statuses, the body
 // limit. Outputs against real models: test/e2e/v2.test.ts and v2-grpc.test.ts.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { fakeService } from './helpers/fake-backend.js';
 import { inferBody, type Tensor } from './helpers/v2-client.js';
+import { framed, modelInferStream } from './helpers/grpc-wire.js';
 import { join } from 'node:path';
 import http2 from 'node:http2';
 import { createRequire } from 'node:module';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import pino from 'pino';
-import { LOADER_OPTIONS, MAX_STREAMS, messageBuffer, PROTO_FILE, startGrpc } from '../src/front/v2/grpc-server.js';
+import {
+  CALL_BYTES,
+  LOADER_OPTIONS,
+  MAX_STREAMS,
+  messageBuffer,
+  PROTO_FILE,
+  startGrpc,
+} from '../src/front/v2/grpc-server.js';
 import { MessageDecoder } from '../src/front/v2/message-decoder.js';
 import { V2Service } from '../src/front/v2/v2-service.js';
 import { planJobs } from '../src/front/v2/inference.js';
 import { modelMetadata } from '../src/front/v2/model-tensors.js';
 import { readPackage } from '../src/model-package/model-package.js';
 import { MODELS } from './helpers/server.js';
+import type { GrpcCall } from '../src/front/plugins/usage.js';
 
 type Json = Record<string, any>;
 const tile = (n: number): Tensor => ({
@@ -265,18 +274,27 @@ t.test("a ModelInferRequest's bytes: the buffer grpc-js framed it in, when it ho
   t.equal(messageBuffer(shared), shared, 'bytes after it: itself');
 });
 
-t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames is answered', async (t) => {
-  const { backend, config } = await fakeService();
-  const recorded: unknown[] = [];
+/** startGrpc on a fake backend: the front's byte budget, a call's body timeout, its recorder. */
+async function fakeGrpc(
+  t: Test,
+  { budget = 256 << 20, ms = 10_000, record }: { budget?: number; ms?: number; record?: (call: GrpcCall) => void },
+) {
+  const { backend, config } = await fakeService({ front: { max_inflight_bytes: budget } });
   const { server, port } = await startGrpc(new V2Service(backend, config), {
     host: '127.0.0.1',
     port: 0,
     maxMessageBytes: 64 << 20,
-    bodyTimeoutMs: 10_000,
+    bodyTimeoutMs: ms,
     logger: pino({ level: 'silent' }),
-    record: (call) => recorded.push(call),
+    record,
   });
   t.teardown(() => server.forceShutdown());
+  return { backend, port, url: `http://127.0.0.1:${port}` };
+}
+
+t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames is answered', async (t) => {
+  const recorded: GrpcCall[] = [];
+  const { backend, port } = await fakeGrpc(t, { record: (call) => recorded.push(call) });
   const decoders = createRequire(import.meta.url)('@grpc/grpc-js/build/src/stream-decoder.js');
   t.equal(decoders.StreamDecoder, MessageDecoder, "grpc-js's calls construct ours");
   const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
@@ -329,51 +347,60 @@ t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames 
   t.ok(backend.jobs.every((j) => Buffer.from(j.image.bytes).equals(pixels.subarray(0, 224 * 224 * 3))));
 });
 
-t.test(
-  "a gRPC answer its client does not take holds the front's budget, and is let go after the body timeout",
-  async (t) => {
-    const limit = 1 << 20;
-    const { backend, config } = await fakeService({ front: { max_inflight_bytes: limit } });
-    const { server, port } = await startGrpc(new V2Service(backend, config), {
-      host: '127.0.0.1',
-      port: 0,
-      maxMessageBytes: 64 << 20,
-      bodyTimeoutMs: 500,
-      logger: pino({ level: 'silent' }),
-    });
-    t.teardown(() => server.forceShutdown());
-    const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
-    const method = inference.GRPCInferenceService.service.ModelInfer;
-    const message: Buffer = method.requestSerialize({
-      model_name: 'tissue-seg',
-      inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 512, 512, 3] }],
-      raw_input_contents: [Buffer.alloc(512 * 512 * 3, 9)],
-      outputs: [{ name: 'mask' }],
-    });
-    const framed = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), message]);
-    framed.writeUInt32BE(message.length, 1);
-    // RFC 9113 6.9.2: a stream window of 0 lets no DATA through, the 256 KB mask stays with the front.
-    const unread = http2.connect(`http://127.0.0.1:${port}`, { settings: { initialWindowSize: 0 } });
-    t.teardown(() => unread.destroy());
-    const stream = unread.request({
-      ':method': 'POST',
-      ':path': method.path,
-      'content-type': 'application/grpc',
-      te: 'trailers',
-    });
-    const started = performance.now();
+t.test("an answer not taken holds the front's budget until the body timeout lets it go", async (t) => {
+  const limit = 1 << 20;
+  const { backend, url } = await fakeGrpc(t, { budget: limit, ms: 500 });
+  const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
+  const message: Buffer = inference.GRPCInferenceService.service.ModelInfer.requestSerialize({
+    model_name: 'tissue-seg',
+    inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 512, 512, 3] }],
+    raw_input_contents: [Buffer.alloc(512 * 512 * 3, 9)],
+    outputs: [{ name: 'mask' }],
+  });
+  // RFC 9113 6.9.2: a stream window of 0 lets no DATA through, the 256 KB mask stays with the front.
+  const unread = http2.connect(url, { settings: { initialWindowSize: 0 } });
+  t.teardown(() => unread.destroy());
+  const stream = modelInferStream(unread);
+  const started = performance.now();
+  const closed = new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
+  stream.end(framed(message));
+  await new Promise((resolve) => stream.once('response', resolve)); // the answer is written
+  const probe = backend.requestBytes();
+  t.throws(() => probe.received(limit - 200_000), /front/i, 'its 256 KB answer counts against the 1 MiB budget');
+  t.doesNotThrow(() => probe.received(limit - 300_000), 'the budget less the answer is free');
+  probe.release();
+  t.equal(await closed, http2.constants.NGHTTP2_CANCEL, 'reset with CANCEL');
+  const ms = performance.now() - started;
+  t.ok(ms >= 450 && ms < 5000, `after ${Math.round(ms)} ms, its client having taken nothing`);
+  const whole = backend.requestBytes();
+  t.doesNotThrow(() => whole.received(limit), 'the budget is whole again');
+  whole.release();
+});
+
+t.test("an open call holds CALL_BYTES of the front's budget until it closes; past it, calls are refused", async (t) => {
+  const { url } = await fakeGrpc(t, { budget: 8 * CALL_BYTES });
+  const session = http2.connect(url);
+  t.teardown(() => session.destroy());
+  // Calls that send their headers and nothing else (RFC 9113 8.1: a request with no DATA yet).
+  const open = () => {
+    const stream = modelInferStream(session);
     const closed = new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
-    stream.end(framed);
-    await new Promise((resolve) => stream.once('response', resolve)); // the answer is written
-    const probe = backend.requestBytes();
-    t.throws(() => probe.received(limit - 200_000), /front/i, 'its 256 KB answer counts against the 1 MiB budget');
-    t.doesNotThrow(() => probe.received(limit - 300_000), 'the budget less the answer is free');
-    probe.release();
-    t.equal(await closed, http2.constants.NGHTTP2_CANCEL, 'reset with CANCEL');
-    const ms = performance.now() - started;
-    t.ok(ms >= 450 && ms < 5000, `after ${Math.round(ms)} ms, its client having taken nothing`);
-    const whole = backend.requestBytes();
-    t.doesNotThrow(() => whole.received(limit), 'the budget is whole again');
-    whole.release();
-  },
-);
+    return { stream, closed };
+  };
+  const calls = Array.from({ length: 10 }, open);
+  const refused = await Promise.race([
+    Promise.all(calls.slice(8).map((c) => c.closed)),
+    new Promise((resolve) => setTimeout(() => resolve('still open'), 5000)),
+  ]);
+  const REFUSED = http2.constants.NGHTTP2_REFUSED_STREAM;
+  t.same(refused, [REFUSED, REFUSED], 'the 9th and 10th: REFUSED_STREAM');
+  t.ok(
+    calls.slice(0, 8).every((c) => !c.stream.closed),
+    'the first 8 stay open',
+  );
+  calls[0]!.stream.close();
+  await calls[0]!.closed;
+  const next = open();
+  const outcome = await Promise.race([next.closed, new Promise((resolve) => setTimeout(() => resolve('open'), 500))]);
+  t.equal(outcome, 'open', 'a closed call gives its place back');
+});

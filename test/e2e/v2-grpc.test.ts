@@ -14,6 +14,7 @@ import { V2_MODELS } from '../helpers/v2-packages.js';
 import { cellularPng, fixturePng, tileRequest } from '../helpers/tiles.js';
 import { image, pixels, pngs, same } from '../helpers/v2-tensors.js';
 import { tensorBytes, type Tensor } from '../helpers/v2-client.js';
+import { framed, messagePrefix, modelInferStream } from '../helpers/grpc-wire.js';
 
 type Json = Record<string, any>;
 
@@ -98,22 +99,13 @@ t.test('the server opens HTTP/2 windows a batch fits in, not the 64 KiB default'
   t.ok(session.state.remoteWindowSize! >= 4 * 1024 * 1024, `connection window ${session.state.remoteWindowSize} bytes`);
 });
 
-/** A ModelInfer stream, as PROTOCOL-HTTP2.md frames it (a 1-byte flag and a 4-byte big-endian
- *  length, then the message), that sends `sent` bytes of a message of `declared` and waits; it
+/** A ModelInfer stream that sends `sent` bytes of a message of `declared` and waits; it
  *  resolves with the RST_STREAM code the server closed it with, and when, or -1 after 15 s. */
 async function stalled(declared: number, sent: number): Promise<{ code: number; seconds: number }> {
   const session = connect(`http://127.0.0.1:${grpcPort}`);
   try {
-    const stream = session.request({
-      ':method': 'POST',
-      ':path': '/inference.GRPCInferenceService/ModelInfer',
-      'content-type': 'application/grpc',
-      te: 'trailers',
-    });
-    stream.on('error', () => {});
-    const prefix = Buffer.alloc(5);
-    prefix.writeUInt32BE(declared, 1);
-    stream.write(Buffer.concat([prefix, Buffer.alloc(sent)]));
+    const stream = modelInferStream(session);
+    stream.write(Buffer.concat([messagePrefix(declared), Buffer.alloc(sent)]));
     const started = Date.now();
     const code = await new Promise<number>((resolve) => {
       stream.once('close', () => resolve(stream.rstCode!));
@@ -128,12 +120,7 @@ async function stalled(declared: number, sent: number): Promise<{ code: number; 
 t.test('bytes that are no ModelInferRequest: INVALID_ARGUMENT, not INTERNAL', async (t) => {
   const session = connect(`http://127.0.0.1:${grpcPort}`);
   t.teardown(() => session.close());
-  const stream = session.request({
-    ':method': 'POST',
-    ':path': '/inference.GRPCInferenceService/ModelInfer',
-    'content-type': 'application/grpc',
-    te: 'trailers',
-  });
+  const stream = modelInferStream(session);
   let status: Record<string, unknown> = {};
   stream.on('response', (headers) => (status = { ...status, ...headers }));
   stream.on('trailers', (trailers) => (status = { ...status, ...trailers }));
@@ -174,20 +161,7 @@ t.test("a call's bytes are given back when it is answered, read or not; an answe
     inputs: [{ name: 'image', datatype: 'UINT8', shape: [8, 512, 512, 3] }],
     raw_input_contents: [rgb],
   });
-  const framed = Buffer.alloc(5 + message.length);
-  framed.writeUInt32BE(message.length, 1);
-  message.copy(framed, 5);
-  const open = (session: ReturnType<typeof connect>) => {
-    const stream = session.request({
-      ':method': 'POST',
-      ':path': method.path,
-      'content-type': 'application/grpc',
-      te: 'trailers',
-    });
-    stream.on('error', () => {});
-    stream.end(framed);
-    return stream;
-  };
+  const open = (session: ReturnType<typeof connect>) => modelInferStream(session).end(framed(message));
   const unread = connect(`http://127.0.0.1:${grpcPort}`, { maxSessionMemory: 64 });
   t.teardown(() => unread.destroy());
   const untaken = open(unread); // never read
@@ -195,6 +169,8 @@ t.test("a call's bytes are given back when it is answered, read or not; an answe
     untaken.once('close', () => resolve(untaken.rstCode ?? -1));
     setTimeout(() => resolve(-1), 60_000).unref();
   });
+  // Answered (its headers go with its answer) before the second call's bytes come to share the budget.
+  await new Promise((resolve) => untaken.once('response', resolve));
   const reader = connect(`http://127.0.0.1:${grpcPort}`, { maxSessionMemory: 64 });
   t.teardown(() => reader.close());
   const until = Date.now() + 60_000;

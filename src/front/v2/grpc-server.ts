@@ -297,35 +297,52 @@ function onSession(server: grpc.Server, listener: (session: Http2Session) => voi
   for (const http2 of internals.http2Servers?.keys() ?? []) http2.on('session', listener);
 }
 
-/** A call's request is held as an HTTP request's body is: its bytes count against the front's
- *  budget (front.max_inflight_bytes) as they arrive, until all of it has (then its ticket holds
- *  them until the handler is done: ModelInfer, above), and a stream past the budget is refused
- *  (REFUSED_STREAM: not processed, a client may retry; gRPC's UNAVAILABLE); it must have arrived
- *  within `ms` (front.body_timeout_ms, Node's requestTimeout for HTTP, a 408), or its stream is
- *  reset (CANCEL). grpc-js has neither: 16 streams that sent 15 MB each of a 16 MB message and
- *  stalled were held, 252 MB outside the budget, until their clients left. Its answer is held
- *  by holdAnswer, below. */
+/** A call is held as an HTTP request is: its own cost (CALL_BYTES) counts against the front's
+ *  budget (front.max_inflight_bytes) from its opening until its stream closes, its request's
+ *  bytes as they arrive (holdRequest) and its answer until taken (holdAnswer). A stream past the
+ *  budget is refused (REFUSED_STREAM: not processed, a client may retry; gRPC's UNAVAILABLE). */
 function holdAsHttp(server: grpc.Server, service: V2Service, ms: number): void {
   onSession(server, (session) =>
     session.on('stream', (stream) => {
-      const bytes = service.requestBytes();
-      stream.on('data', (chunk: Buffer) => {
-        try {
-          bytes.received(chunk.length);
-        } catch {
-          stream.close(constants.NGHTTP2_REFUSED_STREAM);
-        }
-      });
-      const timer = setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
-      const arrived = () => {
-        clearTimeout(timer);
-        bytes.release();
-      };
-      stream.once('end', arrived);
-      stream.once('close', arrived);
-      holdAnswer(stream, service.requestBytes(), ms);
+      const call = service.requestBytes();
+      try {
+        call.received(CALL_BYTES);
+      } catch {
+        stream.close(constants.NGHTTP2_REFUSED_STREAM);
+        return;
+      }
+      holdRequest(stream, service.requestBytes(), ms);
+      holdAnswer(stream, call, ms);
     }),
   );
+}
+
+/** What an open call costs a front before it sends a byte (its HTTP/2 stream and grpc-js's call):
+ *  400 connections of 256 calls that sent only their headers took a front from 126 to 928 MB,
+ *  8 KB a call, none of it counted (an ad hoc attack); the budget's 256 MiB now hold 32,768 such
+ *  calls, and more are refused. */
+export const CALL_BYTES = 8 * 1024;
+
+/** A call's request counts as it arrives, until all of it has (then its ticket holds it until the
+ *  handler is done: ModelInfer, above); it must have arrived within `ms` (front.body_timeout_ms,
+ *  Node's requestTimeout for HTTP, a 408), or its stream is reset (CANCEL). grpc-js has neither:
+ *  16 streams that sent 15 MB each of a 16 MB message and stalled were held, 252 MB outside the
+ *  budget, until their clients left. */
+function holdRequest(stream: ServerHttp2Stream, bytes: RequestBytes, ms: number): void {
+  stream.on('data', (chunk: Buffer) => {
+    try {
+      bytes.received(chunk.length);
+    } catch {
+      stream.close(constants.NGHTTP2_REFUSED_STREAM);
+    }
+  });
+  const timer = setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
+  const arrived = () => {
+    clearTimeout(timer);
+    bytes.release();
+  };
+  stream.once('end', arrived);
+  stream.once('close', arrived);
 }
 
 /** A call's answer counts against the front's budget until its client has taken it, and must be
