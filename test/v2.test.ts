@@ -7,6 +7,7 @@ import { inferBody, type Tensor } from './helpers/v2-client.js';
 import { framed, modelInferStream } from './helpers/grpc-wire.js';
 import { join } from 'node:path';
 import http2 from 'node:http2';
+import net from 'node:net';
 import { createRequire } from 'node:module';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -274,10 +275,23 @@ t.test("a ModelInferRequest's bytes: the buffer grpc-js framed it in, when it ho
   t.equal(messageBuffer(shared), shared, 'bytes after it: itself');
 });
 
-/** startGrpc on a fake backend: the front's byte budget, a call's body timeout, its recorder. */
+/** startGrpc on a fake backend: the front's byte budget, a call's body timeout, its recorder, the
+ *  connections it holds and how long one may idle. */
 async function fakeGrpc(
   t: Test,
-  { budget = 256 << 20, ms = 10_000, record }: { budget?: number; ms?: number; record?: (call: GrpcCall) => void },
+  {
+    budget = 256 << 20,
+    ms = 10_000,
+    record,
+    maxConnections = 1000,
+    idleMs = 60_000,
+  }: {
+    budget?: number;
+    ms?: number;
+    record?: (call: GrpcCall) => void;
+    maxConnections?: number;
+    idleMs?: number;
+  },
 ) {
   const { backend, config } = await fakeService({ front: { max_inflight_bytes: budget } });
   const { server, port } = await startGrpc(new V2Service(backend, config), {
@@ -285,6 +299,8 @@ async function fakeGrpc(
     port: 0,
     maxMessageBytes: 64 << 20,
     bodyTimeoutMs: ms,
+    maxConnections,
+    idleMs,
     logger: pino({ level: 'silent' }),
     record,
   });
@@ -403,4 +419,26 @@ t.test("an open call holds CALL_BYTES of the front's budget until it closes; pas
   const next = open();
   const outcome = await Promise.race([next.closed, new Promise((resolve) => setTimeout(() => resolve('open'), 500))]);
   t.equal(outcome, 'open', 'a closed call gives its place back');
+});
+
+t.test('the gRPC port holds maxConnections connections, and lets one that idles past idleMs go', async (t) => {
+  const { port } = await fakeGrpc(t, { maxConnections: 2, idleMs: 300 });
+  // RFC 9113 3.4: the client's preface, then nothing.
+  const connection = () => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    socket.resume();
+    socket.write('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+    const started = performance.now();
+    const closed = new Promise<number>((resolve) => socket.once('close', () => resolve(performance.now() - started)));
+    return { socket, closed };
+  };
+  const held = [connection(), connection()];
+  await new Promise((resolve) => setTimeout(resolve, 50)); // both accepted
+  const third = await connection().closed;
+  t.ok(third < 250, `a third is closed at once (${Math.round(third)} ms), before the idle timeout`);
+  for (const { closed } of held) {
+    const ms = await closed;
+    t.ok(ms >= 250 && ms < 5000, `an idle one after ${Math.round(ms)} ms`);
+  }
 });

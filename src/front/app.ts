@@ -13,7 +13,7 @@ import errors, {
 } from './plugins/errors.js';
 import contentEncoding from './plugins/content-encoding.js';
 import queryEncoding from './plugins/query-encoding.js';
-import connections from './plugins/connections.js';
+import connections, { connectionLimit } from './plugins/connections.js';
 import type { ConnectionShare } from './connection-share.js';
 import jsonBody from './plugins/json-body.js';
 import binaryBody from './plugins/binary-body.js';
@@ -76,7 +76,7 @@ export async function buildApp({ config, backend, logger, connectionShare }: App
     retryAfterS: config.pressure.retry_after_s,
     models: () => backend.models().map((m) => m.name),
   });
-  await app.register(connections, { maxConnections: front.max_connections, share: connectionShare });
+  await app.register(connections, { maxConnections: connectionLimit(config), share: connectionShare });
   await app.register(contentEncoding);
   await app.register(queryEncoding);
   const values = (request: FastifyRequest) => {

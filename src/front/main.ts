@@ -11,6 +11,7 @@ import { readFrontConfig } from '../ipc/fork-config.js';
 import { ModelClient } from './model-client.js';
 import { V2Service } from './v2/v2-service.js';
 import { startGrpc } from './v2/grpc-server.js';
+import { connectionLimit } from './plugins/connections.js';
 
 const { service: config, index, fronts } = readFrontConfig();
 const logger = createLogger(config).child({ front: index });
@@ -62,6 +63,8 @@ grpc =
         port: config.grpc_port,
         maxMessageBytes: config.body_limit_bytes,
         bodyTimeoutMs: config.front.body_timeout_ms,
+        maxConnections: connectionLimit(config),
+        idleMs: config.front.keep_alive_timeout_ms,
         logger,
         record: (call) => {
           app.recordModelRequest(call.model, 'grpc', call.status, call.ms / 1000, call.shed);

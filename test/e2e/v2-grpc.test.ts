@@ -5,11 +5,11 @@
 // UNAVAILABLE, and the service unharmed.
 import t from 'tap';
 import { connect, type Settings } from 'node:http2';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { ROOT, startServer } from '../helpers/server.js';
+import { freePort } from '../helpers/tile-infer.js';
 import { V2_MODELS } from '../helpers/v2-packages.js';
 import { cellularPng, fixturePng, tileRequest } from '../helpers/tiles.js';
 import { image, pixels, pngs, same } from '../helpers/v2-tensors.js';
@@ -17,14 +17,6 @@ import { tensorBytes, type Tensor } from '../helpers/v2-client.js';
 import { framed, messagePrefix, modelInferStream } from '../helpers/grpc-wire.js';
 
 type Json = Record<string, any>;
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const probe = createServer().listen(0, '127.0.0.1', () => {
-      const { port } = probe.address() as { port: number };
-      probe.close(() => resolve(port));
-    });
-  });
 
 const grpcPort = await freePort();
 const server = await startServer({

@@ -9,6 +9,7 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { errors } from '../../lib/errors.js';
 import type { ConnectionShare } from '../connection-share.js';
+import type { ServiceConfig } from '../../config/config.js';
 
 /** Descriptors kept for everything but client connections: worker sockets, files, the IPC pipe. */
 const RESERVED_FDS = 128;
@@ -27,16 +28,25 @@ export function openFileLimit(): number {
   }
 }
 
+/** The connections a front holds on each of its listeners: front.max_connections, or by default
+ *  the open-file limit less RESERVED_FDS, shared between HTTP and gRPC where grpc_port is set (a
+ *  flood of idle gRPC connections then leaves HTTP its part). */
+export function connectionLimit(config: Pick<ServiceConfig, 'front' | 'grpc_port'>): number {
+  if (config.front.max_connections) return config.front.max_connections;
+  const listeners = config.grpc_port === null ? 1 : 2;
+  return Math.max(16, Math.floor((Math.min(openFileLimit(), 1 << 20) - RESERVED_FDS) / listeners));
+}
+
 export interface ConnectionsOptions {
+  /** connectionLimit's. */
   maxConnections: number;
   /** This front's share of the service's connections (none: a front alone, as tests build it). */
   share?: ConnectionShare;
 }
 
 async function connections(app: FastifyInstance, { maxConnections, share }: ConnectionsOptions): Promise<void> {
-  const limit = maxConnections || Math.max(16, Math.min(openFileLimit(), 1 << 20) - RESERVED_FDS);
-  app.server.maxConnections = limit;
-  app.log.debug({ maxConnections: limit }, 'connection limit');
+  app.server.maxConnections = maxConnections;
+  app.log.debug({ maxConnections }, 'connection limit');
 
   let closing = false;
   app.addHook('preClose', async () => {

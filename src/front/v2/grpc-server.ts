@@ -4,7 +4,7 @@
 // contents; outputs go back as raw_output_contents. Errors carry the protocol's status codes:
 // INVALID_ARGUMENT (a bad request), NOT_FOUND (a model not enabled), UNAVAILABLE (loading, busy),
 // DEADLINE_EXCEEDED, INTERNAL.
-import { constants, type Http2Session, type ServerHttp2Stream } from 'node:http2';
+import { constants, type Http2Server, type Http2Session, type ServerHttp2Stream } from 'node:http2';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
@@ -165,6 +165,10 @@ export async function startGrpc(
     port: number;
     maxMessageBytes: number;
     bodyTimeoutMs: number;
+    /** Connections held at once (connectionLimit); more are closed as they come. */
+    maxConnections: number;
+    /** A connection without a call for this long is closed (GOAWAY): front.keep_alive_timeout_ms. */
+    idleMs: number;
     logger: Logger;
     /** Told of each ModelInfer call when it is done (metrics and the usage log). */
     record?: (call: GrpcCall) => void;
@@ -194,6 +198,10 @@ export async function startGrpc(
     // grpc-js sets no limit, and a stream that sends no data holds no budget: 8 connections of
     // 170,000 empty streams each took a front's heap to its limit (an attack session).
     'grpc.max_concurrent_streams': MAX_STREAMS,
+    // As HTTP lets an idle keep-alive connection go (grpc-js keeps it forever): 600 connections
+    // that sent the preface and nothing else were held until their clients left, the file
+    // descriptors past the front's limit.
+    'grpc.max_connection_idle_ms': options.idleMs,
   });
   widenWindow(server, 'settings');
   server.addService(inferenceService, {
@@ -252,6 +260,7 @@ export async function startGrpc(
     ),
   );
   widenWindow(server, 'sessions');
+  for (const http2 of http2Servers(server)) http2.maxConnections = options.maxConnections;
   holdAsHttp(server, service, options.bodyTimeoutMs);
   return { server, port };
 }
@@ -289,12 +298,15 @@ function decodeWhole(): void {
   if (typeof decoders.StreamDecoder === 'function') decoders.StreamDecoder = MessageDecoder;
 }
 
-/** Each HTTP/2 connection of a bound grpc-js server, through its internals (none when they change). */
+/** The HTTP/2 servers of a bound grpc-js server, through its internals (none when they change). */
+function http2Servers(server: grpc.Server): Http2Server[] {
+  const internals = server as unknown as { http2Servers?: Map<Http2Server, unknown> };
+  return [...(internals.http2Servers?.keys() ?? [])];
+}
+
+/** Each HTTP/2 connection of a bound grpc-js server. */
 function onSession(server: grpc.Server, listener: (session: Http2Session) => void): void {
-  const internals = server as unknown as {
-    http2Servers?: Map<{ on(event: 'session', listener: (session: Http2Session) => void): void }, unknown>;
-  };
-  for (const http2 of internals.http2Servers?.keys() ?? []) http2.on('session', listener);
+  for (const http2 of http2Servers(server)) http2.on('session', listener);
 }
 
 /** A call is held as an HTTP request is: its own cost (CALL_BYTES) counts against the front's
