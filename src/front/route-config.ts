@@ -33,11 +33,13 @@ export function endpointsOf(app: FastifyInstance, model: string): string[] {
   return app.modelEndpoints.get(model) ?? [];
 }
 
-/** How a model request was shed, from the error code it was answered with. */
+/** How a model request was shed, from the error code it was answered with (a client that left
+ *  before its answer: TILE_ERR_CANCELLED, 499). */
 const SHED: Partial<Record<string, ShedOutcome>> = {
   TILE_ERR_DEADLINE: 'expired',
   TILE_ERR_QUEUE_FULL: 'refused',
   TILE_ERR_FRONT_BUSY: 'refused',
+  TILE_ERR_CANCELLED: 'cancelled',
 };
 export const shedOutcome = (code: string): ShedOutcome | undefined => SHED[code];
 
@@ -57,10 +59,11 @@ export function onModelRequestDone(
   app.addHook('onRequest', async (request, reply) => {
     const route = modelRoute(request);
     if (route)
-      reply.raw.once(
-        'close',
-        () => reply.raw.writableEnded || record(request, reply, route, errors.cancelled().statusCode, 'cancelled'),
-      );
+      reply.raw.once('close', () => {
+        if (reply.raw.writableEnded) return;
+        const left = errors.cancelled();
+        record(request, reply, route, left.statusCode, shedOutcome(left.code));
+      });
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = modelRoute(request);
