@@ -328,6 +328,8 @@ t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames 
     ),
   );
   t.same(response.outputs[0].shape, [8, 160], 'a 1.2 MB message, 16 KiB frames: 8 embeddings');
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  t.notOk(backend.signals.at(-1)?.aborted, "an answered call's tiles are not cancelled after the answer");
   // RFC 9113 6.5.2: SETTINGS_MAX_CONCURRENT_STREAMS, the calls one connection may hold open.
   const session = http2.connect(`http://127.0.0.1:${port}`);
   t.teardown(() => session.close());

@@ -28,6 +28,8 @@ export class FakeBackend implements ModelBackend {
   readonly jobs: TileJob[] = [];
   /** Each tile's InferOptions.spent: the bytes its request gave up once answered (free-bytes.ts). */
   readonly spent: (Uint8Array | undefined)[] = [];
+  /** Each tile's InferOptions.signal: aborted when its client left. */
+  readonly signals: (AbortSignal | undefined)[] = [];
   draining = false;
   /** Resolves inference; a test may hold it. */
   gate: Promise<void> = Promise.resolve();
@@ -117,6 +119,7 @@ export class FakeBackend implements ModelBackend {
   async infer(model: string, job: TileJob, options: InferOptions = {}): Promise<InferResult> {
     this.jobs.push(job);
     this.spent.push(options.spent);
+    this.signals.push(options.signal);
     const done = options.ticket?.hold();
     await this.gate.finally(done);
     const manifest = this.views.get(model)!.info!.manifest;
