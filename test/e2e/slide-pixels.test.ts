@@ -16,6 +16,7 @@ import type { Slide } from '../../src/client/slide/slide.js';
 import { hasTurboJpeg } from '../../src/client/slide/turbojpeg.js';
 import { renderLevel0, writeSlide, type SlideSpec } from '../../tools/synthetic/slide.js';
 import { tempDir } from '../../tools/temp-dir.js';
+import { unwriteTiles } from '../../tools/synthetic/tiff-tags.js';
 
 const dir = tempDir('slide-pixels');
 const SIZE = 224;
@@ -206,4 +207,43 @@ t.test('each TIFF tile the tiles need is decoded once, and no other', async (t) 
   }
   t.equal(decoded.length, new Set(decoded).size, `${decoded.length} TIFF tiles decoded, none twice`);
   t.same(new Set(decoded), needed, 'exactly those the tiles need');
+});
+
+t.test("an SVS's tiles never written below level 0: the tiles sent draw them as the slide's regions do", async (t) => {
+  // Level 1 (directory 2) of a 2400 x 1800 px SVS, read for 224 px tiles at 2 µm/px: its tile 1
+  // (in the tissue) never written, drawn from level 0 (test/e2e/slide-sparse.test.ts checks that
+  // drawing against OpenSlide's).
+  const path = join(dir, 'holes.svs');
+  await writeSlide(path, {
+    ...spec('svs', 0.5),
+    widthUm: 1200,
+    heightUm: 900,
+    islands: [{ cx: 600, cy: 450, rx: 420, ry: 300 }],
+  });
+  unwriteTiles(path, [1], 2);
+  const slide = await openSlide(path);
+  t.teardown(() => slide.close());
+  const grid = everyTile(slide, 0.5, 2);
+  t.ok(grid.tiles.length >= 4, `${grid.tiles.length} tiles`);
+  const fields = () => ({ slide_name: 's', x: 0, y: 0, width: SIZE, height: SIZE, patch_idx: 0 });
+  const type = 'application/octet-stream';
+  for (const [decoder, pool] of Object.entries(pools)) {
+    if (decoder === 'turbojpeg' && !hasTurboJpeg()) continue;
+    let same = 0;
+    for await (const { tile, body } of tileBodies({
+      pool,
+      type,
+      slide,
+      tiles: grid.tiles,
+      extent: grid.extent,
+      size: SIZE,
+      fields,
+    })) {
+      const { level, region: r } = tileRegion(slide, tile.x, tile.y, grid.extent, SIZE);
+      t.equal(level, 1);
+      const expected = Buffer.from(await slide.readRegion(level, r.x, r.y, r.w, r.h));
+      if (body.bytes.equals(expected)) same++;
+    }
+    t.equal(same, grid.tiles.length, `${decoder}: every tile as the slide's region reads`);
+  }
 });

@@ -4,6 +4,7 @@
 // nginx), must read the same pixels, and tile-infer must run over the slide, where before the band
 // holding the tile failed ("a JPEG stream of 0 bytes") and libvips refuses any region that
 // touches it. The same for a local LZW TIFF (OpenSlide refuses a generic TIFF's missing tiles).
+// Below level 0 OpenSlide draws an SVS's missing tile from the level above, and so must this reader.
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -19,7 +20,7 @@ import { outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
 import { tempDir } from '../../tools/temp-dir.js';
 
 const dir = tempDir('slide-sparse');
-const [whole, sparse] = [join(dir, 'whole.svs'), join(dir, 'sparse.svs')];
+const [whole, sparse, holes] = [join(dir, 'whole.svs'), join(dir, 'sparse.svs'), join(dir, 'holes.svs')];
 /** Tiles left unwritten in directory 0 (level 0): one in the tissue, one on the glass. */
 const UNWRITTEN = [34, 1];
 
@@ -55,6 +56,11 @@ t.before(async () => {
   });
   copyFileSync(whole, sparse);
   unwrite(sparse);
+  // Level 1 (directory 2, 3x2 tiles) loses two tiles in the tissue; level 2 (directory 3) its one
+  // tile, to be drawn from level 1, itself drawn in part from level 0.
+  copyFileSync(whole, holes);
+  unwriteTiles(holes, [1, 4], 2);
+  unwriteTiles(holes, [0], 3);
   nginx = await startNginx(dir);
   server = await startServer({
     models: [{ name: 'tissue-seg', instances: 1, intra_op_threads: 1 }, { name: 'gene-expr' }],
@@ -114,6 +120,38 @@ t.test('tiles never written are background, as OpenSlide draws them at level 0, 
   await Promise.all([reference, local, remote, full].map((s) => s.close()));
 });
 
+t.test(
+  "an SVS's tiles never written below level 0 are drawn from the level above, as OpenSlide draws them",
+  async (t) => {
+    const reference = OpenSlideSlide.open(holes);
+    const [local, remote] = [await openSlide(holes), await openSlide(`${nginx.url}/holes.svs`)];
+    for (const level of [1, 2]) {
+      const { width, height } = reference.levels[level];
+      const [expected, here, there] = await Promise.all(
+        [reference, local, remote].map((s) => s.readRegion(level, 0, 0, width, height)),
+      );
+      // OpenSlide paints with cairo: not its pixels to the bit. White tiles, as before, were 29
+      // (level 1) and 50 (level 2) from them on average; drawn from level 1 with a cubic kernel, 0.2 and 0.4.
+      let [sum, max] = [0, 0];
+      for (let i = 0; i < here.length; i++) {
+        const d = Math.abs(here[i] - expected[i]);
+        sum += d;
+        max = Math.max(max, d);
+      }
+      t.ok(
+        sum / here.length < 1 && max < 40,
+        `level ${level}: mean |difference| ${(sum / here.length).toFixed(2)}, at most ${max}`,
+      );
+      t.ok(Buffer.from(there).equals(Buffer.from(here)), `level ${level} over HTTP: the same pixels`);
+    }
+    // Tissue detection reads the level nearest 8 µm/px, level 2 here: its overview is not glass.
+    const { width, height } = local.levels[2];
+    const overview = await local.overview(2, width, height);
+    t.ok(overview.filter((v) => v < 200).length > overview.length / 10, 'level 2 shows the tissue');
+    await Promise.all([reference, local, remote].map((s) => s.close()));
+  },
+);
+
 t.test('a local LZW TIFF with tiles never written: those tiles white, the rest as written', async (t) => {
   const [lzw, holedLzw] = [join(dir, 'whole-lzw.tif'), join(dir, 'sparse-lzw.tif')];
   execFileSync('vips', ['tiffsave', whole, lzw, '--compression', 'lzw', '--tile', '--pyramid']);
@@ -141,4 +179,19 @@ t.test('tile-infer runs over the sparse slide, here and over HTTP, to the same f
   const got = outputs(there);
   t.ok(expected.size >= 6, `${expected.size} files`);
   for (const [name, bytes] of expected) t.ok(got.get(name)?.equals(bytes), `${name} identical`);
+});
+
+t.test("tile-infer finds the tissue of an SVS with holes below level 0: the whole file's tiles", async (t) => {
+  // Tissue is found on the level nearest 8 µm/px, level 2 here, whose one tile is a hole.
+  const [fromHoles, fromWhole] = [join(dir, 'holes-out'), join(dir, 'whole-out')];
+  const args = (slide: string, out: string) => slideCommand([slide], { model: 'gene-expr', out, server: server.url });
+  const run = await tileInfer(args(holes, fromHoles));
+  t.equal(run.code, 0, run.stderr);
+  t.equal((await tileInfer(args(whole, fromWhole))).code, 0);
+  // Each tile's row: its place and its predictions (level 0's tiles, which both files share).
+  const rows = (folder: string, name: string) =>
+    readFileSync(join(folder, 'predictions_gene-expr', `${name}.csv`), 'utf8').replaceAll(name, 'slide');
+  const expected = rows(fromWhole, 'whole');
+  t.ok(expected.split('\n').length > 20, `${expected.split('\n').length - 2} tiles`);
+  t.equal(rows(fromHoles, 'holes'), expected, 'the same tiles and predictions');
 });

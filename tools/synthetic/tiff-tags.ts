@@ -7,11 +7,13 @@ import { execFileSync } from 'node:child_process';
 const tifffile = (script: string, ...args: string[]) =>
   execFileSync('/usr/bin/python3', ['-c', `import sys, tifffile\n${script}`, ...args]);
 
-/** Zeroes the TileByteCounts of `tiles` (indices in directory 0's tile order): tiles never written. */
-export const unwriteTiles = (path: string, tiles: number[]) =>
+/** Zeroes the TileByteCounts of `tiles` (indices in the directory's tile order) of directory
+ *  `page`: tiles never written. */
+export const unwriteTiles = (path: string, tiles: number[], page = 0) =>
   tifffile(
-    'with tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n tag = f.pages[0].tags["TileByteCounts"]\n counts = list(tag.value)\n for i in sys.argv[2:]: counts[int(i)] = 0\n tag.overwrite(counts)',
+    'with tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n tag = f.pages[int(sys.argv[2])].tags["TileByteCounts"]\n counts = list(tag.value)\n for i in sys.argv[3:]: counts[int(i)] = 0\n tag.overwrite(counts)',
     path,
+    String(page),
     ...tiles.map(String),
   );
 

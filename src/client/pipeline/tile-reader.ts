@@ -74,10 +74,13 @@ export async function* tileBodies<T extends TileAt>({
         // Every band of the level takes a buffer of a whole band's size, so that buffers are
         // reused across bands, rows and slides with the same tiles.
         const data = pool.bandBuffer(TILES_PER_BAND * job.tileWidth * job.tileHeight * 3);
-        await pool.decode({ job, into: data }).catch((err: Error) => {
-          pool.releaseBand(data);
-          throw unreadable(slide, level, err);
-        });
+        await pool
+          .decode({ job, into: data })
+          .then(() => slide.redrawBand?.(level, job, data))
+          .catch((err: Error) => {
+            pool.releaseBand(data);
+            throw unreadable(slide, level, err);
+          });
         return bandView(job, data);
       })();
       decoded.set(b, view);

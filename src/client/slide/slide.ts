@@ -40,6 +40,9 @@ export interface Slide {
   bandJob?(level: number, ty: number, tx0: number, tx1: number): Promise<BandJob>;
   /** The bands bandJob will be asked for, in order: a remote slide fetches ahead in batches. */
   prefetch?(level: number, bands: readonly { ty: number; tx0: number; tx1: number }[]): void;
+  /** Draws a decoded band's tiles that were never written, where the format draws them from other
+   *  levels (an SVS's below level 0, tiff-slide.ts): called on each band once decoded into `data`. */
+  redrawBand?(level: number, job: BandJob, data: SharedArrayBuffer): Promise<void>;
   close(): Promise<void>;
 }
 

@@ -15,7 +15,7 @@ const MAX_TILED_OVERVIEW = 2 ** 28;
 /** Tile rows decoded at once. */
 const ROWS_IN_FLIGHT = 4;
 
-type TiledSlide = Required<Pick<Slide, 'bandSource' | 'bandJob'>>;
+type TiledSlide = Required<Pick<Slide, 'bandSource' | 'bandJob'>> & Pick<Slide, 'redrawBand'>;
 
 export async function readTiled(
   slide: TiledSlide,
@@ -38,6 +38,7 @@ export async function readTiled(
         const job = await slide.bandJob(level, ty, tx0, tx1);
         const data = new SharedArrayBuffer(bandBytes(job));
         await decode(job, data);
+        await slide.redrawBand?.(level, job, data);
         return bandView(job, data);
       }),
     );
