@@ -416,11 +416,51 @@ t.test("an open call holds CALL_BYTES of the front's budget until it closes; pas
     calls.slice(0, 8).every((c) => !c.stream.closed),
     'the first 8 stay open',
   );
+  // Health and metadata calls have a reserve: a liveness probe is answered with the budget full.
+  const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
+  const stub = new inference.GRPCInferenceService(url.slice('http://'.length), grpc.credentials.createInsecure());
+  t.teardown(() => stub.close());
+  const live = await new Promise((resolve) =>
+    stub.ServerLive({}, (err: grpc.ServiceError | null, r: unknown) => resolve(err ? err.code : r)),
+  );
+  t.same(live, { live: true }, 'ServerLive answered while the calls hold the budget');
   calls[0]!.stream.close();
   await calls[0]!.closed;
   const next = open();
   const outcome = await Promise.race([next.closed, new Promise((resolve) => setTimeout(() => resolve('open'), 500))]);
   t.equal(outcome, 'open', 'a closed call gives its place back');
+});
+
+t.test('an answer taken slowly but steadily is written to its end, past the body timeout', async (t) => {
+  const { url } = await fakeGrpc(t, { ms: 500 });
+  const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
+  const message: Buffer = inference.GRPCInferenceService.service.ModelInfer.requestSerialize({
+    model_name: 'tissue-seg',
+    inputs: [{ name: 'image', datatype: 'UINT8', shape: [8, 512, 512, 3] }],
+    raw_input_contents: [Buffer.alloc(8 * 512 * 512 * 3, 9)],
+    outputs: [{ name: 'mask' }],
+  });
+  const session = http2.connect(url);
+  t.teardown(() => session.destroy());
+  const stream = modelInferStream(session);
+  stream.pause();
+  stream.end(framed(message));
+  let status = '';
+  stream.on('trailers', (trailers) => (status = String(trailers['grpc-status'])));
+  const started = performance.now();
+  // 2 MB of masks taken 128 KB at a time, every 100 ms: about 1.6 s, past the 500 ms timeout,
+  // each piece well within it (Node's client opens its window as it reads).
+  let taken = 0;
+  const reader = setInterval(() => {
+    for (let chunk: Buffer | null, n = 0; n < 128 * 1024 && (chunk = stream.read()) !== null; n += chunk.length)
+      taken += chunk.length;
+  }, 100);
+  const code = await new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
+  clearInterval(reader);
+  const ms = performance.now() - started;
+  t.equal(code, http2.constants.NGHTTP2_NO_ERROR, 'not reset');
+  t.equal(status, '0', 'OK');
+  t.ok(taken > 8 * 512 * 512 && ms > 1000, `${taken} bytes taken in ${Math.round(ms)} ms`);
 });
 
 t.test('the gRPC port holds maxConnections connections, and lets one that idles past idleMs go', async (t) => {

@@ -15,8 +15,9 @@ export interface ModelBackend {
    *  ticket, its place in the model's queue. `upload`: the body on its way, as far as it came. */
   admit(model: string, tiles?: number, upload?: Upload): Ticket;
   /** Bytes of a request that has not named its model yet (a gRPC message on its way), held
-   *  against the front's budget as they arrive. */
-  requestBytes(): RequestBytes;
+   *  against the front's budget as they arrive. `control`: a call that asks no model (gRPC health
+   *  and metadata), which may also use a reserve as large as the budget. */
+  requestBytes(control?: boolean): RequestBytes;
   /** Tiles of `model` this front sent to workers and they have not finished or dropped. */
   queued(model: string): number;
   /** Runs a tile on an instance of `model`: the result, or a ServiceError. */

@@ -81,8 +81,8 @@ export class ModelClient implements ModelBackend {
     return this.queue.admit(model, tiles, upload);
   }
 
-  requestBytes(): RequestBytes {
-    return this.queue.requestBytes();
+  requestBytes(control?: boolean): RequestBytes {
+    return this.queue.requestBytes(control);
   }
 
   /** Runs a tile: a batch of one. */

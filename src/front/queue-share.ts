@@ -84,9 +84,11 @@ export class QueueShare {
 
   /** Request bytes held against the front's budget as they arrive (an admitted request's body; a
    *  gRPC message, before it names its model; a gRPC answer not yet taken), until released. Bytes that still pass after the
-   *  release (the rest of a body whose answer has gone) are not held: nothing would give them back. */
-  requestBytes(): RequestBytes {
-    const limit = this.config.front.max_inflight_bytes;
+   *  release (the rest of a body whose answer has gone) are not held: nothing would give them back.
+   *  `control`: a call that asks no model (gRPC health and metadata) may also use a reserve as
+   *  large as the budget, so that probes are answered while requests and answers hold it all. */
+  requestBytes(control = false): RequestBytes {
+    const limit = this.config.front.max_inflight_bytes * (control ? 2 : 1);
     let bytes = 0;
     let released = false;
     const held = (n: number) => {

@@ -111,8 +111,8 @@ export class FakeBackend implements ModelBackend {
     return this.share.admit(model, tiles, upload);
   }
 
-  requestBytes(): RequestBytes {
-    return this.share.requestBytes();
+  requestBytes(control?: boolean): RequestBytes {
+    return this.share.requestBytes(control);
   }
 
   /** Output from the tile: a mask of the image's bytes' low bits, or their mean per output. */

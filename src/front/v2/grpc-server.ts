@@ -268,7 +268,7 @@ export async function startGrpc(
   );
   widenWindow(server, 'sessions');
   for (const http2 of http2Servers(server)) http2.maxConnections = options.maxConnections;
-  holdAsHttp(server, service, options.bodyTimeoutMs);
+  holdAsHttp(server, service, options.bodyTimeoutMs, infer.path);
   return { server, port };
 }
 
@@ -319,18 +319,21 @@ function onSession(server: grpc.Server, listener: (session: Http2Session) => voi
 /** A call is held as an HTTP request is: its own cost (CALL_BYTES) counts against the front's
  *  budget (front.max_inflight_bytes) from its opening until its stream closes, its request's
  *  bytes as they arrive (holdRequest) and its answer until taken (holdAnswer). A stream past the
- *  budget is refused (REFUSED_STREAM: not processed, a client may retry; gRPC's UNAVAILABLE). */
-function holdAsHttp(server: grpc.Server, service: V2Service, ms: number): void {
+ *  budget is refused (REFUSED_STREAM: not processed, a client may retry; gRPC's UNAVAILABLE).
+ *  Calls other than `inferPath` (health, metadata) may also use a reserve as large as the
+ *  budget: answered, as HTTP's health routes are, while requests and answers hold it whole. */
+function holdAsHttp(server: grpc.Server, service: V2Service, ms: number, inferPath: string): void {
   onSession(server, (session) =>
-    session.on('stream', (stream) => {
-      const call = service.requestBytes();
+    session.on('stream', (stream, headers) => {
+      const control = headers[':path'] !== inferPath;
+      const call = service.requestBytes(control);
       try {
         call.received(CALL_BYTES);
       } catch {
         stream.close(constants.NGHTTP2_REFUSED_STREAM);
         return;
       }
-      holdRequest(stream, service.requestBytes(), ms);
+      holdRequest(stream, service.requestBytes(control), ms);
       holdAnswer(stream, call, ms);
     }),
   );
@@ -364,24 +367,36 @@ function holdRequest(stream: ServerHttp2Stream, bytes: RequestBytes, ms: number)
   stream.once('close', arrived);
 }
 
-/** A call's answer counts against the front's budget until its client has taken it, and must be
- *  taken within `ms` of its writing (front.body_timeout_ms, as long as its request had), or its
- *  stream is reset (CANCEL). grpc-js writes an answer whole whatever its client reads, and HTTP/2
- *  sends only what the client's window lets through: 4 connections of 256 streams that opened no
- *  window, each call 8 blank 512 px tiles asking for their masks (12 KB in, 2 MB out), took a
- *  front from 209 to 736 MB in a minute, growing at the model's rate (an ad hoc attack). Held
- *  whatever the budget (the work is done); past it, new requests are refused until it is taken.
- *  grpc-js writes a unary answer's message in one write and its status as trailers. */
+/** A call's answer counts against the front's budget until its client has taken it, whatever
+ *  the budget (the work is done; past it, new requests are refused until it is taken), and is
+ *  written in pieces, each once the last is taken (what HTTP/2's flow control lets through, at
+ *  the client's pace): a piece not taken within `ms` (front.body_timeout_ms) resets the stream
+ *  (CANCEL). grpc-js writes an answer whole whatever its client reads: 4 connections of 256
+ *  streams that opened no window, each call 8 blank 512 px tiles asking for their masks (12 KB
+ *  in, 2 MB out), took a front from 209 to 736 MB in a minute, growing at the model's rate (an ad
+ *  hoc attack). Paced, a client reading slowly but steadily keeps its stream however long the
+ *  answer takes. grpc-js writes a unary answer's message in one write, and its status after it. */
 function holdAnswer(stream: ServerHttp2Stream, bytes: RequestBytes, ms: number): void {
-  const write = stream.write.bind(stream) as (chunk: Buffer, ...rest: unknown[]) => boolean;
+  const write = stream.write.bind(stream) as (chunk: Uint8Array, done: (err?: Error | null) => void) => boolean;
   let timer: NodeJS.Timeout | undefined;
   stream.write = ((chunk: Buffer, ...rest: unknown[]) => {
+    const done = rest.find((r) => typeof r === 'function') as ((err?: Error | null) => void) | undefined;
     bytes.held(chunk.length);
     timer ??= setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
-    return write(chunk, ...rest);
+    let at = 0;
+    const next = (err?: Error | null): void => {
+      if (err || at >= chunk.length) return void done?.(err);
+      timer!.refresh();
+      write(chunk.subarray(at, (at += ANSWER_PIECE)), next);
+    };
+    next();
+    return true;
   }) as ServerHttp2Stream['write'];
   stream.once('close', () => {
     clearTimeout(timer);
     bytes.release();
   });
 }
+
+/** Bytes of an answer written at once (holdAnswer): a client on a slow link takes one in seconds. */
+const ANSWER_PIECE = 256 * 1024;

@@ -97,8 +97,8 @@ export class V2Service {
   }
 
   /** A gRPC message's bytes as they arrive, before it names its model (backend.ts). */
-  requestBytes(): RequestBytes {
-    return this.backend.requestBytes();
+  requestBytes(control?: boolean): RequestBytes {
+    return this.backend.requestBytes(control);
   }
 
   /** Runs a request's tiles on a ready instance of the model, as one message to one worker; each
