@@ -20,7 +20,7 @@ import { outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
 import { tempDir } from '../../tools/temp-dir.js';
 
 const dir = tempDir('slide-sparse');
-const [whole, sparse, holes] = [join(dir, 'whole.svs'), join(dir, 'sparse.svs'), join(dir, 'holes.svs')];
+const [whole, sparse, holes, deeper] = ['whole', 'sparse', 'holes', 'deeper'].map((name) => join(dir, `${name}.svs`));
 /** Tiles left unwritten in directory 0 (level 0): one in the tissue, one on the glass. */
 const UNWRITTEN = [34, 1];
 
@@ -61,6 +61,10 @@ t.before(async () => {
   copyFileSync(whole, holes);
   unwriteTiles(holes, [1, 4], 2);
   unwriteTiles(holes, [0], 3);
+  // And a level 0 tile in the tissue (column 2, row 4 of 10 x 8), under level 1's tile 3, which
+  // OpenSlide marks missing too ("tiles concatenating a missing tile are sometimes corrupt").
+  copyFileSync(holes, deeper);
+  unwriteTiles(deeper, [42], 0);
   nginx = await startNginx(dir);
   server = await startServer({
     models: [{ name: 'tissue-seg', instances: 1, intra_op_threads: 1 }, { name: 'gene-expr' }],
@@ -123,8 +127,8 @@ t.test('tiles never written are background, as OpenSlide draws them at level 0, 
 t.test(
   "an SVS's tiles never written below level 0 are drawn from the level above, as OpenSlide draws them",
   async (t) => {
-    const reference = OpenSlideSlide.open(holes);
-    const [local, remote] = [await openSlide(holes), await openSlide(`${nginx.url}/holes.svs`)];
+    const reference = OpenSlideSlide.open(deeper);
+    const [local, remote] = [await openSlide(deeper), await openSlide(`${nginx.url}/deeper.svs`)];
     for (const level of [1, 2]) {
       const { width, height } = reference.levels[level];
       const [expected, here, there] = await Promise.all(

@@ -151,13 +151,34 @@ interface Level extends SlideLevel {
   /** How tiles other than JPEG are coded where they are decoded here (a remote slide's, as
    *  libvips reads files only, and a sparse local level's); null for JPEG tiles and otherwise. */
   tiff: TiffCoding | null;
-  /** Some tile was never written (TileByteCounts 0): libvips refuses any region touching it. */
+  /** Some tile was never written (TileByteCounts 0), which libvips refuses any region touching,
+   *  or is drawn from the level above (missing). */
   sparse: boolean;
+  /** An SVS's tiles drawn from the level above (redrawBand): those never written and, as
+   *  OpenSlide marks them, those over a missing tile of the level above. */
+  missing: Set<number>;
   /** How the level's JPEG 2000 tiles (Aperio's) are coded; null for other tiles. */
   j2k: FrameCoding | null;
   image: GeoTIFFImage;
   /** Where each tile's bytes lie, loaded on first use. */
   ranges?: Promise<{ offsets: ArrayLike<number | bigint>; counts: ArrayLike<number | bigint> }>;
+}
+
+/** OpenSlide's rule for an SVS: a tile over a missing tile of the level above is missing too
+ *  ("tiles concatenating a missing tile are sometimes corrupt"), two levels' tile grids related by
+ *  the rounded ratio of their tile counts. */
+function carryMissing(pyramid: Level[]): void {
+  for (let i = 0; i + 1 < pyramid.length; i++) {
+    const [l, next] = [pyramid[i], pyramid[i + 1]];
+    const across = Math.max(1, Math.round(l.tilesAcross / next.tilesAcross));
+    const down = Math.max(1, Math.round(l.tilesDown / next.tilesDown));
+    for (const t of l.missing) {
+      const tx = Math.min(next.tilesAcross - 1, Math.floor((t % l.tilesAcross) / across));
+      const ty = Math.min(next.tilesDown - 1, Math.floor(Math.floor(t / l.tilesAcross) / down));
+      next.missing.add(ty * next.tilesAcross + tx);
+      next.sparse = true;
+    }
+  }
 }
 
 /** A local JPEG 2000 TIFF left to OpenSlide (TiffSlide.open's `builtInJ2k`). */
@@ -282,6 +303,7 @@ export class TiffSlide implements Slide {
         tiff: typeof tiff === 'string' ? null : tiff,
         j2k,
         sparse: false,
+        missing: new Set(),
         jpegTables:
           compression === JPEG && dir.hasTag('JPEGTables')
             ? Uint8Array.from((await dir.loadValue('JPEGTables')) as ArrayLike<number>)
@@ -298,17 +320,22 @@ export class TiffSlide implements Slide {
     const found =
       aperio !== null ? { mpp: aperio, source: `the ImageDescription's MPP = ${aperio}` } : await resolutionMpp(base);
     const mpp = ome ?? (found ? checkedMpp(found.mpp, found.source, path) : { mpp: null, error: null });
-    const slide = new TiffSlide(path, tiff, pyramid, mpp.mpp, mpp.error, source, !!description?.startsWith('Aperio'));
+    const svs = !!description?.startsWith('Aperio');
+    const slide = new TiffSlide(path, tiff, pyramid, mpp.mpp, mpp.error, source, svs);
     // Every level's tiles in the file: a copy cut short is said so, not found tile by tile.
     for (const l of pyramid) {
       const { offsets, counts } = await slide.ranges(l);
       let end = 0;
       for (let i = 0; i < offsets.length; i++) {
         end = Math.max(end, Number(offsets[i]) + Number(counts[i]));
-        if (Number(counts[i]) === 0) l.sparse = true;
+        if (Number(counts[i]) === 0) l.missing.add(i);
       }
+      l.sparse = l.missing.size > 0;
       if (end > size)
         throw truncated(path, size, `level ${pyramid.indexOf(l)}'s tiles (directory ${l.page}) run to byte ${end}`);
+    }
+    if (svs) carryMissing(pyramid);
+    for (const l of pyramid) {
       // A sparse local level's tiles other than JPEG are decoded as a remote slide's are.
       if (l.sparse && !l.tiff && !l.j2k && l.compression !== JPEG) {
         const coding = await tiffCoding(l.image, l.compression);
@@ -381,8 +408,9 @@ export class TiffSlide implements Slide {
     return { ...job, jpeg };
   }
 
-  /** An SVS's tiles never written below level 0 are drawn from the level above, as OpenSlide
-   *  draws them (at level 0 they are background): the tile's area of that level, itself redrawn
+  /** An SVS's missing tiles below level 0 (never written, or over a missing tile: carryMissing)
+   *  are drawn from the level above, as OpenSlide draws them (at level 0 a tile never written is
+   *  background): the tile's area of that level, itself redrawn
    *  where it has holes, shrunk to the tile. Not OpenSlide's pixels to the bit (it paints with
    *  cairo): on test/e2e/slide-sparse.test.ts's slide a cubic kernel came 0.22 / 0.38 from them
    *  on average (levels 1 / 2), Mitchell 0.23 / 0.47, Lanczos-3 0.24 / 0.62, linear 0.28 / 0.55,
@@ -390,14 +418,13 @@ export class TiffSlide implements Slide {
    *  slide failed with TILE_ERR_SLIDE_NO_TISSUE). */
   async redrawBand(level: number, job: BandJob, data: SharedArrayBuffer): Promise<void> {
     const l = this.pyramid[level];
-    if (!this.aperio || level === 0 || !l.sparse) return;
-    const { counts } = await this.ranges(l);
+    if (!this.aperio || level === 0 || !l.missing.size) return;
     const [tx0, ty] = [job.left / l.tileWidth, job.top / l.tileHeight];
     const into = new Uint8Array(data);
     const row = l.tileWidth * 3;
     const stride = job.tiles * row;
     for (let k = 0; k < job.tiles; k++) {
-      if (Number(counts[ty * l.tilesAcross + tx0 + k]) !== 0) continue;
+      if (!l.missing.has(ty * l.tilesAcross + tx0 + k)) continue;
       const tile = await this.fromLevelAbove(level, tx0 + k, ty);
       for (let y = 0; y < l.tileHeight; y++) into.set(tile.subarray(y * row, (y + 1) * row), k * row + y * stride);
     }
