@@ -267,7 +267,9 @@ export async function startGrpc(
     ),
   );
   widenWindow(server, 'sessions');
-  for (const http2 of http2Servers(server)) http2.maxConnections = options.maxConnections;
+  // One name may bind several addresses (localhost: ::1 and 127.0.0.1), a server each: they share it.
+  const servers = http2Servers(server);
+  for (const http2 of servers) http2.maxConnections = Math.max(1, Math.floor(options.maxConnections / servers.length));
   holdAsHttp(server, service, options.bodyTimeoutMs, infer.path);
   return { server, port };
 }
