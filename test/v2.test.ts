@@ -285,12 +285,14 @@ async function fakeGrpc(
     record,
     maxConnections = 1000,
     idleMs = 60_000,
+    headersMs = Math.min(ms, 10_000),
   }: {
     budget?: number;
     ms?: number;
     record?: (call: GrpcCall) => void;
     maxConnections?: number;
     idleMs?: number;
+    headersMs?: number;
   },
 ) {
   const { backend, config } = await fakeService({ front: { max_inflight_bytes: budget } });
@@ -298,6 +300,8 @@ async function fakeGrpc(
     host: '127.0.0.1',
     port: 0,
     maxMessageBytes: 64 << 20,
+    maxInflightBytes: budget,
+    headersTimeoutMs: headersMs,
     bodyTimeoutMs: ms,
     maxConnections,
     idleMs,
@@ -395,8 +399,8 @@ t.test("an answer not taken holds the front's budget until the body timeout lets
   whole.release();
 });
 
-t.test("an open call holds CALL_BYTES of the front's budget until it closes; past it, calls are refused", async (t) => {
-  const { url } = await fakeGrpc(t, { budget: 8 * CALL_BYTES });
+t.test('a front holds max_inflight_bytes / CALL_BYTES calls open; past it, calls are refused', async (t) => {
+  const { url, backend } = await fakeGrpc(t, { budget: 8 * CALL_BYTES });
   const session = http2.connect(url);
   t.teardown(() => session.destroy());
   // Calls that send their headers and nothing else (RFC 9113 8.1: a request with no DATA yet).
@@ -416,14 +420,17 @@ t.test("an open call holds CALL_BYTES of the front's budget until it closes; pas
     calls.slice(0, 8).every((c) => !c.stream.closed),
     'the first 8 stay open',
   );
-  // Health and metadata calls have a reserve: a liveness probe is answered with the budget full.
+  const bytes = backend.requestBytes();
+  t.doesNotThrow(() => bytes.received(8 * CALL_BYTES), "the byte budget is untouched: HTTP's requests still fit");
+  bytes.release();
+  // Health and metadata calls may open as many again: a liveness probe is answered.
   const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
   const stub = new inference.GRPCInferenceService(url.slice('http://'.length), grpc.credentials.createInsecure());
   t.teardown(() => stub.close());
   const live = await new Promise((resolve) =>
     stub.ServerLive({}, (err: grpc.ServiceError | null, r: unknown) => resolve(err ? err.code : r)),
   );
-  t.same(live, { live: true }, 'ServerLive answered while the calls hold the budget');
+  t.same(live, { live: true }, 'ServerLive answered while model calls are at their limit');
   calls[0]!.stream.close();
   await calls[0]!.closed;
   const next = open();
@@ -483,4 +490,31 @@ t.test('the gRPC port holds maxConnections connections, and lets one that idles 
     const ms = await closed;
     t.ok(ms >= 250 && ms < 5000, `an idle one after ${Math.round(ms)} ms`);
   }
+});
+
+t.test("a call's message must begin within the headers timeout", async (t) => {
+  const { url } = await fakeGrpc(t, { headersMs: 300 });
+  const session = http2.connect(url);
+  t.teardown(() => session.destroy());
+  const stream = modelInferStream(session); // headers, then nothing
+  const started = performance.now();
+  const code = await new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
+  const ms = performance.now() - started;
+  t.equal(code, http2.constants.NGHTTP2_CANCEL, 'reset with CANCEL');
+  t.ok(ms >= 250 && ms < 5000, `after ${Math.round(ms)} ms, not the 10 s body timeout`);
+});
+
+t.test('typed contents count against the budget as decoded, 8 bytes an element', async (t) => {
+  // 4 MiB: 8 tiles of 224 px raw (1.2 MB) fit; the same in uint_contents (9.6 MB as decoded) do not.
+  const { url } = await fakeGrpc(t, { budget: 4 << 20 });
+  const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
+  const stub = new inference.GRPCInferenceService(url.slice('http://'.length), grpc.credentials.createInsecure());
+  t.teardown(() => stub.close());
+  const infer = (request: Json): Promise<number> =>
+    new Promise((resolve) => stub.ModelInfer(request, (err: grpc.ServiceError | null) => resolve(err ? err.code : 0)));
+  const pixels = Buffer.alloc(8 * 224 * 224 * 3, 5);
+  const input = { name: 'image', datatype: 'UINT8', shape: [8, 224, 224, 3] };
+  t.equal(await infer({ model_name: 'tile-embed', inputs: [input], raw_input_contents: [pixels] }), 0, 'raw: answered');
+  const typed = { ...input, contents: { uint_contents: Array.from(pixels) } };
+  t.equal(await infer({ model_name: 'tile-embed', inputs: [typed] }), grpc.status.UNAVAILABLE, 'typed: front busy');
 });

@@ -62,6 +62,8 @@ grpc =
         host: config.host,
         port: config.grpc_port,
         maxMessageBytes: config.body_limit_bytes,
+        maxInflightBytes: config.front.max_inflight_bytes,
+        headersTimeoutMs: config.front.headers_timeout_ms,
         bodyTimeoutMs: config.front.body_timeout_ms,
         maxConnections: connectionLimit(config),
         idleMs: config.front.keep_alive_timeout_ms,

@@ -97,6 +97,26 @@ const STATUS: Record<number, grpc.status> = {
 const parameters = (map: Record<string, Param>): Parameters =>
   Object.fromEntries(Object.entries(map).map(([k, p]) => [k, p.parameter_choice ? p[p.parameter_choice] : undefined]));
 
+/** What a request's tensors hold in the front while it runs, counted against its budget as an
+ *  HTTP body is: raw contents as sent, typed contents as decoded, 8 bytes an element of a JS array
+ *  (packed varints, one or two bytes each on the wire: a 512 px tile in uint_contents is 6.3 MB
+ *  here). Before, typed contents counted nothing once arrived. Decoding them is not bounded by
+ *  this: 800 such 1-tile calls, 40 a second, took a front's RSS to 2-3 GB either way, mostly
+ *  garbage (docs/open-inference-protocol.md). */
+function heldBytes(request: GrpcInferRequest): number {
+  let bytes = request.raw_input_contents.reduce((sum, b) => sum + b.length, 0);
+  for (const input of request.inputs)
+    for (const values of Object.values(input.contents ?? {}))
+      bytes +=
+        typeof values[0] === 'object'
+          ? (values as Uint8Array[]).reduce((sum, b) => sum + b.length, 0)
+          : VALUE_BYTES * values.length;
+  return bytes;
+}
+
+/** A JS array's element: a pointer, or a double. */
+const VALUE_BYTES = 8;
+
 /** A ModelInfer request as the transport-free InferRequest. */
 export function toInferRequest(request: GrpcInferRequest): InferRequest {
   const raw = request.raw_input_contents;
@@ -164,6 +184,9 @@ export async function startGrpc(
     host: string;
     port: number;
     maxMessageBytes: number;
+    /** front.max_inflight_bytes: the bytes requests and answers hold, and so the calls held open. */
+    maxInflightBytes: number;
+    headersTimeoutMs: number;
     bodyTimeoutMs: number;
     /** Connections held at once (connectionLimit); more are closed as they come. */
     maxConnections: number;
@@ -233,7 +256,7 @@ export async function startGrpc(
       call.once('cancelled', cancel);
       try {
         ticket = service.admit(r.model_name, r.model_version || undefined);
-        ticket.received(r.raw_input_contents.reduce((sum, b) => sum + b.length, 0));
+        ticket.received(heldBytes(r));
         const response = await service.infer(r.model_name, r.model_version || undefined, toInferRequest(r), {
           ticket,
           signal: cancelled.signal,
@@ -270,7 +293,7 @@ export async function startGrpc(
   // One name may bind several addresses (localhost: ::1 and 127.0.0.1), a server each: they share it.
   const servers = http2Servers(server);
   for (const http2 of servers) http2.maxConnections = Math.max(1, Math.floor(options.maxConnections / servers.length));
-  holdAsHttp(server, service, options.bodyTimeoutMs, infer.path);
+  holdAsHttp(server, service, { ...options, inferPath: infer.path });
   return { server, port };
 }
 
@@ -318,50 +341,83 @@ function onSession(server: grpc.Server, listener: (session: Http2Session) => voi
   for (const http2 of http2Servers(server)) http2.on('session', listener);
 }
 
-/** A call is held as an HTTP request is: its own cost (CALL_BYTES) counts against the front's
- *  budget (front.max_inflight_bytes) from its opening until its stream closes, its request's
- *  bytes as they arrive (holdRequest) and its answer until taken (holdAnswer). A stream past the
- *  budget is refused (REFUSED_STREAM: not processed, a client may retry; gRPC's UNAVAILABLE).
- *  Calls other than `inferPath` (health, metadata) may also use a reserve as large as the
- *  budget: answered, as HTTP's health routes are, while requests and answers hold it whole. */
-function holdAsHttp(server: grpc.Server, service: V2Service, ms: number, inferPath: string): void {
+/** A call is held as an HTTP request is: its request's bytes count against the front's budget
+ *  (front.max_inflight_bytes) as they arrive (holdRequest) and its answer until taken
+ *  (holdAnswer); a stream past the budget is refused (REFUSED_STREAM: not processed, a client may
+ *  retry; gRPC's UNAVAILABLE). Open calls are bounded apart from it (CALL_BYTES): a call that
+ *  sends nothing costs the front memory but holds no bytes. Calls other than `inferPath` (health,
+ *  metadata) may take as many again and use a reserve as large as the budget: answered, as HTTP's
+ *  health routes are, while requests hold the budget whole. */
+function holdAsHttp(
+  server: grpc.Server,
+  service: V2Service,
+  { inferPath, maxInflightBytes, headersTimeoutMs, bodyTimeoutMs }: HoldOptions,
+): void {
+  const maxCalls = Math.max(1, Math.floor(maxInflightBytes / CALL_BYTES));
+  let open = 0;
   onSession(server, (session) =>
     session.on('stream', (stream, headers) => {
       const control = headers[':path'] !== inferPath;
-      const call = service.requestBytes(control);
-      try {
-        call.received(CALL_BYTES);
-      } catch {
-        stream.close(constants.NGHTTP2_REFUSED_STREAM);
-        return;
-      }
-      holdRequest(stream, service.requestBytes(control), ms);
-      holdAnswer(stream, call, ms);
+      if (open >= (control ? 2 : 1) * maxCalls) return void stream.close(constants.NGHTTP2_REFUSED_STREAM);
+      open++;
+      stream.once('close', () => open--);
+      holdRequest(
+        stream,
+        service.requestBytes(control),
+        headersTimeoutMs,
+        bodyTimeoutMs,
+        control ? CONTROL_BYTES : Infinity,
+      );
+      holdAnswer(stream, service.requestBytes(control), bodyTimeoutMs);
     }),
   );
 }
 
+interface HoldOptions {
+  inferPath: string;
+  maxInflightBytes: number;
+  headersTimeoutMs: number;
+  bodyTimeoutMs: number;
+}
+
 /** What an open call costs a front before it sends a byte (its HTTP/2 stream and grpc-js's call):
  *  400 connections of 256 calls that sent only their headers took a front from 126 to 928 MB,
- *  8 KB a call, none of it counted (an ad hoc attack); the budget's 256 MiB now hold 32,768 such
- *  calls, and more are refused. */
+ *  8 KB a call (an ad hoc attack). A front holds front.max_inflight_bytes / CALL_BYTES calls open
+ *  (32,768 by default), that much memory again. Charged to the byte budget instead (c3e0c17), such
+ *  calls shut out every model request, HTTP's too: 130 connections of them did (an attack session). */
 export const CALL_BYTES = 8 * 1024;
 
+/** The largest message of a call that asks no model (a name and a version; with the reserve, so
+ *  that the reserve is not a second budget for large messages). */
+const CONTROL_BYTES = 64 * 1024;
+
 /** A call's request counts as it arrives, until all of it has (then its ticket holds it until the
- *  handler is done: ModelInfer, above); it must have arrived within `ms` (front.body_timeout_ms,
- *  Node's requestTimeout for HTTP, a 408), or its stream is reset (CANCEL). grpc-js has neither:
- *  16 streams that sent 15 MB each of a 16 MB message and stalled were held, 252 MB outside the
- *  budget, until their clients left. */
-function holdRequest(stream: ServerHttp2Stream, bytes: RequestBytes, ms: number): void {
+ *  handler is done: ModelInfer, above), up to `maxBytes` (past it the stream is reset). Its message must begin within `headersMs`
+ *  (front.headers_timeout_ms: its prefix says what is coming, as an HTTP request's headers do)
+ *  and have arrived within `bodyMs` (front.body_timeout_ms, Node's requestTimeout for HTTP, a
+ *  408), or its stream is reset (CANCEL). grpc-js has neither: 16 streams that sent 15 MB each of
+ *  a 16 MB message and stalled were held, 252 MB outside the budget, until their clients left. */
+function holdRequest(
+  stream: ServerHttp2Stream,
+  bytes: RequestBytes,
+  headersMs: number,
+  bodyMs: number,
+  maxBytes: number,
+): void {
+  const cancel = () => stream.close(constants.NGHTTP2_CANCEL);
+  const begun = setTimeout(cancel, headersMs);
   stream.on('data', (chunk: Buffer) => {
+    clearTimeout(begun);
+    if (bytes.bytes() + chunk.length > maxBytes) return cancel();
     try {
       bytes.received(chunk.length);
     } catch {
       stream.close(constants.NGHTTP2_REFUSED_STREAM);
     }
   });
-  const timer = setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
+  const timer = setTimeout(cancel, bodyMs);
   const arrived = () => {
+    clearTimeout(begun);
     clearTimeout(timer);
     bytes.release();
   };
