@@ -518,3 +518,21 @@ t.test('typed contents count against the budget as decoded, 8 bytes an element',
   const typed = { ...input, contents: { uint_contents: Array.from(pixels) } };
   t.equal(await infer({ model_name: 'tile-embed', inputs: [typed] }), grpc.status.UNAVAILABLE, 'typed: front busy');
 });
+
+t.test('a message of more entries than a request may hold is INVALID_ARGUMENT before it is decoded', async (t) => {
+  const { url } = await fakeGrpc(t, {});
+  const session = http2.connect(url);
+  t.teardown(() => session.destroy());
+  // 200,000 empty inputs (field 5, length 0), behind a model name.
+  const message = Buffer.concat([Buffer.from([0x0a, 10, ...Buffer.from('tile-embed')]), Buffer.alloc(400_000)]);
+  for (let i = 12; i < message.length; i += 2) message[i] = 0x2a;
+  const stream = modelInferStream(session);
+  let status: Record<string, unknown> = {};
+  stream.on('response', (headers) => (status = { ...status, ...headers }));
+  stream.on('trailers', (trailers) => (status = { ...status, ...trailers }));
+  stream.resume();
+  stream.end(framed(message));
+  await new Promise((resolve) => stream.once('close', resolve));
+  t.equal(status['grpc-status'], String(grpc.status.INVALID_ARGUMENT));
+  t.equal(decodeURIComponent(String(status['grpc-message'])), "the request's inputs: more than 64 entries");
+});

@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import { errors, ServiceError } from '../../lib/errors.js';
 import type { InferRequest } from './inference.js';
 import { MessageDecoder } from './message-decoder.js';
+import { overLimits } from './wire-limits.js';
 import { type GrpcCall, v2Tiles } from '../plugins/usage.js';
 import { shedOutcome } from '../route-config.js';
 import type { ShedOutcome } from '../../ipc/protocol.js';
@@ -41,7 +42,7 @@ interface GrpcInput {
   contents: Contents | null;
 }
 
-/** Bytes that do not decode as a ModelInferRequest, and why. */
+/** Bytes that are refused before they are a ModelInferRequest, and why. */
 interface Malformed {
   malformed: string;
 }
@@ -203,14 +204,17 @@ export async function startGrpc(
   decodeWhole();
   const methods = definition.inference.GRPCInferenceService.service;
   const infer = methods.ModelInfer!;
-  // Each ModelInferRequest keeps the bytes it was decoded from. One that is not a message is
-  // answered INVALID_ARGUMENT by the handler: a deserializer that throws makes grpc-js answer
+  // Each ModelInferRequest keeps the bytes it was decoded from. One that is not a message, or
+  // holds more entries than a request may (wire-limits.ts, counted before protobufjs builds them),
+  // is answered INVALID_ARGUMENT by the handler: a deserializer that throws makes grpc-js answer
   // INTERNAL, a server fault.
   const requestDeserialize = (bytes: Buffer): GrpcInferRequest | Malformed => {
+    const over = overLimits(bytes);
+    if (over) return { malformed: `the request's ${over}` };
     try {
       return Object.assign(infer.requestDeserialize(bytes), { [MESSAGE]: bytes });
     } catch (err) {
-      return { malformed: (err as Error).message };
+      return { malformed: `the request is not a ModelInferRequest message: ${(err as Error).message}` };
     }
   };
   const inferenceService = { ...methods, ModelInfer: { ...infer, requestDeserialize } };
@@ -241,7 +245,7 @@ export async function startGrpc(
       service.modelMetadata(r.name, r.version || undefined),
     ),
     ModelInfer: unary(logger, async (r: GrpcInferRequest | Malformed, call) => {
-      if ('malformed' in r) throw errors.v2Invalid(`the request is not a ModelInferRequest message: ${r.malformed}`);
+      if ('malformed' in r) throw errors.v2Invalid(r.malformed);
       // Admitted as an HTTP request is, its bytes counted until it is answered (as they arrived:
       // holdAsHttp); its tiles cancelled when the call is. Counted in /metrics as endpoint "grpc",
       // with the status its HTTP twin would have had.
