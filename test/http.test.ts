@@ -778,3 +778,39 @@ t.test('a path with a bad percent-escape is a 400 in the service shape, under /v
   t.equal(v2.headers['x-error-code'], 'TILE_ERR_BAD_REQUEST');
   t.match(v2.json(), { error: /malformed HTTP request/ });
 });
+
+t.test('an answer its client does not take holds the budget, and is let go after the body timeout', async (t) => {
+  const budget = 128 << 20;
+  const { app, backend } = await fakeService({
+    front: { max_inflight_bytes: budget, body_timeout_ms: 300, headers_timeout_ms: 300 },
+  });
+  // 64 MB: past what the kernel's socket buffers take from a client that reads nothing.
+  const answer = Buffer.alloc(64 << 20);
+  app.get('/big', async () => answer);
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1');
+  socket.on('error', () => {});
+  const started = performance.now();
+  const closed = new Promise<number>((resolve) => socket.once('close', () => resolve(performance.now() - started)));
+  socket.write('GET /big HTTP/1.1\r\nhost: x\r\n\r\n');
+  socket.pause(); // reads nothing
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  const probe = backend.requestBytes();
+  t.throws(
+    () => probe.received(budget - answer.length + 1),
+    /front/i,
+    'the untaken answer holds its 64 MB of the budget',
+  );
+  probe.release();
+  // A paused socket does not see its end: read once the timeout has passed.
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  let received = 0;
+  socket.on('data', (chunk: Buffer) => (received += chunk.length));
+  socket.resume();
+  const ms = await Promise.race([closed, new Promise<number>((resolve) => setTimeout(() => resolve(-1), 10_000))]);
+  t.ok(ms > 0 && received < answer.length, `closed by the front after ${received} of ${answer.length} bytes`);
+  const whole = backend.requestBytes();
+  t.doesNotThrow(() => whole.received(budget), 'the budget is whole again');
+  whole.release();
+});

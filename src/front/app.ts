@@ -14,6 +14,7 @@ import errors, {
 import contentEncoding from './plugins/content-encoding.js';
 import queryEncoding from './plugins/query-encoding.js';
 import connections, { connectionLimit } from './plugins/connections.js';
+import answers from './plugins/answers.js';
 import type { ConnectionShare } from './connection-share.js';
 import jsonBody from './plugins/json-body.js';
 import binaryBody from './plugins/binary-body.js';
@@ -77,6 +78,7 @@ export async function buildApp({ config, backend, logger, connectionShare }: App
     models: () => backend.models().map((m) => m.name),
   });
   await app.register(connections, { maxConnections: connectionLimit(config), share: connectionShare });
+  await app.register(answers, { backend, sendTimeoutMs: front.body_timeout_ms });
   await app.register(contentEncoding);
   await app.register(queryEncoding);
   const values = (request: FastifyRequest) => {
