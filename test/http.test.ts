@@ -814,3 +814,24 @@ t.test('an answer its client does not take holds the budget, and is let go after
   t.doesNotThrow(() => whole.received(budget), 'the budget is whole again');
   whole.release();
 });
+
+t.test('a pipelined request waiting for its model past the body timeout is not cut off', async (t) => {
+  const { app, backend } = await fakeService({ front: { body_timeout_ms: 300, headers_timeout_ms: 300 } });
+  let open!: () => void;
+  backend.gate = new Promise((resolve) => (open = resolve));
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1');
+  socket.on('error', () => {});
+  let text = '';
+  socket.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
+  const body = JSON.stringify(tileRequest(cellularPng(1), { slide_name: 's' }));
+  // A health check's answer (taken at once), then a tile that waits 1 s for its model.
+  socket.write(
+    `GET /health/live HTTP/1.1\r\nhost: x\r\n\r\nPOST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+  );
+  setTimeout(() => open(), 1000);
+  await waitFor(() => (text.match(/HTTP\/1\.1 200/g) ?? []).length === 2, 5000);
+  t.equal((text.match(/HTTP\/1\.1 200/g) ?? []).length, 2, 'both answered on the one connection');
+  socket.destroy();
+});

@@ -34,9 +34,14 @@ async function answers(app: FastifyInstance, { backend, sendTimeoutMs }: Answers
     const held = backend.requestBytes();
     held.held(size);
     raw[HELD] = held;
-    // The socket's inactivity timer (Node's keep-alive handling sets it again once the answer is
-    // taken); an injected request has no socket to time.
-    if (typeof raw.socket?.setTimeout === 'function') raw.setTimeout(sendTimeoutMs);
+    // The socket's inactivity timer; an injected request has no socket to time. Once the answer
+    // is taken, Node's keep-alive handling sets it again (it runs first), unless a pipelined
+    // request is waiting for its model: then it is cleared, as Node left it.
+    const socket = raw.socket;
+    if (typeof socket?.setTimeout === 'function') {
+      socket.setTimeout(sendTimeoutMs);
+      raw.once('finish', () => socket.timeout === sendTimeoutMs && socket.setTimeout(0));
+    }
     return payload;
   });
 }
