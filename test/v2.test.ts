@@ -29,6 +29,8 @@ import { MODELS } from './helpers/server.js';
 import type { GrpcCall } from '../src/front/plugins/usage.js';
 
 type Json = Record<string, any>;
+/** The protocol's service, as grpc-js loads it from the .proto. */
+const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
 const tile = (n: number): Tensor => ({
   name: 'image',
   datatype: 'UINT8',
@@ -309,17 +311,25 @@ async function fakeGrpc(
     record,
   });
   t.teardown(() => server.forceShutdown());
-  return { backend, port, url: `http://127.0.0.1:${port}` };
+  /** A grpc-js client of it, from the protocol's .proto, closed with the test. */
+  const client = (channelOptions: grpc.ChannelOptions = {}) => {
+    const stub = new inference.GRPCInferenceService(
+      `127.0.0.1:${port}`,
+      grpc.credentials.createInsecure(),
+      channelOptions,
+    );
+    t.teardown(() => stub.close());
+    return stub;
+  };
+  return { backend, port, url: `http://127.0.0.1:${port}`, client };
 }
 
 t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames is answered', async (t) => {
   const recorded: GrpcCall[] = [];
-  const { backend, port } = await fakeGrpc(t, { record: (call) => recorded.push(call) });
+  const { backend, port, client } = await fakeGrpc(t, { record: (call) => recorded.push(call) });
   const decoders = createRequire(import.meta.url)('@grpc/grpc-js/build/src/stream-decoder.js');
   t.equal(decoders.StreamDecoder, MessageDecoder, "grpc-js's calls construct ours");
-  const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
-  const stub = new inference.GRPCInferenceService(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
-  t.teardown(() => stub.close());
+  const stub = client();
   const pixels = Buffer.alloc(8 * 224 * 224 * 3, 5);
   const response: any = await new Promise((resolve, reject) =>
     stub.ModelInfer(
@@ -340,10 +350,7 @@ t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames 
   const settings = await new Promise<http2.Settings>((resolve) => session.once('remoteSettings', resolve));
   t.equal(settings.maxConcurrentStreams, MAX_STREAMS);
   // A client that compresses its messages (gzip) is told to send them uncompressed.
-  const gzip = new inference.GRPCInferenceService(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), {
-    'grpc.default_compression_algorithm': 2,
-  });
-  t.teardown(() => gzip.close());
+  const gzip = client({ 'grpc.default_compression_algorithm': 2 });
   const refused: grpc.ServiceError = await new Promise((resolve) =>
     gzip.ModelInfer(
       {
@@ -372,7 +379,6 @@ t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames 
 t.test("an answer not taken holds the front's budget until the body timeout lets it go", async (t) => {
   const limit = 1 << 20;
   const { backend, url } = await fakeGrpc(t, { budget: limit, ms: 500 });
-  const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
   const message: Buffer = inference.GRPCInferenceService.service.ModelInfer.requestSerialize({
     model_name: 'tissue-seg',
     inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 512, 512, 3] }],
@@ -400,7 +406,7 @@ t.test("an answer not taken holds the front's budget until the body timeout lets
 });
 
 t.test('a front holds max_inflight_bytes / CALL_BYTES calls open; past it, calls are refused', async (t) => {
-  const { url, backend } = await fakeGrpc(t, { budget: 8 * CALL_BYTES });
+  const { url, backend, client } = await fakeGrpc(t, { budget: 8 * CALL_BYTES });
   const session = http2.connect(url);
   t.teardown(() => session.destroy());
   // Calls that send their headers and nothing else (RFC 9113 8.1: a request with no DATA yet).
@@ -424,9 +430,7 @@ t.test('a front holds max_inflight_bytes / CALL_BYTES calls open; past it, calls
   t.doesNotThrow(() => bytes.received(8 * CALL_BYTES), "the byte budget is untouched: HTTP's requests still fit");
   bytes.release();
   // Health and metadata calls may open as many again: a liveness probe is answered.
-  const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
-  const stub = new inference.GRPCInferenceService(url.slice('http://'.length), grpc.credentials.createInsecure());
-  t.teardown(() => stub.close());
+  const stub = client();
   const live = await new Promise((resolve) =>
     stub.ServerLive({}, (err: grpc.ServiceError | null, r: unknown) => resolve(err ? err.code : r)),
   );
@@ -440,7 +444,6 @@ t.test('a front holds max_inflight_bytes / CALL_BYTES calls open; past it, calls
 
 t.test('an answer taken slowly but steadily is written to its end, past the body timeout', async (t) => {
   const { url } = await fakeGrpc(t, { ms: 500 });
-  const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
   const message: Buffer = inference.GRPCInferenceService.service.ModelInfer.requestSerialize({
     model_name: 'tissue-seg',
     inputs: [{ name: 'image', datatype: 'UINT8', shape: [8, 512, 512, 3] }],
@@ -506,10 +509,8 @@ t.test("a call's message must begin within the headers timeout", async (t) => {
 
 t.test('typed contents count against the budget as decoded, 8 bytes an element', async (t) => {
   // 4 MiB: 8 tiles of 224 px raw (1.2 MB) fit; the same in uint_contents (9.6 MB as decoded) do not.
-  const { url } = await fakeGrpc(t, { budget: 4 << 20 });
-  const { inference } = grpc.loadPackageDefinition(protoLoader.loadSync(PROTO_FILE, LOADER_OPTIONS)) as any;
-  const stub = new inference.GRPCInferenceService(url.slice('http://'.length), grpc.credentials.createInsecure());
-  t.teardown(() => stub.close());
+  const { client } = await fakeGrpc(t, { budget: 4 << 20 });
+  const stub = client();
   const infer = (request: Json): Promise<number> =>
     new Promise((resolve) => stub.ModelInfer(request, (err: grpc.ServiceError | null) => resolve(err ? err.code : 0)));
   const pixels = Buffer.alloc(8 * 224 * 224 * 3, 5);
