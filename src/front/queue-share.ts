@@ -83,8 +83,9 @@ export class QueueShare {
   }
 
   /** Request bytes held against the front's budget as they arrive (an admitted request's body; a
-   *  gRPC message, before it names its model; a gRPC answer not yet taken), until released. Bytes that still pass after the
-   *  release (the rest of a body whose answer has gone) are not held: nothing would give them back.
+   *  gRPC message, before it names its model; an answer, HTTP's or gRPC's, not yet taken), until
+   *  released. Bytes that still pass after the release (the rest of a body whose answer has gone)
+   *  are not held: nothing would give them back.
    *  `control`: a call that asks no model (gRPC health and metadata) may also use a reserve as
    *  large as the budget, so that probes are answered while requests and answers hold it all. */
   requestBytes(control = false): RequestBytes {

@@ -29,8 +29,8 @@ export function openFileLimit(): number {
 }
 
 /** The connections a front holds on each of its listeners: front.max_connections, or by default
- *  the open-file limit less RESERVED_FDS, shared between HTTP and gRPC where grpc_port is set (a
- *  flood of idle gRPC connections then leaves HTTP its part). */
+ *  the open-file limit less RESERVED_FDS, halved between HTTP and gRPC where grpc_port is set (a
+ *  flood of idle gRPC connections then leaves HTTP its half). */
 export function connectionLimit(config: Pick<ServiceConfig, 'front' | 'grpc_port'>): number {
   if (config.front.max_connections) return config.front.max_connections;
   const listeners = config.grpc_port === null ? 1 : 2;
