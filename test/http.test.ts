@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { fakeService } from './helpers/fake-backend.js';
 import { cellularPng, fixturePng, tileRequest } from './helpers/tiles.js';
 import { ROOT, waitFor } from './helpers/server.js';
+import { WINDOW_MS } from '../src/front/pace.js';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { exampleRequests } from '../tools/examples.js';
@@ -813,6 +814,104 @@ t.test('an answer its client does not take holds the budget, and is let go after
   const whole = backend.requestBytes();
   t.doesNotThrow(() => whole.received(budget), 'the budget is whole again');
   whole.release();
+});
+
+t.test(
+  'an answer whose client falls behind its pace gives way when the budget is needed; one taken comes whole',
+  async (t) => {
+    const budget = 128 << 20;
+    const { app, backend } = await fakeService({ front: { max_inflight_bytes: budget } });
+    const answer = Buffer.alloc(64 << 20);
+    for (let i = 0; i < answer.length; i += 4096) answer[i] = i / 4096;
+    app.get('/big', async () => answer);
+    app.get('/mid', async () => answer.subarray(0, 1 << 20));
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.teardown(() => app.close());
+    const port = (app.server.address() as AddressInfo).port;
+    // Written in pieces, an answer keeps its length and bytes, and its connection stays open.
+    const taken = await fetch(`http://127.0.0.1:${port}/big`);
+    t.equal(taken.headers.get('content-length'), String(answer.length));
+    t.ok(Buffer.from(await taken.arrayBuffer()).equals(answer), 'the 64 MB answer, whole');
+    const twice = connect(port, '127.0.0.1');
+    let text = '';
+    twice.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
+    twice.write('GET /mid HTTP/1.1\r\nhost: x\r\n\r\nGET /mid HTTP/1.1\r\nhost: x\r\n\r\n');
+    await waitFor(() => text.length >= 2 * (1 << 20), 5000);
+    t.equal((text.match(/HTTP\/1\.1 200 OK\r\n/g) ?? []).length, 2, 'two 1 MB answers on one connection');
+    t.equal((text.match(/content-length: 1048576\r\n/gi) ?? []).length, 2);
+    twice.destroy();
+    // Two clients behind their pace: one that takes nothing (the body timeout is a minute), and one
+    // that stopped reading and then makes up for it.
+    const request = () => {
+      const socket = connect(port, '127.0.0.1');
+      socket.on('error', () => {});
+      const client = { socket, closed: false, received: 0 };
+      socket.once('close', () => (client.closed = true));
+      socket.on('data', (chunk: Buffer) => (client.received += chunk.length));
+      socket.write('GET /big HTTP/1.1\r\nhost: x\r\n\r\n');
+      return client;
+    };
+    const stalled = request();
+    stalled.socket.pause();
+    const resumed = request();
+    await waitFor(() => resumed.received > 8 << 20, 5000);
+    resumed.socket.pause();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const probe = backend.requestBytes();
+    const room = budget - answer.length; // once one of them has gone
+    t.throws(() => probe.received(room), /front/i, 'within their window both keep their place');
+    backend.ahead = WINDOW_MS + 1;
+    resumed.socket.resume();
+    await waitFor(() => resumed.received > 24 << 20, 5000);
+    resumed.socket.pause(); // and stops again, with its time made up: its answer stays held
+    t.doesNotThrow(
+      () => probe.received(room),
+      'past it, the one still behind gives way to a request that needs the room',
+    );
+    t.throws(() => backend.requestBytes().received(1), /front/i, 'the one that made up its time keeps its place');
+    probe.release();
+    stalled.socket.resume(); // a paused socket does not see its end
+    resumed.socket.resume();
+    await waitFor(() => stalled.closed && resumed.closed === false && resumed.received > answer.length, 5000);
+    t.ok(stalled.received < answer.length, `the stalled one's connection closed after ${stalled.received} bytes`);
+    t.notOk(resumed.closed, 'the one that made up for its pause took its answer whole, its connection open');
+    resumed.socket.destroy();
+  },
+);
+
+t.test('an upload whose client stops sending gives way when the budget is needed', async (t) => {
+  const budget = 4 << 20;
+  const { app, backend } = await fakeService({ front: { max_inflight_bytes: budget } });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1');
+  socket.on('error', () => {});
+  let closed = false;
+  socket.once('close', () => (closed = true));
+  // 3 MB of an 8 MB body, then nothing.
+  socket.write(
+    'POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 8000000\r\n\r\n',
+  );
+  socket.write(`{"image_data": "${'A'.repeat(3_000_000)}`);
+  await waitFor(() => {
+    const probe = backend.requestBytes();
+    try {
+      probe.received(budget - 2_999_999);
+      return false;
+    } catch {
+      return true; // its 3 MB have arrived
+    } finally {
+      probe.release();
+    }
+  }, 5000);
+  backend.ahead = WINDOW_MS + 1;
+  const next = backend.requestBytes();
+  t.doesNotThrow(() => next.received(budget - 1000), 'behind its pace, the stalled upload gives way');
+  next.release();
+  await waitFor(() => closed, 5000);
+  t.ok(closed, 'its connection closed');
+  await waitFor(() => backend.usage.length > 0, 5000);
+  t.match(backend.usage, [{ status: 408, shed: 'evicted' }], 'recorded as let go of, not as a client that left');
 });
 
 t.test('a pipelined request waiting for its model past the body timeout is not cut off', async (t) => {

@@ -27,6 +27,7 @@ import { modelMetadata } from '../src/front/v2/model-tensors.js';
 import { readPackage } from '../src/model-package/model-package.js';
 import { MODELS } from './helpers/server.js';
 import type { GrpcCall } from '../src/front/plugins/usage.js';
+import { WINDOW_MS } from '../src/front/pace.js';
 
 type Json = Record<string, any>;
 /** The protocol's service, as grpc-js loads it from the .proto. */
@@ -376,23 +377,30 @@ t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames 
   t.ok(backend.jobs.every((j) => Buffer.from(j.image.bytes).equals(pixels.subarray(0, 224 * 224 * 3))));
 });
 
-t.test("an answer not taken holds the front's budget until the body timeout lets it go", async (t) => {
-  const limit = 1 << 20;
-  const { backend, url } = await fakeGrpc(t, { budget: limit, ms: 500 });
+/** A 512 px tile's mask asked for on a connection whose client takes nothing of its answer (RFC
+ *  9113 6.9.2: a stream window of 0 lets no DATA through, the 256 KB mask stays with the front);
+ *  once the answer is written, `closed`: the RST_STREAM code its stream closes with (-1: none). */
+async function unreadMask(t: Test, url: string): Promise<{ closed: Promise<number> }> {
   const message: Buffer = inference.GRPCInferenceService.service.ModelInfer.requestSerialize({
     model_name: 'tissue-seg',
     inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 512, 512, 3] }],
     raw_input_contents: [Buffer.alloc(512 * 512 * 3, 9)],
     outputs: [{ name: 'mask' }],
   });
-  // RFC 9113 6.9.2: a stream window of 0 lets no DATA through, the 256 KB mask stays with the front.
   const unread = http2.connect(url, { settings: { initialWindowSize: 0 } });
   t.teardown(() => unread.destroy());
   const stream = modelInferStream(unread);
-  const started = performance.now();
   const closed = new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
   stream.end(framed(message));
-  await new Promise((resolve) => stream.once('response', resolve)); // the answer is written
+  await new Promise((resolve) => stream.once('response', resolve));
+  return { closed };
+}
+
+t.test("an answer not taken holds the front's budget until the body timeout lets it go", async (t) => {
+  const limit = 1 << 20;
+  const { backend, url } = await fakeGrpc(t, { budget: limit, ms: 500 });
+  const started = performance.now();
+  const { closed } = await unreadMask(t, url);
   const probe = backend.requestBytes();
   t.throws(() => probe.received(limit - 200_000), /front/i, 'its 256 KB answer counts against the 1 MiB budget');
   t.doesNotThrow(() => probe.received(limit - 300_000), 'the budget less the answer is free');
@@ -403,6 +411,18 @@ t.test("an answer not taken holds the front's budget until the body timeout lets
   const whole = backend.requestBytes();
   t.doesNotThrow(() => whole.received(limit), 'the budget is whole again');
   whole.release();
+});
+
+t.test('an answer whose client falls behind its pace gives way when the budget is needed', async (t) => {
+  const limit = 1 << 20;
+  const { backend, url } = await fakeGrpc(t, { budget: limit });
+  const { closed } = await unreadMask(t, url);
+  const probe = backend.requestBytes();
+  t.throws(() => probe.received(limit - 200_000), /front/i, 'within its window its 256 KB answer keeps its place');
+  backend.ahead = WINDOW_MS + 1;
+  t.doesNotThrow(() => probe.received(limit - 200_000), 'past it, it gives way to a request that needs the room');
+  probe.release();
+  t.equal(await closed, http2.constants.NGHTTP2_CANCEL, 'its stream reset with CANCEL, long before the body timeout');
 });
 
 t.test('a front holds max_inflight_bytes / CALL_BYTES calls open; past it, calls are refused', async (t) => {

@@ -14,10 +14,11 @@ export interface ModelBackend {
    *  the ServiceError to answer with (loading, failed, queue full, front busy), or returns its
    *  ticket, its place in the model's queue. `upload`: the body on its way, as far as it came. */
   admit(model: string, tiles?: number, upload?: Upload): Ticket;
-  /** Bytes of a request that has not named its model yet (a gRPC message on its way), held
-   *  against the front's budget as they arrive. `control`: a call that asks no model (gRPC health
-   *  and metadata), which may also use a reserve as large as the budget. */
-  requestBytes(control?: boolean): RequestBytes;
+  /** Bytes of a request that has not named its model yet (a gRPC message on its way), or of an
+   *  answer, held against the front's budget. `control`: a call that asks no model (gRPC health
+   *  and metadata), which may also use a reserve as large as the budget. `evict`: ends what holds
+   *  them, when its client falls behind its pace (pace.ts) while others need the budget. */
+  requestBytes(control?: boolean, evict?: () => void): RequestBytes;
   /** Tiles of `model` this front sent to workers and they have not finished or dropped. */
   queued(model: string): number;
   /** Runs a tile on an instance of `model`: the result, or a ServiceError. */
@@ -39,6 +40,9 @@ export interface ModelBackend {
 export interface Upload {
   declared: number;
   buffered(): number;
+  /** Closes its connection: an upload that falls behind its pace (pace.ts) while others need the
+   *  budget. */
+  abandon?(): void;
 }
 
 /** Request bytes held against the front's budget. */
@@ -46,8 +50,11 @@ export interface RequestBytes {
   /** `n` more bytes arrived; throws TILE_ERR_FRONT_BUSY past the front's budget. */
   received(n: number): void;
   /** `n` more bytes held whatever the budget: an answer already computed, waiting for its client
-   *  to take it. Past the budget, requests are refused until it is taken. */
+   *  to take it. Past the budget, requests are refused until it is taken, or until its client
+   *  falls behind its pace and it is evicted. */
   held(n: number): void;
+  /** `n` bytes of a held answer taken by its client: its pace (pace.ts). */
+  taken(n: number): void;
   /** The bytes held so far. */
   bytes(): number;
   /** Gives them all back. */

@@ -81,8 +81,8 @@ export class ModelClient implements ModelBackend {
     return this.queue.admit(model, tiles, upload);
   }
 
-  requestBytes(control?: boolean): RequestBytes {
-    return this.queue.requestBytes(control);
+  requestBytes(control?: boolean, evict?: () => void): RequestBytes {
+    return this.queue.requestBytes(control, evict);
   }
 
   /** Runs a tile: a batch of one. */

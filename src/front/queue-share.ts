@@ -1,11 +1,26 @@
 // This front's part of each model's queue: the tickets of admitted requests (admission.ts decides
 // by the places this front may hold, its share of max_queue or the room the other fronts leave,
 // and by the expected wait), the places their tiles hold once sent to a worker, and a bound on
-// the request bytes the front holds.
+// the request bytes the front holds, of which a holder that falls behind its pace (pace.ts) gives
+// way when the budget is full.
 import { modelEntry, type ServiceConfig } from '../config/config.js';
 import { errors } from '../lib/errors.js';
 import { arrivingTiles, decide, places, ROOM_SLACK, type Arrival, type InstanceLoad } from './admission.js';
 import type { RequestBytes, Ticket, Upload } from './backend.js';
+import { Pace } from './pace.js';
+
+/** Bytes held by a client that can be let go of: a body on its way, an answer being taken. */
+interface Holder {
+  readonly pace: Pace;
+  bytes(): number;
+  /** Gives its bytes back and ends what holds them (closes the connection, resets the stream). */
+  evict(): void;
+}
+
+type Holding = RequestBytes & {
+  /** Its bytes stay held, but no longer by the client: it cannot be evicted. */
+  settle(): void;
+};
 
 export class QueueShare {
   /** Per model: tiles sent to a worker and not yet finished or dropped there: its queue. */
@@ -15,6 +30,8 @@ export class QueueShare {
   private readonly arriving = new Map<string, Set<Arrival>>();
   /** Request bytes received and held by this front. */
   private inflightBytes = 0;
+  /** Holders a client keeps going (requestBytes' `evict`), while they hold bytes. */
+  private readonly evictable = new Set<Holder>();
 
   constructor(
     private readonly config: ServiceConfig,
@@ -22,6 +39,7 @@ export class QueueShare {
     private readonly fronts: number,
     /** The model's ready instances, as admission weighs them. */
     private readonly instances: (model: string) => InstanceLoad[],
+    private readonly now: () => number = Date.now,
   ) {}
 
   /** Requests this front holds for `model`. */
@@ -37,7 +55,7 @@ export class QueueShare {
     const held = this.queued(model);
     const decision = decide({
       held,
-      arriving: arrivingTiles(this.arriving.get(model) ?? [], Date.now(), entry.request_timeout_ms) + tiles - 1,
+      arriving: arrivingTiles(this.arriving.get(model) ?? [], this.now(), entry.request_timeout_ms) + tiles - 1,
       places: this.places(model, instances),
       timeoutMs: entry.request_timeout_ms,
       instances,
@@ -51,17 +69,21 @@ export class QueueShare {
         decision.retryAfterS,
       );
     const limit = this.config.front.max_inflight_bytes;
-    if (this.inflightBytes >= limit) throw errors.frontBusy(limit);
-    const body = this.requestBytes();
+    if (!this.roomFor(1, limit)) throw errors.frontBusy(limit);
+    // An upload the client stops sending gives way to others; once whole, it waits for the model.
+    const body = this.holding(false, upload?.abandon);
     // Until its tiles go to a worker the request counts only in the estimate: a slow upload holds
     // no place in the queue.
     const arrived = upload ? () => Math.min(1, (body.bytes() + upload.buffered()) / upload.declared) : () => 1;
-    const arrival: Arrival = { tiles, since: Date.now(), arrived };
+    const arrival: Arrival = { tiles, since: this.now(), arrived };
     const arrivals = this.arriving.get(model) ?? new Set<Arrival>();
     this.arriving.set(model, arrivals.add(arrival));
     let released = false;
     return {
-      received: body.received,
+      received: (n) => {
+        body.received(n);
+        if (upload && body.bytes() >= upload.declared) body.settle();
+      },
       hold: () => {
         const now = this.queued(model);
         if (now >= this.places(model, this.instances(model))) throw errors.queueFull(model, this.full(model, now), 1);
@@ -87,29 +109,66 @@ export class QueueShare {
    *  released. Bytes that still pass after the release (the rest of a body whose answer has gone)
    *  are not held: nothing would give them back.
    *  `control`: a call that asks no model (gRPC health and metadata) may also use a reserve as
-   *  large as the budget, so that probes are answered while requests and answers hold it all. */
-  requestBytes(control = false): RequestBytes {
+   *  large as the budget, so that probes are answered while requests and answers hold it all.
+   *  `evict`: ends what holds the bytes (its connection, its stream); given, the holder's client
+   *  keeps its place while it keeps pace (pace.ts, counted by `received` and `taken`), and past
+   *  that gives way when the budget is full. */
+  requestBytes(control = false, evict?: () => void): RequestBytes {
+    return this.holding(control, evict);
+  }
+
+  private holding(control: boolean, evict?: () => void): Holding {
     const limit = this.config.front.max_inflight_bytes * (control ? 2 : 1);
     let bytes = 0;
     let released = false;
+    const holder: Holder | undefined = evict && {
+      pace: new Pace(this.now()),
+      bytes: () => bytes,
+      evict: () => {
+        release();
+        evict();
+      },
+    };
+    if (holder) this.evictable.add(holder);
     const held = (n: number) => {
       if (released) return;
       this.inflightBytes += n;
       bytes += n;
     };
+    const moved = (n: number) => holder?.pace.moved(n, this.now());
+    const release = () => {
+      this.inflightBytes -= bytes;
+      bytes = 0;
+      released = true;
+      if (holder) this.evictable.delete(holder);
+    };
     return {
       received: (n) => {
-        if (!released && this.inflightBytes + n > limit) throw errors.frontBusy(limit);
+        moved(n);
+        if (!released && !this.roomFor(n, limit, holder)) throw errors.frontBusy(limit);
         held(n);
       },
       held,
+      taken: moved,
       bytes: () => bytes,
-      release: () => {
-        this.inflightBytes -= bytes;
-        bytes = 0;
-        released = true;
-      },
+      release,
+      settle: () => holder && this.evictable.delete(holder),
     };
+  }
+
+  /** Whether `n` more bytes fit under `limit`, once the holders furthest behind their pace, if
+   *  needed, have been let go of (never `keep`, the one asking). */
+  private roomFor(n: number, limit: number, keep?: Holder): boolean {
+    while (this.inflightBytes + n > limit) {
+      const now = this.now();
+      let furthest: Holder | undefined;
+      for (const holder of this.evictable)
+        if (holder !== keep && holder.bytes() > 0 && holder.pace.behind(now) > (furthest?.pace.behind(now) ?? 0))
+          furthest = holder;
+      if (!furthest) return false;
+      furthest.evict();
+    }
+    return true;
   }
 
   /** Each front may hold its share of the model's queue, and what the others leave of it. */

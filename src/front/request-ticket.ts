@@ -6,6 +6,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Transform, type Readable } from 'node:stream';
 import type { StageTimes } from '../ipc/protocol.js';
 import type { Ticket, Upload } from './backend.js';
+import { resetSlowClient } from './slow-clients.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -35,11 +36,12 @@ export const countBytes = async (request: FastifyRequest, _reply: FastifyReply, 
 };
 
 /** The request's body on its way, when its headers declare its length: admission counts it ahead
- *  in the measure that it has come. */
-export function uploadOf(request: FastifyRequest): Upload | undefined {
+ *  in the measure that it has come, and its connection is closed if its client falls behind its
+ *  pace while others need the budget (pace.ts). */
+export function uploadOf(request: FastifyRequest, reply: FastifyReply): Upload | undefined {
   const declared = Number(request.headers['content-length']);
   if (!(declared > 0)) return undefined;
-  return { declared, buffered: () => request.raw.readableLength };
+  return { declared, buffered: () => request.raw.readableLength, abandon: () => resetSlowClient(reply.raw) };
 }
 
 /** The request keeps its ticket until the response is done; a client that leaves first aborts

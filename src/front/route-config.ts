@@ -4,6 +4,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ShedOutcome, UsageEntry } from '../ipc/protocol.js';
 import { errors } from '../lib/errors.js';
+import { wasReset } from './slow-clients.js';
 
 export interface ModelRouteConfig {
   /** The model; absent where the path names it (`:model`, the Open Inference Protocol's). */
@@ -34,18 +35,20 @@ export function endpointsOf(app: FastifyInstance, model: string): string[] {
 }
 
 /** How a model request was shed, from the error code it was answered with (a client that left
- *  before its answer: TILE_ERR_CANCELLED, 499). */
+ *  before its answer: TILE_ERR_CANCELLED, 499; one the front let go of: TILE_ERR_CLIENT_TOO_SLOW,
+ *  408). */
 const SHED: Partial<Record<string, ShedOutcome>> = {
   TILE_ERR_DEADLINE: 'expired',
   TILE_ERR_QUEUE_FULL: 'refused',
   TILE_ERR_FRONT_BUSY: 'refused',
   TILE_ERR_CANCELLED: 'cancelled',
+  TILE_ERR_CLIENT_TOO_SLOW: 'evicted',
 };
 export const shedOutcome = (code: string): ShedOutcome | undefined => SHED[code];
 
 /** Calls `record` once per model request: when its response is done, with how it was shed if it
- *  was (expired, refused), or when its client left before the answer (cancelled, status 499),
- *  which fastify's onResponse never sees. */
+ *  was (expired, refused), or when its connection closed before the answer (its client left:
+ *  cancelled, 499; the front reset it: evicted, 408), which fastify's onResponse never sees. */
 export function onModelRequestDone(
   app: FastifyInstance,
   record: (
@@ -61,7 +64,7 @@ export function onModelRequestDone(
     if (route)
       reply.raw.once('close', () => {
         if (reply.raw.writableEnded) return;
-        const left = errors.cancelled();
+        const left = wasReset(reply.raw) ? errors.clientTooSlow() : errors.cancelled();
         record(request, reply, route, left.statusCode, shedOutcome(left.code));
       });
   });

@@ -34,7 +34,7 @@ export interface UsageEntry {
   compute_ms?: number;
 }
 
-export type ShedOutcome = 'expired' | 'cancelled' | 'refused';
+export type ShedOutcome = 'expired' | 'cancelled' | 'refused' | 'evicted';
 
 export interface TileJob {
   task: Task;

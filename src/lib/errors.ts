@@ -138,6 +138,12 @@ const REGISTRY = {
     meaning:
       'The client closed its connection before the answer (never sent; the status the usage log records): the tile is dropped if it has not run.',
   },
+  TILE_ERR_CLIENT_TOO_SLOW: {
+    status: 408,
+    body: 'detail',
+    meaning:
+      "The client sent its body or took its answer slower than 1 MiB/s, or not at all for 5 s, while others needed the front's budget (front.max_inflight_bytes): its connection was reset (never sent; the status the usage log records).",
+  },
   TILE_ERR_V2_INVALID: {
     status: 400,
     body: 'detail',
@@ -473,6 +479,11 @@ export const errors = {
   deadline: (model: string, timeoutMs: number) =>
     new ServiceError('TILE_ERR_DEADLINE', `model ${model} did not answer within the ${timeoutMs} ms request deadline`),
   cancelled: () => new ServiceError('TILE_ERR_CANCELLED', 'the client closed its connection before the answer'),
+  clientTooSlow: () =>
+    new ServiceError(
+      'TILE_ERR_CLIENT_TOO_SLOW',
+      "the client fell behind its pace while others needed the front's budget: its connection was reset",
+    ),
   workerGone: (why: string) => new ServiceError('TILE_ERR_WORKER_GONE', why),
   unauthorized: () => new ServiceError('TILE_ERR_UNAUTHORIZED', 'Not authenticated'),
   methodNotAllowed: (method: string, path: string, allowed: string[]) =>

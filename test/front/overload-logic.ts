@@ -1,11 +1,14 @@
-// Admission by expected wait (src/front/admission.ts), the front's byte budget (queue-share.ts), the batcher's deadlines
+// Admission by expected wait (src/front/admission.ts), the front's byte budget (queue-share.ts)
+// and its holders' pace (pace.ts), the batcher's deadlines
 // (src/worker/batcher.ts) and the worker's lazy decode (src/worker/decode-window.ts), in-process
 // on an injected clock: milliseconds, no processes.
 import t, { type Test } from 'tap';
+import fc from 'fast-check';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig } from '../../src/config/config.js';
 import { QueueShare } from '../../src/front/queue-share.js';
+import { MIN_RATE, Pace, WINDOW_MS } from '../../src/front/pace.js';
 import {
   arrivingTiles,
   Backlog,
@@ -444,7 +447,7 @@ t.test('decode window: tiles wait undecoded until the next batch needs them', as
 });
 
 /** One front's share of gene-expr's queue, with a byte budget of 2000. */
-function budgetedShare(t: Test): QueueShare {
+function budgetedShare(t: Test, now?: () => number): QueueShare {
   const root = t.testdir({
     'config.json': JSON.stringify({
       models: [{ name: 'gene-expr', max_queue: 8 }],
@@ -453,7 +456,7 @@ function budgetedShare(t: Test): QueueShare {
   });
   mkdirSync(join(root, 'models', 'gene-expr'), { recursive: true });
   writeFileSync(join(root, 'models', 'gene-expr', 'manifest.json'), '{}');
-  return new QueueShare(loadConfig({ CONFIG: join(root, 'config.json') }, root), 1, () => []);
+  return new QueueShare(loadConfig({ CONFIG: join(root, 'config.json') }, root), 1, () => [], now);
 }
 
 t.test("the front's byte budget: a gRPC message's bytes and an admitted body's share it", async (t) => {
@@ -483,4 +486,97 @@ t.test('bytes that arrive after a request is done are held by nobody', async (t)
   message.release();
   message.received(1500);
   t.doesNotThrow(() => share.requestBytes().received(2000), 'the budget is whole again');
+});
+
+t.test('pace: a holder moving MIN_RATE or more is never behind; one that stops is, WINDOW_MS later', async (t) => {
+  // Steps of up to WINDOW_MS, each moving at least MIN_RATE for its time, after any burst.
+  fc.assert(
+    fc.property(
+      fc.nat(64 << 20),
+      fc.array(fc.tuple(fc.integer({ min: 1, max: WINDOW_MS }), fc.double({ min: 1, max: 100, noNaN: true }))),
+      (burst, steps) => {
+        let now = 0;
+        const pace = new Pace(now);
+        pace.moved(burst, now);
+        for (const [ms, faster] of steps) {
+          now += ms;
+          if (pace.behind(now) > 0) return false;
+          pace.moved(Math.ceil((MIN_RATE * faster * ms) / 1000), now);
+        }
+        return pace.behind(now + WINDOW_MS) <= 0 && pace.behind(now + WINDOW_MS + 1) > 0;
+      },
+    ),
+  );
+  // Whatever it sent before: 16 MiB in a burst buys WINDOW_MS, not 16 s.
+  const burst = new Pace(0);
+  burst.moved(16 << 20, 0);
+  t.equal(burst.behind(WINDOW_MS + 1), 1, 'a burst then nothing: behind once WINDOW_MS has passed');
+  // A trickle at half the rate, every 100 ms: behind after twice WINDOW_MS, and then throughout.
+  const trickle = new Pace(0);
+  const behind: number[] = [];
+  for (let now = 100; now <= 4 * WINDOW_MS; now += 100) {
+    if (trickle.behind(now) > 0) behind.push(now);
+    trickle.moved(MIN_RATE / 20, now);
+    if (trickle.behind(now) > 0) behind.push(now);
+  }
+  t.equal(behind[0], 2 * WINDOW_MS, 'a trickle at half MIN_RATE: behind after twice WINDOW_MS');
+  t.equal(behind.length, 1 + (2 * (4 * WINDOW_MS - behind[0]!)) / 100, 'and at every moment after it');
+});
+
+t.test('a full budget lets go of the holder furthest behind its pace, and only of holders behind it', async (t) => {
+  const c = clock();
+  const share = budgetedShare(t, c.now);
+  const evicted: string[] = [];
+  const holder = (name: string, bytes: number) => {
+    const held = share.requestBytes(false, () => evicted.push(name));
+    held.held(bytes);
+    return held;
+  };
+  const stalled = holder('stalled', 500);
+  const slower = holder('slower', 500);
+  const steady = holder('steady', 500);
+  const settledBody = share.admit('gene-expr', 1, {
+    declared: 300,
+    buffered: () => 0,
+    abandon: () => evicted.push('whole body'),
+  });
+  settledBody.received(300);
+  const probe = share.requestBytes();
+  t.throws(() => probe.received(300), { code: 'TILE_ERR_FRONT_BUSY' }, 'nobody is behind yet: refused');
+  c.advance(WINDOW_MS / 2);
+  slower.taken(MIN_RATE); // a second's worth, then nothing
+  c.advance(WINDOW_MS / 2 + 1);
+  steady.taken((MIN_RATE * (WINDOW_MS + 1)) / 1000);
+  t.doesNotThrow(() => probe.received(300), 'room made');
+  t.same(evicted, ['stalled'], 'the one furthest behind, alone: enough room');
+  t.equal(stalled.bytes(), 0, 'its bytes given back');
+  t.throws(() => probe.received(700), { code: 'TILE_ERR_FRONT_BUSY' }, 'the slower one is not behind yet');
+  c.advance(1000);
+  t.doesNotThrow(() => probe.received(700));
+  t.same(evicted, ['stalled', 'slower']);
+  c.advance(10 * WINDOW_MS);
+  probe.received(200); // the budget whole, nobody asked to give way
+  t.same(evicted, ['stalled', 'slower']);
+  t.doesNotThrow(() => probe.received(1));
+  t.same(evicted, ['stalled', 'slower', 'steady'], 'the steady one, once it stopped');
+  t.throws(
+    () => probe.received(500),
+    { code: 'TILE_ERR_FRONT_BUSY' },
+    'a body that arrived whole waits for the model, and the probe (no `evict`) is never let go of',
+  );
+  t.equal(evicted.length, 3);
+  probe.release();
+  settledBody.release();
+  // An upload still arriving is let go of like an answer, and its own bytes never evict it.
+  const upload = share.admit('gene-expr', 1, {
+    declared: 1900,
+    buffered: () => 0,
+    abandon: () => evicted.push('upload'),
+  });
+  upload.received(1500);
+  c.advance(WINDOW_MS + 1);
+  t.throws(() => upload.received(600), { code: 'TILE_ERR_FRONT_BUSY' }, 'an upload past the budget is refused');
+  const next = share.admit('gene-expr', 1);
+  t.doesNotThrow(() => next.received(600), "a new request's body: the stalled upload gives way");
+  t.same(evicted.at(-1), 'upload');
 });

@@ -4,11 +4,17 @@
 // inactivity timer, which each write it takes restarts). Without them a client that never read
 // kept its answer in the front for as long as it stayed connected: a new connection every 150 ms,
 // each asking /v2 for the masks of 8 blank 512 px tiles and reading nothing, took a front from 435
-// to 1,781 MB in a minute, and the kernel's TCP buffers to 1.6 GB (an ad hoc script). gRPC's
-// answers are held the same way (v2/grpc-server.ts).
+// to 1,781 MB in a minute, and the kernel's TCP buffers to 1.6 GB (an ad hoc script). An answer is
+// written in pieces, each once the socket has taken the last, so that its client's pace shows
+// (pace.ts): one that falls behind it gives way when the budget is full (its connection closed),
+// rather than every new request getting 503 for as long as it stays. gRPC's answers are held the
+// same way (v2/grpc-server.ts).
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import { Readable } from 'node:stream';
 import type { ModelBackend, RequestBytes } from '../backend.js';
+import { ANSWER_PIECE } from '../pace.js';
+import { resetSlowClient } from '../slow-clients.js';
 
 export interface AnswersOptions {
   backend: Pick<ModelBackend, 'requestBytes'>;
@@ -30,19 +36,37 @@ async function answers(app: FastifyInstance, { backend, sendTimeoutMs }: Answers
       raw.once('close', release);
     }
     raw[HELD]?.release();
-    // Held whatever the budget: the work is done; past it, new requests wait for it to be taken.
-    const held = backend.requestBytes();
+    // An injected request has no socket to time or close.
+    const socket = typeof raw.socket?.setTimeout === 'function' ? raw.socket : null;
+    // Held whatever the budget: the work is done; past it, new requests wait for it to be taken,
+    // or for its client to fall behind its pace.
+    const held = backend.requestBytes(false, socket ? () => resetSlowClient(raw) : undefined);
     held.held(size);
     raw[HELD] = held;
-    // The socket's inactivity timer; an injected request has no socket to time. Once the answer
-    // is taken, Node's keep-alive handling sets it again (it runs first), unless a pipelined
-    // request is waiting for its model: then it is cleared, as Node left it.
-    const socket = raw.socket;
-    if (typeof socket?.setTimeout === 'function') {
+    // The socket's inactivity timer. Once the answer is taken, Node's keep-alive handling sets it
+    // again (it runs first), unless a pipelined request is waiting for its model: then it is
+    // cleared, as Node left it.
+    if (socket) {
       socket.setTimeout(sendTimeoutMs);
       raw.once('finish', () => socket.timeout === sendTimeoutMs && socket.setTimeout(0));
     }
-    return payload;
+    if (size <= ANSWER_PIECE || !socket) return payload;
+    reply.header('content-length', size);
+    return inPieces(typeof payload === 'string' ? Buffer.from(payload) : (payload as Buffer), held);
+  });
+}
+
+/** `answer` as a stream of pieces, each read once the socket has taken the one before (fastify
+ *  pipes it: a write past the socket's high-water mark pauses it until 'drain'; a high-water mark
+ *  of 0 reads nothing ahead), which counts that one as taken. */
+function inPieces(answer: Buffer, held: RequestBytes): Readable {
+  let at = 0;
+  return new Readable({
+    highWaterMark: 0,
+    read() {
+      if (at > 0) held.taken(Math.min(ANSWER_PIECE, answer.length - (at - ANSWER_PIECE)));
+      this.push(at < answer.length ? answer.subarray(at, (at += ANSWER_PIECE)) : null);
+    },
   });
 }
 

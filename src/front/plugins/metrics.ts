@@ -118,7 +118,7 @@ async function metrics(
   });
   const shed = new Counter({
     name: 'tile_requests_shed_total',
-    help: 'Model requests not served: expired (deadline passed, 504), cancelled (client left first) or refused (503 at admission: queue full, front busy)',
+    help: 'Model requests not served: expired (deadline passed, 504), cancelled (client left first), refused (503 at admission: queue full, front busy) or evicted (408: the client fell behind its pace while others needed the budget, its connection reset)',
     labelNames: ['model', 'endpoint', 'outcome'],
     registers: [registry],
   });

@@ -18,6 +18,7 @@ import { type GrpcCall, v2Tiles } from '../plugins/usage.js';
 import { shedOutcome } from '../route-config.js';
 import type { ShedOutcome } from '../../ipc/protocol.js';
 import type { RequestBytes, Ticket } from '../backend.js';
+import { ANSWER_PIECE } from '../pace.js';
 import { rawBytes, type InputTensor, type Parameters } from './tensor-data.js';
 import type { V2Service } from './v2-service.js';
 
@@ -365,14 +366,16 @@ function holdAsHttp(
       if (open >= (control ? 2 : 1) * maxCalls) return void stream.close(constants.NGHTTP2_REFUSED_STREAM);
       open++;
       stream.once('close', () => open--);
+      // A client that falls behind its pace, sending or taking, while others need the budget.
+      const evict = () => stream.close(constants.NGHTTP2_CANCEL);
       holdRequest(
         stream,
-        service.requestBytes(control),
+        service.requestBytes(control, evict),
         headersTimeoutMs,
         bodyTimeoutMs,
         control ? CONTROL_BYTES : Infinity,
       );
-      holdAnswer(stream, service.requestBytes(control), bodyTimeoutMs);
+      holdAnswer(stream, service.requestBytes(control, evict), bodyTimeoutMs);
     }),
   );
 }
@@ -430,9 +433,10 @@ function holdRequest(
 }
 
 /** A call's answer counts against the front's budget until its client has taken it, whatever
- *  the budget (the work is done; past it, new requests are refused until it is taken), and is
- *  written in pieces, each once the last is taken (what HTTP/2's flow control lets through, at
- *  the client's pace): a piece not taken within `ms` (front.body_timeout_ms) resets the stream
+ *  the budget (the work is done; past it, new requests are refused until it is taken, or until
+ *  its client falls behind its pace: pace.ts), and is written in pieces, each once the last is
+ *  taken (what HTTP/2's flow control lets through, at the client's pace, which each piece taken
+ *  tells the budget): a piece not taken within `ms` (front.body_timeout_ms) resets the stream
  *  (CANCEL). grpc-js writes an answer whole whatever its client reads: 4 connections of 256
  *  streams that opened no window, each call 8 blank 512 px tiles asking for their masks (12 KB
  *  in, 2 MB out), took a front from 209 to 736 MB in a minute, growing at the model's rate (an ad
@@ -446,10 +450,14 @@ function holdAnswer(stream: ServerHttp2Stream, bytes: RequestBytes, ms: number):
     bytes.held(chunk.length);
     timer ??= setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
     let at = 0;
+    let piece = 0;
     const next = (err?: Error | null): void => {
+      bytes.taken(piece);
       if (err || at >= chunk.length) return void done?.(err);
       timer!.refresh();
-      write(chunk.subarray(at, (at += ANSWER_PIECE)), next);
+      const written = chunk.subarray(at, (at += ANSWER_PIECE));
+      piece = written.length;
+      write(written, next);
     };
     next();
     return true;
@@ -459,6 +467,3 @@ function holdAnswer(stream: ServerHttp2Stream, bytes: RequestBytes, ms: number):
     bytes.release();
   });
 }
-
-/** Bytes of an answer written at once (holdAnswer): a client on a slow link takes one in seconds. */
-const ANSWER_PIECE = 256 * 1024;

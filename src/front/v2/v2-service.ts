@@ -96,9 +96,9 @@ export class V2Service {
     return this.backend.admit(name, 1, upload);
   }
 
-  /** A gRPC message's bytes as they arrive, before it names its model (backend.ts). */
-  requestBytes(control?: boolean): RequestBytes {
-    return this.backend.requestBytes(control);
+  /** A gRPC message's bytes as they arrive, before it names its model, or an answer's (backend.ts). */
+  requestBytes(control?: boolean, evict?: () => void): RequestBytes {
+    return this.backend.requestBytes(control, evict);
   }
 
   /** Runs a request's tiles on a ready instance of the model, as one message to one worker; each
