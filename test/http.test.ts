@@ -819,9 +819,9 @@ t.test('an answer its client does not take holds the budget, and is let go after
 t.test(
   'an answer whose client falls behind its pace gives way when the budget is needed; one taken comes whole',
   async (t) => {
-    const budget = 128 << 20;
+    const budget = 256 << 20;
     const { app, backend } = await fakeService({ front: { max_inflight_bytes: budget } });
-    const answer = Buffer.alloc(64 << 20);
+    const answer = Buffer.alloc(128 << 20);
     for (let i = 0; i < answer.length; i += 4096) answer[i] = i / 4096;
     app.get('/big', async () => answer);
     app.get('/mid', async () => answer.subarray(0, 1 << 20));
@@ -831,7 +831,7 @@ t.test(
     // Written in pieces, an answer keeps its length and bytes, and its connection stays open.
     const taken = await fetch(`http://127.0.0.1:${port}/big`);
     t.equal(taken.headers.get('content-length'), String(answer.length));
-    t.ok(Buffer.from(await taken.arrayBuffer()).equals(answer), 'the 64 MB answer, whole');
+    t.ok(Buffer.from(await taken.arrayBuffer()).equals(answer), 'the 128 MB answer, whole');
     const twice = connect(port, '127.0.0.1');
     let text = '';
     twice.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
@@ -862,7 +862,9 @@ t.test(
     t.throws(() => probe.received(room), /front/i, 'within their window both keep their place');
     backend.ahead = WINDOW_MS + 1;
     resumed.socket.resume();
-    await waitFor(() => resumed.received > 24 << 20, 5000);
+    // Past what the kernel's buffers held for it (a receive buffer may grow to 32 MB here): its
+    // answer's pieces have moved since.
+    await waitFor(() => resumed.received > 72 << 20, 5000);
     resumed.socket.pause(); // and stops again, with its time made up: its answer stays held
     t.doesNotThrow(
       () => probe.received(room),
@@ -913,6 +915,62 @@ t.test('an upload whose client stops sending gives way when the budget is needed
   await waitFor(() => backend.usage.length > 0, 5000);
   t.match(backend.usage, [{ status: 408, shed: 'evicted' }], 'recorded as let go of, not as a client that left');
 });
+
+t.test(
+  'pipelined answers and a chunked upload that fall behind give way too, and give back all they held',
+  async (t) => {
+    const budget = 128 << 20;
+    const { app, backend } = await fakeService({ front: { max_inflight_bytes: budget } });
+    // 32 MB: past what the kernel's buffers take of the first answer.
+    const answer = Buffer.alloc(32 << 20);
+    app.get('/big', async () => answer);
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    t.teardown(() => app.close());
+    const port = (app.server.address() as AddressInfo).port;
+    const room = (bytes: number) => {
+      const probe = backend.requestBytes();
+      try {
+        probe.received(bytes);
+        return true;
+      } catch {
+        return false;
+      } finally {
+        probe.release();
+      }
+    };
+    // Five answers on one connection that reads nothing: four queued behind the first (RFC 9112
+    // 9.3.2: in order), which has the connection; together past the budget.
+    const pipelined = connect(port, '127.0.0.1');
+    pipelined.on('error', () => {});
+    let closed = false;
+    pipelined.once('close', () => (closed = true));
+    pipelined.write('GET /big HTTP/1.1\r\nhost: x\r\n\r\n'.repeat(5));
+    pipelined.pause();
+    await waitFor(() => !room(1), 5000);
+    t.notOk(room(1), 'within their window they keep their place');
+    backend.ahead = WINDOW_MS + 1;
+    t.ok(room(budget), 'past it they give way, the answers queued behind the first with it');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    t.ok(room(budget), 'and nothing is held once the connection has gone');
+    pipelined.resume();
+    await waitFor(() => closed, 5000);
+    // A chunked body (no Content-Length) that stops.
+    backend.ahead = 0;
+    const chunked = connect(port, '127.0.0.1');
+    chunked.on('error', () => {});
+    let reset = false;
+    chunked.once('close', () => (reset = true));
+    const part = `{"image_data": "${'A'.repeat(3_000_000)}`;
+    chunked.write(
+      `POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n${part.length.toString(16)}\r\n${part}\r\n`,
+    );
+    await waitFor(() => !room(budget - 2_999_999), 5000);
+    backend.ahead = WINDOW_MS + 1;
+    t.ok(room(budget), 'a stalled chunked upload gives way');
+    await waitFor(() => reset, 5000);
+    t.ok(reset, 'its connection reset');
+  },
+);
 
 t.test('a pipelined request waiting for its model past the body timeout is not cut off', async (t) => {
   const { app, backend } = await fakeService({ front: { body_timeout_ms: 300, headers_timeout_ms: 300 } });

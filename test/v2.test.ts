@@ -463,34 +463,50 @@ t.test('a front holds max_inflight_bytes / CALL_BYTES calls open; past it, calls
 });
 
 t.test('an answer taken slowly but steadily is written to its end, past the body timeout', async (t) => {
-  const { url } = await fakeGrpc(t, { ms: 500 });
+  const budget = 16 << 20;
+  const { url, backend } = await fakeGrpc(t, { ms: 500, budget });
   const message: Buffer = inference.GRPCInferenceService.service.ModelInfer.requestSerialize({
     model_name: 'tissue-seg',
     inputs: [{ name: 'image', datatype: 'UINT8', shape: [8, 512, 512, 3] }],
     raw_input_contents: [Buffer.alloc(8 * 512 * 512 * 3, 9)],
     outputs: [{ name: 'mask' }],
   });
-  const session = http2.connect(url);
+  // A window of 256 KiB: Node's client opens its 64 KiB window only as it reads, a read per tick.
+  const session = http2.connect(url, { settings: { initialWindowSize: 256 << 10 } });
   t.teardown(() => session.destroy());
+  let run!: () => void;
+  backend.gate = new Promise((resolve) => (run = resolve));
   const stream = modelInferStream(session);
   stream.pause();
   stream.end(framed(message));
+  // Its model takes WINDOW_MS: its client's pace counts from its answer's first byte, not before.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  backend.ahead = WINDOW_MS + 1;
+  run();
   let status = '';
   stream.on('trailers', (trailers) => (status = String(trailers['grpc-status'])));
   const started = performance.now();
-  // 2 MB of masks taken 128 KB at a time, every 100 ms: about 1.6 s, past the 500 ms timeout,
-  // each piece well within it (Node's client opens its window as it reads).
+  // 2 MB of masks taken 192 KB at a time, every 100 ms: about 1.1 s, past the 500 ms timeout,
+  // each piece well within it.
   let taken = 0;
   const reader = setInterval(() => {
-    for (let chunk: Buffer | null, n = 0; n < 128 * 1024 && (chunk = stream.read()) !== null; n += chunk.length)
+    for (let chunk: Buffer | null, n = 0; n < 192 * 1024 && (chunk = stream.read()) !== null; n += chunk.length)
       taken += chunk.length;
   }, 100);
-  const code = await new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
+  const closed = new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
+  // Its pace (1.9 MiB/s against pace.ts's 1 MiB/s) made up, once its window (WINDOW_MS of credit)
+  // is taken away, by the pieces it takes: a request that needs the room it holds is refused, not
+  // let in at its cost.
+  await new Promise((resolve) => stream.once('response', resolve));
+  backend.ahead += WINDOW_MS + 1;
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  t.throws(() => backend.requestBytes().received(budget - (1 << 20)), /front/i, 'it keeps its place');
+  const code = await closed;
   clearInterval(reader);
   const ms = performance.now() - started;
   t.equal(code, http2.constants.NGHTTP2_NO_ERROR, 'not reset');
   t.equal(status, '0', 'OK');
-  t.ok(taken > 8 * 512 * 512 && ms > 1000, `${taken} bytes taken in ${Math.round(ms)} ms`);
+  t.ok(taken > 8 * 512 * 512 && ms > 800, `${taken} bytes taken in ${Math.round(ms)} ms`);
 });
 
 t.test('the gRPC port holds maxConnections connections, and lets one that idles past idleMs go', async (t) => {

@@ -18,7 +18,7 @@ export interface ModelBackend {
    *  answer, held against the front's budget. `control`: a call that asks no model (gRPC health
    *  and metadata), which may also use a reserve as large as the budget. `evict`: ends what holds
    *  them, when its client falls behind its pace (pace.ts) while others need the budget. */
-  requestBytes(control?: boolean, evict?: () => void): RequestBytes;
+  requestBytes(control?: boolean, evict?: () => void, rate?: number): RequestBytes;
   /** Tiles of `model` this front sent to workers and they have not finished or dropped. */
   queued(model: string): number;
   /** Runs a tile on an instance of `model`: the result, or a ServiceError. */
@@ -35,14 +35,15 @@ export interface ModelBackend {
   recordUsage(entry: UsageReport): void;
 }
 
-/** A request body on its way: the bytes its Content-Length declares, and those that arrived but
- *  were not read yet (the rest of what arrived, the ticket counts as `received`). */
+/** A request body on its way: the bytes its Content-Length declares (none when chunked), and
+ *  those that arrived but were not read yet (the rest of what arrived, the ticket counts as
+ *  `received`). */
 export interface Upload {
-  declared: number;
+  declared?: number;
   buffered(): number;
-  /** Closes its connection: an upload that falls behind its pace (pace.ts) while others need the
+  /** Resets its connection: an upload that falls behind its pace (pace.ts) while others need the
    *  budget. */
-  abandon?(): void;
+  abandon(): void;
 }
 
 /** Request bytes held against the front's budget. */
@@ -66,6 +67,8 @@ export interface RequestBytes {
 export interface Ticket {
   /** `bytes` more of the body arrived; throws TILE_ERR_FRONT_BUSY past the front's budget. */
   received(bytes: number): void;
+  /** The whole body has arrived: its bytes wait for the model now, not for the client. */
+  arrived(): void;
   /** A tile goes to a worker: it takes a place in the queue (throws TILE_ERR_QUEUE_FULL past the
    *  front's share) until the returned function is called, when the worker is done with it. */
   hold(): () => void;

@@ -81,8 +81,8 @@ export class ModelClient implements ModelBackend {
     return this.queue.admit(model, tiles, upload);
   }
 
-  requestBytes(control?: boolean, evict?: () => void): RequestBytes {
-    return this.queue.requestBytes(control, evict);
+  requestBytes(control?: boolean, evict?: () => void, rate?: number): RequestBytes {
+    return this.queue.requestBytes(control, evict, rate);
   }
 
   /** Runs a tile: a batch of one. */

@@ -18,16 +18,26 @@ export const MIN_RATE = 4 * ANSWER_PIECE;
 /** How long a holder may move nothing, and the most credit a burst buys. */
 export const WINDOW_MS = 5000;
 
+/** The rate of a body on its way: any. How fast a front reads a body is its own pace as much as
+ *  its client's (on a busy front, 192 uploads of 14 MB at once each moved below MIN_RATE), so an
+ *  upload falls behind only by sending nothing for WINDOW_MS. */
+export const ANY_RATE = 0;
+
 export class Pace {
   private due: number;
 
-  constructor(now: number) {
+  constructor(
+    now: number,
+    private readonly rate = MIN_RATE,
+  ) {
     this.due = now + WINDOW_MS;
   }
 
   /** `bytes` moved at `now`. */
   moved(bytes: number, now: number): void {
-    this.due = Math.min(Math.max(this.due, now - WINDOW_MS) + (bytes * 1000) / MIN_RATE, now + WINDOW_MS);
+    if (bytes <= 0) return;
+    const credit = this.rate > 0 ? (bytes * 1000) / this.rate : WINDOW_MS;
+    this.due = Math.min(Math.max(this.due, now - WINDOW_MS) + credit, now + WINDOW_MS);
   }
 
   /** How far behind its pace the holder is at `now`, in ms (0 or less: keeping it). */

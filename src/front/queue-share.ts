@@ -7,7 +7,7 @@ import { modelEntry, type ServiceConfig } from '../config/config.js';
 import { errors } from '../lib/errors.js';
 import { arrivingTiles, decide, places, ROOM_SLACK, type Arrival, type InstanceLoad } from './admission.js';
 import type { RequestBytes, Ticket, Upload } from './backend.js';
-import { Pace } from './pace.js';
+import { ANY_RATE, MIN_RATE, Pace } from './pace.js';
 
 /** Bytes held by a client that can be let go of: a body on its way, an answer being taken. */
 interface Holder {
@@ -71,19 +71,18 @@ export class QueueShare {
     const limit = this.config.front.max_inflight_bytes;
     if (!this.roomFor(1, limit)) throw errors.frontBusy(limit);
     // An upload the client stops sending gives way to others; once whole, it waits for the model.
-    const body = this.holding(false, upload?.abandon);
+    const body = this.holding(false, upload?.abandon, ANY_RATE);
     // Until its tiles go to a worker the request counts only in the estimate: a slow upload holds
     // no place in the queue.
-    const arrived = upload ? () => Math.min(1, (body.bytes() + upload.buffered()) / upload.declared) : () => 1;
+    const declared = upload?.declared;
+    const arrived = declared ? () => Math.min(1, (body.bytes() + upload!.buffered()) / declared) : () => 1;
     const arrival: Arrival = { tiles, since: this.now(), arrived };
     const arrivals = this.arriving.get(model) ?? new Set<Arrival>();
     this.arriving.set(model, arrivals.add(arrival));
     let released = false;
     return {
-      received: (n) => {
-        body.received(n);
-        if (upload && body.bytes() >= upload.declared) body.settle();
-      },
+      received: body.received,
+      arrived: body.settle,
       hold: () => {
         const now = this.queued(model);
         if (now >= this.places(model, this.instances(model))) throw errors.queueFull(model, this.full(model, now), 1);
@@ -111,18 +110,18 @@ export class QueueShare {
    *  `control`: a call that asks no model (gRPC health and metadata) may also use a reserve as
    *  large as the budget, so that probes are answered while requests and answers hold it all.
    *  `evict`: ends what holds the bytes (its connection, its stream); given, the holder's client
-   *  keeps its place while it keeps pace (pace.ts, counted by `received` and `taken`), and past
-   *  that gives way when the budget is full. */
-  requestBytes(control = false, evict?: () => void): RequestBytes {
-    return this.holding(control, evict);
+   *  keeps its place while it keeps pace (pace.ts, counted by `received` and `taken`: `rate`, or
+   *  for a body on its way ANY_RATE), and past that gives way when the budget is full. */
+  requestBytes(control = false, evict?: () => void, rate = MIN_RATE): RequestBytes {
+    return this.holding(control, evict, rate);
   }
 
-  private holding(control: boolean, evict?: () => void): Holding {
+  private holding(control: boolean, evict: (() => void) | undefined, rate: number): Holding {
     const limit = this.config.front.max_inflight_bytes * (control ? 2 : 1);
     let bytes = 0;
     let released = false;
     const holder: Holder | undefined = evict && {
-      pace: new Pace(this.now()),
+      pace: new Pace(this.now(), rate),
       bytes: () => bytes,
       evict: () => {
         release();
@@ -157,16 +156,18 @@ export class QueueShare {
   }
 
   /** Whether `n` more bytes fit under `limit`, once the holders furthest behind their pace, if
-   *  needed, have been let go of (never `keep`, the one asking). */
+   *  needed, have been let go of (never `keep`, the one asking). None is let go of when all those
+   *  behind together would not make the room. */
   private roomFor(n: number, limit: number, keep?: Holder): boolean {
-    while (this.inflightBytes + n > limit) {
-      const now = this.now();
-      let furthest: Holder | undefined;
-      for (const holder of this.evictable)
-        if (holder !== keep && holder.bytes() > 0 && holder.pace.behind(now) > (furthest?.pace.behind(now) ?? 0))
-          furthest = holder;
-      if (!furthest) return false;
-      furthest.evict();
+    const over = this.inflightBytes + n - limit;
+    if (over <= 0) return true;
+    const now = this.now();
+    const behind = [...this.evictable].filter((h) => h !== keep && h.bytes() > 0 && h.pace.behind(now) > 0);
+    if (behind.reduce((sum, h) => sum + h.bytes(), 0) < over) return false;
+    behind.sort((a, b) => b.pace.behind(now) - a.pace.behind(now));
+    for (const holder of behind) {
+      if (this.inflightBytes + n <= limit) break;
+      holder.evict();
     }
     return true;
   }

@@ -6,6 +6,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Transform, type Readable } from 'node:stream';
 import type { StageTimes } from '../ipc/protocol.js';
 import type { Ticket, Upload } from './backend.js';
+import { whenGone } from './response-gone.js';
 import { resetSlowClient } from './slow-clients.js';
 
 declare module 'fastify' {
@@ -32,16 +33,20 @@ export const countBytes = async (request: FastifyRequest, _reply: FastifyReply, 
     },
   });
   payload.on('error', (err) => counted.destroy(err));
+  payload.once('end', () => ticket.arrived());
   return payload.pipe(counted);
 };
 
-/** The request's body on its way, when its headers declare its length: admission counts it ahead
- *  in the measure that it has come, and its connection is closed if its client falls behind its
- *  pace while others need the budget (pace.ts). */
-export function uploadOf(request: FastifyRequest, reply: FastifyReply): Upload | undefined {
+/** The request's body on its way: when its headers declare its length, admission counts it ahead
+ *  in the measure that it has come; its connection is reset if its client falls behind its pace
+ *  while others need the budget (pace.ts). */
+export function uploadOf(request: FastifyRequest, reply: FastifyReply): Upload {
   const declared = Number(request.headers['content-length']);
-  if (!(declared > 0)) return undefined;
-  return { declared, buffered: () => request.raw.readableLength, abandon: () => resetSlowClient(reply.raw) };
+  return {
+    ...(declared > 0 && { declared }),
+    buffered: () => request.raw.readableLength,
+    abandon: () => resetSlowClient(request.raw, reply.raw),
+  };
 }
 
 /** The request keeps its ticket until the response is done; a client that leaves first aborts
@@ -49,7 +54,7 @@ export function uploadOf(request: FastifyRequest, reply: FastifyReply): Upload |
 export function holdTicket(request: FastifyRequest, reply: FastifyReply, ticket: Ticket): void {
   const left = new AbortController();
   request.tile = { ticket, signal: left.signal };
-  reply.raw.once('close', () => {
+  whenGone(request.raw, reply.raw, () => {
     if (!reply.raw.writableEnded) left.abort();
     ticket.release();
   });

@@ -4,6 +4,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ShedOutcome, UsageEntry } from '../ipc/protocol.js';
 import { errors } from '../lib/errors.js';
+import { whenGone } from './response-gone.js';
 import { wasReset } from './slow-clients.js';
 
 export interface ModelRouteConfig {
@@ -62,7 +63,7 @@ export function onModelRequestDone(
   app.addHook('onRequest', async (request, reply) => {
     const route = modelRoute(request);
     if (route)
-      reply.raw.once('close', () => {
+      whenGone(request.raw, reply.raw, () => {
         if (reply.raw.writableEnded) return;
         const left = wasReset(reply.raw) ? errors.clientTooSlow() : errors.cancelled();
         record(request, reply, route, left.statusCode, shedOutcome(left.code));

@@ -142,7 +142,7 @@ const REGISTRY = {
     status: 408,
     body: 'detail',
     meaning:
-      "The client sent its body or took its answer slower than 1 MiB/s, or not at all for 5 s, while others needed the front's budget (front.max_inflight_bytes): its connection was reset (never sent; the status the usage log records).",
+      "The client took its answer slower than 1 MiB/s, or sent nothing of its body for 5 s, while others needed the front's budget (front.max_inflight_bytes): its connection was reset (never sent; the status the usage log records).",
   },
   TILE_ERR_V2_INVALID: {
     status: 400,

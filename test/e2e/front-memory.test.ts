@@ -32,6 +32,21 @@ function post(url: string, body: Buffer, agent: Agent): Promise<number> {
   });
 }
 
+/** A valid JSON tile body of `mb` MB whose image is not a PNG: admitted requests are read whole,
+ *  then refused (422). */
+const notPng = (mb: number) =>
+  Buffer.from(
+    JSON.stringify({
+      image_data: 'A'.repeat(mb * 1024 * 1024),
+      slide_name: 's',
+      x: 0,
+      y: 0,
+      width: 224,
+      height: 224,
+      patch_idx: 0,
+    }),
+  );
+
 t.test(
   `${CLIENTS} clients sending ${BODY_MB} MB bodies: admitted ones bounded, the rest 503 before their body`,
   async (t) => {
@@ -42,18 +57,7 @@ t.test(
     t.teardown(() => server.stop());
     const pid = frontPid(server);
     const before = rssMb(pid);
-    // A valid JSON body whose image is not a PNG: admitted requests are read whole, then refused.
-    const body = Buffer.from(
-      JSON.stringify({
-        image_data: 'A'.repeat(BODY_MB * 1024 * 1024),
-        slide_name: 's',
-        x: 0,
-        y: 0,
-        width: 224,
-        height: 224,
-        patch_idx: 0,
-      }),
-    );
+    const body = notPng(BODY_MB);
     const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS });
     let peak = before;
     const sampler = setInterval(() => (peak = Math.max(peak, rssMb(pid))), 50);
@@ -72,6 +76,16 @@ t.test(
     t.ok(peak - before < 900, `front RSS ${before.toFixed(0)} MB before, ${peak.toFixed(0)} MB at its peak`);
     await server.waitFor(() => rssMb(pid) - before < 400, 30000);
     t.pass(`memory came back: ${rssMb(pid).toFixed(0)} MB after the load`);
+    // And the budget: four bodies at once, as many bytes as it holds, are admitted and read whole
+    // (422: not a PNG), not refused as if the requests before them still held bytes.
+    const quarter = notPng(15);
+    const again = new Agent({ keepAlive: true, maxSockets: 4 });
+    t.same(
+      await Promise.all(Array.from({ length: 4 }, () => post(server.url, quarter, again))),
+      [422, 422, 422, 422],
+      'the budget is whole again',
+    );
+    again.destroy();
     t.equal(server.proc.exitCode, null);
   },
 );

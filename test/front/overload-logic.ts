@@ -541,6 +541,7 @@ t.test('a full budget lets go of the holder furthest behind its pace, and only o
     abandon: () => evicted.push('whole body'),
   });
   settledBody.received(300);
+  settledBody.arrived();
   const probe = share.requestBytes();
   t.throws(() => probe.received(300), { code: 'TILE_ERR_FRONT_BUSY' }, 'nobody is behind yet: refused');
   c.advance(WINDOW_MS / 2);
@@ -567,6 +568,16 @@ t.test('a full budget lets go of the holder furthest behind its pace, and only o
   t.equal(evicted.length, 3);
   probe.release();
   settledBody.release();
+  // None is let go of when those behind could not make the room together.
+  const small = share.requestBytes(false, () => evicted.push('small'));
+  small.held(500);
+  const big = share.requestBytes();
+  big.received(1400);
+  c.advance(WINDOW_MS + 1);
+  t.throws(() => share.requestBytes().received(700), { code: 'TILE_ERR_FRONT_BUSY' });
+  t.equal(evicted.length, 3, 'the 500 bytes behind would not have made room for 700 (600 over): kept');
+  small.release();
+  big.release();
   // An upload still arriving is let go of like an answer, and its own bytes never evict it.
   const upload = share.admit('gene-expr', 1, {
     declared: 1900,
@@ -574,9 +585,15 @@ t.test('a full budget lets go of the holder furthest behind its pace, and only o
     abandon: () => evicted.push('upload'),
   });
   upload.received(1500);
-  c.advance(WINDOW_MS + 1);
   t.throws(() => upload.received(600), { code: 'TILE_ERR_FRONT_BUSY' }, 'an upload past the budget is refused');
   const next = share.admit('gene-expr', 1);
+  // At any rate: 1 byte every WINDOW_MS keeps its place (the front's reading is its pace too).
+  c.advance(WINDOW_MS - 1);
+  upload.received(0);
+  upload.received(1);
+  c.advance(WINDOW_MS - 1);
+  t.throws(() => next.received(600), { code: 'TILE_ERR_FRONT_BUSY' }, 'a slow upload keeps its place');
+  c.advance(2);
   t.doesNotThrow(() => next.received(600), "a new request's body: the stalled upload gives way");
   t.same(evicted.at(-1), 'upload');
 });

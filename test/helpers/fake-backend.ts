@@ -119,8 +119,8 @@ export class FakeBackend implements ModelBackend {
     return this.share.admit(model, tiles, upload);
   }
 
-  requestBytes(control?: boolean, evict?: () => void): RequestBytes {
-    return this.share.requestBytes(control, evict);
+  requestBytes(control?: boolean, evict?: () => void, rate?: number): RequestBytes {
+    return this.share.requestBytes(control, evict, rate);
   }
 
   /** Output from the tile: a mask of the image's bytes' low bits, or their mean per output. */

@@ -14,6 +14,7 @@ import fp from 'fastify-plugin';
 import { Readable } from 'node:stream';
 import type { ModelBackend, RequestBytes } from '../backend.js';
 import { ANSWER_PIECE } from '../pace.js';
+import { whenGone } from '../response-gone.js';
 import { resetSlowClient } from '../slow-clients.js';
 
 export interface AnswersOptions {
@@ -26,21 +27,23 @@ export interface AnswersOptions {
 const HELD = Symbol('answer held');
 
 async function answers(app: FastifyInstance, { backend, sendTimeoutMs }: AnswersOptions): Promise<void> {
-  app.addHook('onSend', async (_request, reply, payload) => {
+  app.addHook('onSend', async (request, reply, payload) => {
     const raw = reply.raw as typeof reply.raw & { [HELD]?: RequestBytes };
     const size =
       typeof payload === 'string' ? Buffer.byteLength(payload) : Buffer.isBuffer(payload) ? payload.length : 0;
     if (!raw[HELD]) {
       const release = () => raw[HELD]?.release();
       raw.once('finish', release);
-      raw.once('close', release);
+      whenGone(request.raw, raw, release);
     }
-    raw[HELD]?.release();
-    // An injected request has no socket to time or close.
-    const socket = typeof raw.socket?.setTimeout === 'function' ? raw.socket : null;
+    // An injected request has no connection to time or reset.
+    const socket = typeof request.raw.socket?.setTimeout === 'function' ? request.raw.socket : null;
     // Held whatever the budget: the work is done; past it, new requests wait for it to be taken,
-    // or for its client to fall behind its pace.
-    const held = backend.requestBytes(false, socket ? () => resetSlowClient(raw) : undefined);
+    // or for its client to fall behind its pace. An answer queued behind another on its
+    // connection (HTTP pipelining) is paced from now too: a client could otherwise hold the
+    // budget with answers queued behind one it does not take.
+    raw[HELD]?.release();
+    const held = backend.requestBytes(false, socket ? () => resetSlowClient(request.raw, raw) : undefined);
     held.held(size);
     raw[HELD] = held;
     // The socket's inactivity timer. Once the answer is taken, Node's keep-alive handling sets it
@@ -52,19 +55,20 @@ async function answers(app: FastifyInstance, { backend, sendTimeoutMs }: Answers
     }
     if (size <= ANSWER_PIECE || !socket) return payload;
     reply.header('content-length', size);
-    return inPieces(typeof payload === 'string' ? Buffer.from(payload) : (payload as Buffer), held);
+    const answer = typeof payload === 'string' ? Buffer.from(payload) : (payload as Buffer);
+    return inPieces(answer, (n) => held.taken(n));
   });
 }
 
 /** `answer` as a stream of pieces, each read once the socket has taken the one before (fastify
  *  pipes it: a write past the socket's high-water mark pauses it until 'drain'; a high-water mark
  *  of 0 reads nothing ahead), which counts that one as taken. */
-function inPieces(answer: Buffer, held: RequestBytes): Readable {
+function inPieces(answer: Buffer, taken: (bytes: number) => void): Readable {
   let at = 0;
   return new Readable({
     highWaterMark: 0,
     read() {
-      if (at > 0) held.taken(Math.min(ANSWER_PIECE, answer.length - (at - ANSWER_PIECE)));
+      if (at > 0) taken(Math.min(ANSWER_PIECE, answer.length - (at - ANSWER_PIECE)));
       this.push(at < answer.length ? answer.subarray(at, (at += ANSWER_PIECE)) : null);
     },
   });

@@ -18,7 +18,7 @@ import { type GrpcCall, v2Tiles } from '../plugins/usage.js';
 import { shedOutcome } from '../route-config.js';
 import type { ShedOutcome } from '../../ipc/protocol.js';
 import type { RequestBytes, Ticket } from '../backend.js';
-import { ANSWER_PIECE } from '../pace.js';
+import { ANSWER_PIECE, ANY_RATE } from '../pace.js';
 import { rawBytes, type InputTensor, type Parameters } from './tensor-data.js';
 import type { V2Service } from './v2-service.js';
 
@@ -370,12 +370,12 @@ function holdAsHttp(
       const evict = () => stream.close(constants.NGHTTP2_CANCEL);
       holdRequest(
         stream,
-        service.requestBytes(control, evict),
+        service.requestBytes(control, evict, ANY_RATE),
         headersTimeoutMs,
         bodyTimeoutMs,
         control ? CONTROL_BYTES : Infinity,
       );
-      holdAnswer(stream, service.requestBytes(control, evict), bodyTimeoutMs);
+      holdAnswer(stream, () => service.requestBytes(control, evict), bodyTimeoutMs);
     }),
   );
 }
@@ -442,17 +442,21 @@ function holdRequest(
  *  in, 2 MB out), took a front from 209 to 736 MB in a minute, growing at the model's rate (an ad
  *  hoc attack). Paced, a client reading slowly but steadily keeps its stream however long the
  *  answer takes. grpc-js writes a unary answer's message in one write, and its status after it. */
-function holdAnswer(stream: ServerHttp2Stream, bytes: RequestBytes, ms: number): void {
+function holdAnswer(stream: ServerHttp2Stream, hold: () => RequestBytes, ms: number): void {
   const write = stream.write.bind(stream) as (chunk: Uint8Array, done: (err?: Error | null) => void) => boolean;
   let timer: NodeJS.Timeout | undefined;
+  // Held from the answer's first write: its client's pace counts from there, not from the call's
+  // start (the time its model took is not the client's).
+  let bytes: RequestBytes | undefined;
   stream.write = ((chunk: Buffer, ...rest: unknown[]) => {
     const done = rest.find((r) => typeof r === 'function') as ((err?: Error | null) => void) | undefined;
-    bytes.held(chunk.length);
+    const held = (bytes ??= hold());
+    held.held(chunk.length);
     timer ??= setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
     let at = 0;
     let piece = 0;
     const next = (err?: Error | null): void => {
-      bytes.taken(piece);
+      held.taken(piece);
       if (err || at >= chunk.length) return void done?.(err);
       timer!.refresh();
       const written = chunk.subarray(at, (at += ANSWER_PIECE));
@@ -464,6 +468,6 @@ function holdAnswer(stream: ServerHttp2Stream, bytes: RequestBytes, ms: number):
   }) as ServerHttp2Stream['write'];
   stream.once('close', () => {
     clearTimeout(timer);
-    bytes.release();
+    bytes?.release();
   });
 }

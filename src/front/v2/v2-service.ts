@@ -97,8 +97,8 @@ export class V2Service {
   }
 
   /** A gRPC message's bytes as they arrive, before it names its model, or an answer's (backend.ts). */
-  requestBytes(control?: boolean, evict?: () => void): RequestBytes {
-    return this.backend.requestBytes(control, evict);
+  requestBytes(control?: boolean, evict?: () => void, rate?: number): RequestBytes {
+    return this.backend.requestBytes(control, evict, rate);
   }
 
   /** Runs a request's tiles on a ready instance of the model, as one message to one worker; each
