@@ -401,7 +401,7 @@ function markdown(
     lines.push(
       ...compared.map(
         (r) =>
-          `| ${r.path} | ${r.concurrency} | ${r.turns.before.map((x: number) => f(x)).join(' / ')} | ${r.turns.after.map((x: number) => f(x)).join(' / ')} | ${f(r.vsBaseline, 2)} |`,
+          `| ${label(r)} | ${r.concurrency} | ${r.turns.before.map((x: number) => f(x)).join(' / ')} | ${r.turns.after.map((x: number) => f(x)).join(' / ')} | ${f(r.vsBaseline, 2)} |`,
       ),
     );
   }
