@@ -1,9 +1,9 @@
 // The in-process tier: the real HTTP app over a FakeBackend, through fastify.inject (and a real
 // socket where the socket is the point). Routes, errors, states, admission, metrics and usage.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { fakeService } from './helpers/fake-backend.js';
+import { type FakeBackend, fakeService } from './helpers/fake-backend.js';
 import { cellularPng, fixturePng, tileRequest } from './helpers/tiles.js';
 import { ROOT, waitFor } from './helpers/server.js';
 import { WINDOW_MS } from '../src/front/pace.js';
@@ -780,6 +780,30 @@ t.test('a path with a bad percent-escape is a 400 in the service shape, under /v
   t.match(v2.json(), { error: /malformed HTTP request/ });
 });
 
+/** A service with a byte budget of `budget`, listening, whose GET /big answers 32 MB. */
+async function bigAnswers(t: Test, budget: number) {
+  const { app, backend } = await fakeService({ front: { max_inflight_bytes: budget } });
+  const answer = Buffer.alloc(32 << 20);
+  app.get('/big', async () => answer);
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => app.close());
+  return { backend, port: (app.server.address() as AddressInfo).port };
+}
+
+/** Whether `bytes` more fit in the front's budget now, any holder behind its pace let go of to
+ *  make the room (a probe that gives them back). */
+function fits(backend: FakeBackend, bytes: number): boolean {
+  const probe = backend.requestBytes();
+  try {
+    probe.received(bytes);
+    return true;
+  } catch {
+    return false;
+  } finally {
+    probe.release();
+  }
+}
+
 t.test('an answer its client does not take holds the budget, and is let go after the body timeout', async (t) => {
   const budget = 128 << 20;
   const { app, backend } = await fakeService({
@@ -920,24 +944,9 @@ t.test(
   'pipelined answers and a chunked upload that fall behind give way too, and give back all they held',
   async (t) => {
     const budget = 128 << 20;
-    const { app, backend } = await fakeService({ front: { max_inflight_bytes: budget } });
-    // 32 MB: past what the kernel's buffers take of the first answer.
-    const answer = Buffer.alloc(32 << 20);
-    app.get('/big', async () => answer);
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    t.teardown(() => app.close());
-    const port = (app.server.address() as AddressInfo).port;
-    const room = (bytes: number) => {
-      const probe = backend.requestBytes();
-      try {
-        probe.received(bytes);
-        return true;
-      } catch {
-        return false;
-      } finally {
-        probe.release();
-      }
-    };
+    // 32 MB answers: past what the kernel's buffers take of the first.
+    const { backend, port } = await bigAnswers(t, budget);
+    const room = (bytes: number) => fits(backend, bytes);
     // Five answers on one connection that reads nothing: four queued behind the first (RFC 9112
     // 9.3.2: in order), which has the connection; together past the budget.
     const pipelined = connect(port, '127.0.0.1');
@@ -971,6 +980,44 @@ t.test(
     t.ok(reset, 'its connection reset');
   },
 );
+
+t.test('answers ready after their client left give back their bytes, and are logged', async (t) => {
+  const budget = 64 << 20;
+  const { backend, port } = await bigAnswers(t, budget);
+  const whole = () => fits(backend, budget);
+  let run!: () => void;
+  backend.gate = new Promise((resolve) => (run = resolve));
+  const body = JSON.stringify(tileRequest(cellularPng(1), { slide_name: 's' }));
+  const tile = `POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+  // One tile alone, and one pipelined behind a 32 MB answer its client does not read; both
+  // clients leave while the model works.
+  const alone = connect(port, '127.0.0.1');
+  const behind = connect(port, '127.0.0.1');
+  for (const socket of [alone, behind]) socket.on('error', () => {});
+  alone.write(tile);
+  behind.write(`GET /big HTTP/1.1\r\nhost: x\r\n\r\n${tile}`);
+  behind.pause();
+  await waitFor(() => backend.jobs.length === 2, 5000);
+  alone.destroy();
+  behind.destroy();
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  run();
+  // Within their 5 s window: after it, a request needing the room would have evicted them.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  t.ok(whole(), 'the budget is whole once the model has answered for clients that left');
+  t.equal(backend.usage.length, 2);
+  // A tile answered behind a 32 MB answer its client does not read, the client leaving after.
+  const answered = connect(port, '127.0.0.1');
+  answered.on('error', () => {});
+  answered.write(`GET /big HTTP/1.1\r\nhost: x\r\n\r\n${tile}`);
+  answered.pause();
+  await waitFor(() => backend.jobs.length === 3, 5000);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  answered.destroy();
+  await waitFor(() => backend.usage.length === 3, 5000);
+  t.match(backend.usage.at(-1), { status: 499, shed: 'cancelled' }, 'its answer never sent, logged so');
+  t.ok(whole());
+});
 
 t.test('a pipelined request waiting for its model past the body timeout is not cut off', async (t) => {
   const { app, backend } = await fakeService({ front: { body_timeout_ms: 300, headers_timeout_ms: 300 } });

@@ -18,10 +18,14 @@ export function whenGone(request: IncomingMessage, response: ServerResponse, gon
     waiting.get(socket)?.delete(once);
     gone();
   };
+  // Gone already (its client left while the model worked): neither will come. Next tick: the
+  // caller sets up what `gone` gives back after calling this (a review session found 20 such
+  // answers' bytes held for good).
+  if (response.destroyed || socket?.destroyed) return void process.nextTick(once);
   response.once('close', once);
   // A response that has its connection is told of its close; an injected request (app.inject)
   // has no connection to close.
-  if (response.socket || typeof socket?.once !== 'function' || socket.destroyed) return;
+  if (response.socket || typeof socket?.once !== 'function') return;
   let responses = waiting.get(socket);
   if (!responses) {
     const set = new Set<() => void>();

@@ -60,17 +60,21 @@ export function onModelRequestDone(
     shed: ShedOutcome | undefined,
   ) => void,
 ): void {
+  // Recorded by onResponse; a response that never finishes is recorded when it is gone: one
+  // queued behind another (HTTP pipelining) whose connection closed first had ended, never sent.
+  const recorded = new WeakSet<FastifyReply>();
   app.addHook('onRequest', async (request, reply) => {
     const route = modelRoute(request);
     if (route)
       whenGone(request.raw, reply.raw, () => {
-        if (reply.raw.writableEnded) return;
+        if (recorded.has(reply) || reply.raw.writableFinished) return;
         const left = wasReset(reply.raw) ? errors.clientTooSlow() : errors.cancelled();
         record(request, reply, route, left.statusCode, shedOutcome(left.code));
       });
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = modelRoute(request);
+    recorded.add(reply);
     if (route) record(request, reply, route, reply.statusCode, shedOutcome(String(reply.getHeader('x-error-code'))));
   });
 }
