@@ -2,9 +2,10 @@
 // it is taking) at a pace worth waiting for. The rule is Apache's mod_reqtimeout MinRate with its
 // credit bounded: each byte moved buys 1/MIN_RATE seconds, at most WINDOW_MS ahead. A client at
 // MIN_RATE or faster is never behind; one that stops is behind WINDOW_MS later, one that trickles
-// below MIN_RATE soon after, whatever it sent in a burst before. The front asks only when the
-// budget is full (queue-share.ts): then a holder behind gives way to new requests, instead of every
-// new request being refused for as long as the slowest clients take (front.body_timeout_ms).
+// below MIN_RATE soon after, whatever it sent in a burst before (a body on its way is judged at
+// ANY_RATE: only a stop counts). The front asks only when the budget is full (queue-share.ts):
+// then a holder behind gives way to new requests, instead of every new request being refused for
+// as long as the slowest clients take (front.body_timeout_ms).
 
 /** Bytes of an answer handed to its connection at once, the next once it has taken them
  *  (plugins/answers.ts, v2/grpc-server.ts): its client's pace shows, and a client on a slow link
@@ -19,8 +20,8 @@ export const MIN_RATE = 4 * ANSWER_PIECE;
 export const WINDOW_MS = 5000;
 
 /** The rate of a body on its way: any. How fast a front reads a body is its own pace as much as
- *  its client's (on a busy front, 192 uploads of 14 MB at once each moved below MIN_RATE), so an
- *  upload falls behind only by sending nothing for WINDOW_MS. */
+ *  its client's (on a busy 2-core front, of 192 uploads of 14 MB at once some were read below
+ *  MIN_RATE and reset), so an upload falls behind only by sending nothing for WINDOW_MS. */
 export const ANY_RATE = 0;
 
 export class Pace {

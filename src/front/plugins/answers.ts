@@ -6,7 +6,7 @@
 // each asking /v2 for the masks of 8 blank 512 px tiles and reading nothing, took a front from 435
 // to 1,781 MB in a minute, and the kernel's TCP buffers to 1.6 GB (an ad hoc script). An answer is
 // written in pieces, each once the socket has taken the last, so that its client's pace shows
-// (pace.ts): one that falls behind it gives way when the budget is full (its connection closed),
+// (pace.ts): one that falls behind it gives way when the budget is full (its connection reset),
 // rather than every new request getting 503 for as long as it stays. gRPC's answers are held the
 // same way (v2/grpc-server.ts).
 import type { FastifyInstance } from 'fastify';
