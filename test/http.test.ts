@@ -4,6 +4,7 @@ import t, { type Test } from 'tap';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { type FakeBackend, fakeService } from './helpers/fake-backend.js';
+import { fits } from './helpers/budget.js';
 import { cellularPng, fixturePng, tileRequest } from './helpers/tiles.js';
 import { ROOT, waitFor } from './helpers/server.js';
 import { WINDOW_MS } from '../src/front/pace.js';
@@ -790,18 +791,17 @@ async function bigAnswers(t: Test, budget: number) {
   return { backend, port: (app.server.address() as AddressInfo).port };
 }
 
-/** Whether `bytes` more fit in the front's budget now, any holder behind its pace let go of to
- *  make the room (a probe that gives them back). */
-function fits(backend: FakeBackend, bytes: number): boolean {
-  const probe = backend.requestBytes();
-  try {
-    probe.received(bytes);
-    return true;
-  } catch {
-    return false;
-  } finally {
-    probe.release();
-  }
+/** A tile-embed request as it goes on the wire, to pipeline on a raw connection. */
+const TILE_REQUEST = (() => {
+  const body = JSON.stringify(tileRequest(cellularPng(1), { slide_name: 's' }));
+  return `POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+})();
+
+/** Holds the backend's tiles at their model until the returned call. */
+function gate(backend: FakeBackend): () => void {
+  let run!: () => void;
+  backend.gate = new Promise((resolve) => (run = resolve));
+  return run;
 }
 
 t.test('an answer its client does not take holds the budget, and is let go after the body timeout', async (t) => {
@@ -985,17 +985,14 @@ t.test('answers ready after their client left give back their bytes, and are log
   const budget = 64 << 20;
   const { backend, port } = await bigAnswers(t, budget);
   const whole = () => fits(backend, budget);
-  let run!: () => void;
-  backend.gate = new Promise((resolve) => (run = resolve));
-  const body = JSON.stringify(tileRequest(cellularPng(1), { slide_name: 's' }));
-  const tile = `POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+  const run = gate(backend);
   // One tile alone, and one pipelined behind a 32 MB answer its client does not read; both
   // clients leave while the model works.
   const alone = connect(port, '127.0.0.1');
   const behind = connect(port, '127.0.0.1');
   for (const socket of [alone, behind]) socket.on('error', () => {});
-  alone.write(tile);
-  behind.write(`GET /big HTTP/1.1\r\nhost: x\r\n\r\n${tile}`);
+  alone.write(TILE_REQUEST);
+  behind.write(`GET /big HTTP/1.1\r\nhost: x\r\n\r\n${TILE_REQUEST}`);
   behind.pause();
   await waitFor(() => backend.jobs.length === 2, 5000);
   alone.destroy();
@@ -1009,7 +1006,7 @@ t.test('answers ready after their client left give back their bytes, and are log
   // A tile answered behind a 32 MB answer its client does not read, the client leaving after.
   const answered = connect(port, '127.0.0.1');
   answered.on('error', () => {});
-  answered.write(`GET /big HTTP/1.1\r\nhost: x\r\n\r\n${tile}`);
+  answered.write(`GET /big HTTP/1.1\r\nhost: x\r\n\r\n${TILE_REQUEST}`);
   answered.pause();
   await waitFor(() => backend.jobs.length === 3, 5000);
   await new Promise((resolve) => setTimeout(resolve, 200));
@@ -1017,6 +1014,67 @@ t.test('answers ready after their client left give back their bytes, and are log
   await waitFor(() => backend.usage.length === 3, 5000);
   t.match(backend.usage.at(-1), { status: 499, shed: 'cancelled' }, 'its answer never sent, logged so');
   t.ok(whole());
+});
+
+t.test('an answer queued behind one its model still works on waits for its turn, not for its client', async (t) => {
+  const budget = 64 << 20;
+  const { backend, port } = await bigAnswers(t, budget);
+  const run = gate(backend);
+  // A client that reads all it is sent, and pipelines a 32 MB answer behind a tile.
+  const socket = connect(port, '127.0.0.1');
+  socket.on('error', () => {});
+  let closed = false;
+  let text = '';
+  socket.once('close', () => (closed = true));
+  socket.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
+  socket.write(`${TILE_REQUEST}GET /big HTTP/1.1\r\nhost: x\r\n\r\n`);
+  await waitFor(() => backend.jobs.length === 1 && !fits(backend, budget - (32 << 20) + 1), 5000);
+  // The model takes longer than the window: the answer waiting behind it has taken nothing.
+  backend.ahead = WINDOW_MS + 1;
+  t.notOk(
+    fits(backend, budget - (1 << 20)),
+    'the queued answer keeps its place: its client waits for the model, not behind',
+  );
+  t.notOk(closed, 'its connection open');
+  run();
+  await waitFor(() => text.length > 32 << 20, 10_000);
+  t.equal((text.match(/HTTP\/1\.1 200 OK\r\n/g) ?? []).length, 2, 'the tile, then the 32 MB answer, whole');
+  t.notOk(closed);
+  socket.destroy();
+});
+
+t.test('requests on a connection let go of are logged as let go of, those queued behind it too', async (t) => {
+  const budget = 128 << 20;
+  const { backend, port } = await bigAnswers(t, budget);
+  const run = gate(backend);
+  // Behind 32 MB answers their clients do not take: a tile answered (queued), and two at their
+  // model (Node reads no more requests of a connection whose answers wait).
+  const connection = (requests: string) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    socket.write(`GET /big HTTP/1.1\r\nhost: x\r\n\r\n${requests}`);
+    socket.pause();
+  };
+  connection(TILE_REQUEST);
+  await waitFor(() => backend.jobs.length === 1, 5000);
+  run();
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  backend.gate = new Promise(() => {});
+  connection(TILE_REQUEST);
+  connection(TILE_REQUEST);
+  await waitFor(() => backend.jobs.length === 3, 5000);
+  backend.ahead = WINDOW_MS + 1;
+  t.ok(fits(backend, budget - (1 << 20)), 'behind their pace, the connections give way');
+  await waitFor(() => backend.usage.length === 3, 5000);
+  t.match(
+    backend.usage,
+    [
+      { status: 408, shed: 'evicted' },
+      { status: 408, shed: 'evicted' },
+      { status: 408, shed: 'evicted' },
+    ],
+    'each tile: the one answered behind its 32 MB, never sent, and those their model worked on',
+  );
 });
 
 t.test('a pipelined request waiting for its model past the body timeout is not cut off', async (t) => {

@@ -16,9 +16,9 @@ export interface ModelBackend {
   admit(model: string, tiles?: number, upload?: Upload): Ticket;
   /** Bytes of a request that has not named its model yet (a gRPC message on its way), or of an
    *  answer, held against the front's budget. `control`: a call that asks no model (gRPC health
-   *  and metadata), which may also use a reserve as large as the budget. `evict`: ends what holds
-   *  them, when its client falls behind its pace (pace.ts) while others need the budget. */
-  requestBytes(control?: boolean, evict?: () => void, rate?: number): RequestBytes;
+   *  and metadata), which may also use a reserve as large as the budget. `client`: how they are
+   *  let go of when their client falls behind its pace (pace.ts) while others need the budget. */
+  requestBytes(control?: boolean, client?: Evictable): RequestBytes;
   /** Tiles of `model` this front sent to workers and they have not finished or dropped. */
   queued(model: string): number;
   /** Runs a tile on an instance of `model`: the result, or a ServiceError. */
@@ -44,6 +44,23 @@ export interface Upload {
   /** Resets its connection: an upload that falls behind its pace (pace.ts) while others need the
    *  budget. */
   abandon(): void;
+  /** Its connection (Evictable.connection). */
+  connection?: object;
+}
+
+/** Bytes a client holds and keeps going, which are let go of when it falls behind its pace
+ *  (pace.ts) while others need the budget (queue-share.ts). */
+export interface Evictable {
+  /** Ends what holds them: resets the connection or the stream. */
+  evict(): void;
+  /** The pace it must keep, bytes a second: MIN_RATE (the default), or ANY_RATE. */
+  rate?: number;
+  /** What one reset ends: holders on one connection (an HTTP/1.1 answer, those queued behind it,
+   *  a body arriving) are let go of together, when the one whose turn it is falls behind. */
+  connection?: object;
+  /** Paced only from RequestBytes.turn(): an answer queued behind another on its connection waits
+   *  for its turn, not for its client. */
+  queued?: boolean;
 }
 
 /** Request bytes held against the front's budget. */
@@ -56,6 +73,8 @@ export interface RequestBytes {
   held(n: number): void;
   /** `n` bytes of a held answer taken by its client: its pace (pace.ts). */
   taken(n: number): void;
+  /** A queued answer's turn on its connection (Evictable.queued): its pace counts from now. */
+  turn(): void;
   /** The bytes held so far. */
   bytes(): number;
   /** Gives them all back. */

@@ -9,7 +9,7 @@ import { modelEntry, type ServiceConfig } from '../config/config.js';
 import type { FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { ServiceError } from '../lib/errors.js';
-import type { InferOptions, ModelBackend, RequestBytes, Ticket, Upload } from './backend.js';
+import type { Evictable, InferOptions, ModelBackend, RequestBytes, Ticket, Upload } from './backend.js';
 import { type Connect, Instances } from './instances.js';
 import { QueueShare } from './queue-share.js';
 import { Routing } from './routing.js';
@@ -81,8 +81,8 @@ export class ModelClient implements ModelBackend {
     return this.queue.admit(model, tiles, upload);
   }
 
-  requestBytes(control?: boolean, evict?: () => void, rate?: number): RequestBytes {
-    return this.queue.requestBytes(control, evict, rate);
+  requestBytes(control?: boolean, client?: Evictable): RequestBytes {
+    return this.queue.requestBytes(control, client);
   }
 
   /** Runs a tile: a batch of one. */

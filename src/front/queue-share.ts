@@ -6,12 +6,15 @@
 import { modelEntry, type ServiceConfig } from '../config/config.js';
 import { errors } from '../lib/errors.js';
 import { arrivingTiles, decide, places, ROOM_SLACK, type Arrival, type InstanceLoad } from './admission.js';
-import type { RequestBytes, Ticket, Upload } from './backend.js';
+import type { Evictable, RequestBytes, Ticket, Upload } from './backend.js';
 import { ANY_RATE, MIN_RATE, Pace } from './pace.js';
 
 /** Bytes held by a client that can be let go of: a body on its way, an answer being taken. */
 interface Holder {
-  readonly pace: Pace;
+  /** Unset while it waits for its turn on its connection. */
+  pace?: Pace;
+  /** What its eviction ends with it: itself, or its connection. */
+  readonly connection: object;
   bytes(): number;
   /** Gives its bytes back and ends what holds them (closes the connection, resets the stream). */
   evict(): void;
@@ -71,7 +74,10 @@ export class QueueShare {
     const limit = this.config.front.max_inflight_bytes;
     if (!this.roomFor(1, limit)) throw errors.frontBusy(limit);
     // An upload the client stops sending gives way to others; once whole, it waits for the model.
-    const body = this.holding(false, upload?.abandon, ANY_RATE);
+    const body = this.holding(
+      false,
+      upload && { evict: upload.abandon, rate: ANY_RATE, connection: upload.connection },
+    );
     // Until its tiles go to a worker the request counts only in the estimate: a slow upload holds
     // no place in the queue.
     const declared = upload?.declared;
@@ -109,23 +115,25 @@ export class QueueShare {
    *  are not held: nothing would give them back.
    *  `control`: a call that asks no model (gRPC health and metadata) may also use a reserve as
    *  large as the budget, so that probes are answered while requests and answers hold it all.
-   *  `evict`: ends what holds the bytes (its connection, its stream); given, the holder's client
-   *  keeps its place while it keeps pace (pace.ts, counted by `received` and `taken`: `rate`, or
-   *  for a body on its way ANY_RATE), and past that gives way when the budget is full. */
-  requestBytes(control = false, evict?: () => void, rate = MIN_RATE): RequestBytes {
-    return this.holding(control, evict, rate);
+   *  `client`: given, the holder's client keeps its place while it keeps pace (pace.ts, counted
+   *  by `received` and `taken`; for a body on its way ANY_RATE), and past that gives way when the
+   *  budget is full, with every holder on its connection. */
+  requestBytes(control = false, client?: Evictable): RequestBytes {
+    return this.holding(control, client);
   }
 
-  private holding(control: boolean, evict: (() => void) | undefined, rate: number): Holding {
+  private holding(control: boolean, client: Evictable | undefined): Holding {
     const limit = this.config.front.max_inflight_bytes * (control ? 2 : 1);
     let bytes = 0;
     let released = false;
-    const holder: Holder | undefined = evict && {
-      pace: new Pace(this.now(), rate),
+    const paced = () => new Pace(this.now(), client?.rate ?? MIN_RATE);
+    const holder: Holder | undefined = client && {
+      pace: client.queued ? undefined : paced(),
+      connection: client.connection ?? {},
       bytes: () => bytes,
       evict: () => {
         release();
-        evict();
+        client.evict();
       },
     };
     if (holder) this.evictable.add(holder);
@@ -134,7 +142,7 @@ export class QueueShare {
       this.inflightBytes += n;
       bytes += n;
     };
-    const moved = (n: number) => holder?.pace.moved(n, this.now());
+    const moved = (n: number) => holder?.pace?.moved(n, this.now());
     const release = () => {
       this.inflightBytes -= bytes;
       bytes = 0;
@@ -149,25 +157,39 @@ export class QueueShare {
       },
       held,
       taken: moved,
+      turn: () => {
+        if (holder) holder.pace ??= paced();
+      },
       bytes: () => bytes,
       release,
       settle: () => holder && this.evictable.delete(holder),
     };
   }
 
-  /** Whether `n` more bytes fit under `limit`, once the holders furthest behind their pace, if
-   *  needed, have been let go of (never `keep`, the one asking). None is let go of when all those
-   *  behind together would not make the room. */
+  /** Whether `n` more bytes fit under `limit`, once the connections furthest behind their pace,
+   *  if needed, have been let go of (never `keep`'s, the one asking). A connection is as far behind
+   *  as the furthest of its holders, and gives back all of theirs. None is let go of when all
+   *  those behind together would not make the room. */
   private roomFor(n: number, limit: number, keep?: Holder): boolean {
     const over = this.inflightBytes + n - limit;
     if (over <= 0) return true;
     const now = this.now();
-    const behind = [...this.evictable].filter((h) => h !== keep && h.bytes() > 0 && h.pace.behind(now) > 0);
-    if (behind.reduce((sum, h) => sum + h.bytes(), 0) < over) return false;
-    behind.sort((a, b) => b.pace.behind(now) - a.pace.behind(now));
-    for (const holder of behind) {
+    const connections = new Map<object, Holder[]>();
+    for (const h of this.evictable) {
+      const holders = connections.get(h.connection);
+      if (holders) holders.push(h);
+      else connections.set(h.connection, [h]);
+    }
+    const bytes = (holders: Holder[]) => holders.reduce((sum, h) => sum + h.bytes(), 0);
+    const lag = (holders: Holder[]) => Math.max(...holders.map((h) => h.pace?.behind(now) ?? -Infinity));
+    const behind = [...connections.values()].filter(
+      (holders) => !(keep && holders.includes(keep)) && bytes(holders) > 0 && lag(holders) > 0,
+    );
+    if (bytes(behind.flat()) < over) return false;
+    behind.sort((a, b) => lag(b) - lag(a));
+    for (const holders of behind) {
       if (this.inflightBytes + n <= limit) break;
-      holder.evict();
+      for (const holder of holders) holder.evict();
     }
     return true;
   }

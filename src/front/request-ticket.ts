@@ -40,12 +40,13 @@ export const countBytes = async (request: FastifyRequest, _reply: FastifyReply, 
 /** The request's body on its way: when its headers declare its length, admission counts it ahead
  *  in the measure that it has come; its connection is reset if its client falls behind its pace
  *  while others need the budget (pace.ts). */
-export function uploadOf(request: FastifyRequest, reply: FastifyReply): Upload {
+export function uploadOf(request: FastifyRequest): Upload {
   const declared = Number(request.headers['content-length']);
   return {
     ...(declared > 0 && { declared }),
     buffered: () => request.raw.readableLength,
-    abandon: () => resetSlowClient(request.raw, reply.raw),
+    abandon: () => resetSlowClient(request.raw),
+    connection: request.raw.socket ?? undefined,
   };
 }
 

@@ -60,21 +60,32 @@ export function onModelRequestDone(
     shed: ShedOutcome | undefined,
   ) => void,
 ): void {
-  // Recorded by onResponse; a response that never finishes is recorded when it is gone: one
-  // queued behind another (HTTP pipelining) whose connection closed first had ended, never sent.
+  // Recorded once: when its response is done (onResponse), or gone before that, its connection
+  // closed (a response queued behind another, HTTP pipelining, whose connection closed first had
+  // ended, never sent; the 'close' of one finished may also come first, before the onResponse
+  // hooks after a promise). Node finishes a response whose last write the reset of its
+  // connection cancelled, as if it had been sent: one done on a connection the front reset was let
+  // go of.
   const recorded = new WeakSet<FastifyReply>();
+  const finished = new WeakSet<FastifyReply>();
+  const done = (request: FastifyRequest, reply: FastifyReply, route: Required<ModelRouteConfig>, sent: boolean) => {
+    if (recorded.has(reply)) return;
+    recorded.add(reply);
+    const reset = wasReset(request.raw);
+    if (sent && !reset)
+      return record(request, reply, route, reply.statusCode, shedOutcome(String(reply.getHeader('x-error-code'))));
+    const left = reset ? errors.clientTooSlow() : errors.cancelled();
+    record(request, reply, route, left.statusCode, shedOutcome(left.code));
+  };
   app.addHook('onRequest', async (request, reply) => {
     const route = modelRoute(request);
-    if (route)
-      whenGone(request.raw, reply.raw, () => {
-        if (recorded.has(reply) || reply.raw.writableFinished) return;
-        const left = wasReset(reply.raw) ? errors.clientTooSlow() : errors.cancelled();
-        record(request, reply, route, left.statusCode, shedOutcome(left.code));
-      });
+    if (!route) return;
+    reply.raw.once('finish', () => finished.add(reply));
+    whenGone(request.raw, reply.raw, () => done(request, reply, route, finished.has(reply)));
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = modelRoute(request);
-    recorded.add(reply);
-    if (route) record(request, reply, route, reply.statusCode, shedOutcome(String(reply.getHeader('x-error-code'))));
+    // Also on the response's 'error'. Fastify's 'finish' listener runs before the one above.
+    if (route) done(request, reply, route, true);
   });
 }

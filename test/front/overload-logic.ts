@@ -8,7 +8,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig } from '../../src/config/config.js';
 import { QueueShare } from '../../src/front/queue-share.js';
-import { MIN_RATE, Pace, WINDOW_MS } from '../../src/front/pace.js';
+import { ANY_RATE, MIN_RATE, Pace, WINDOW_MS } from '../../src/front/pace.js';
 import {
   arrivingTiles,
   Backlog,
@@ -19,6 +19,7 @@ import {
   places,
 } from '../../src/front/admission.js';
 import { Batcher } from '../../src/worker/batcher.js';
+import { fits } from '../helpers/budget.js';
 import { DecodeWindow } from '../../src/worker/decode-window.js';
 
 function clock(start = 1_000_000) {
@@ -528,7 +529,7 @@ t.test('a full budget lets go of the holder furthest behind its pace, and only o
   const share = budgetedShare(t, c.now);
   const evicted: string[] = [];
   const holder = (name: string, bytes: number) => {
-    const held = share.requestBytes(false, () => evicted.push(name));
+    const held = share.requestBytes(false, { evict: () => evicted.push(name) });
     held.held(bytes);
     return held;
   };
@@ -569,7 +570,7 @@ t.test('a full budget lets go of the holder furthest behind its pace, and only o
   probe.release();
   settledBody.release();
   // None is let go of when those behind could not make the room together.
-  const small = share.requestBytes(false, () => evicted.push('small'));
+  const small = share.requestBytes(false, { evict: () => evicted.push('small') });
   small.held(500);
   const big = share.requestBytes();
   big.received(1400);
@@ -596,4 +597,45 @@ t.test('a full budget lets go of the holder furthest behind its pace, and only o
   c.advance(2);
   t.doesNotThrow(() => next.received(600), "a new request's body: the stalled upload gives way");
   t.same(evicted.at(-1), 'upload');
+});
+
+t.test("holders on one connection give way together, paced from the turn of the one it's on", async (t) => {
+  const c = clock();
+  const share = budgetedShare(t, c.now);
+  const evicted: string[] = [];
+  const connection = {};
+  const hold = (name: string, bytes: number, queued: boolean) => {
+    const held = share.requestBytes(false, { evict: () => evicted.push(name), connection, queued });
+    held.held(bytes);
+    return held;
+  };
+  // An answer taking its turn slowly, two queued behind it: together 1800 of the 2000 bytes.
+  const active = hold('active', 200, false);
+  const next = hold('next', 800, true);
+  const last = hold('last', 800, true);
+  const probe = share.requestBytes();
+  c.advance(WINDOW_MS + 1);
+  t.doesNotThrow(() => probe.received(1500), 'the one taking its turn fell behind: its connection gives way');
+  t.same(evicted, ['active', 'next', 'last'], 'every answer on it, the queued ones too');
+  t.same([active.bytes(), next.bytes(), last.bytes()], [0, 0, 0], 'their bytes given back');
+  probe.release();
+  // Answers queued behind one its model still works on: not paced until their turn.
+  const waiting = hold('waiting', 1500, true);
+  c.advance(10 * WINDOW_MS);
+  t.notOk(fits(share, 600), 'kept while it waits');
+  waiting.turn();
+  c.advance(WINDOW_MS);
+  t.notOk(fits(share, 600), 'paced from its turn');
+  c.advance(1);
+  t.ok(fits(share, 600));
+  t.same(evicted.at(-1), 'waiting');
+  // A body arriving on a connection whose answer fell behind is not evicted for its own room.
+  const answer = hold('answer', 1000, false);
+  const body = share.requestBytes(false, { evict: () => evicted.push('body'), connection, rate: ANY_RATE });
+  c.advance(WINDOW_MS + 1);
+  body.received(500);
+  t.throws(() => body.received(600), { code: 'TILE_ERR_FRONT_BUSY' }, 'its own connection is never let go of for it');
+  t.same(evicted.at(-1), 'waiting', 'neither was evicted');
+  answer.release();
+  body.release();
 });

@@ -11,6 +11,7 @@ import { buildApp } from '../../src/front/app.js';
 import {
   type InferOptions,
   type ModelBackend,
+  type Evictable,
   type RequestBytes,
   type Ticket,
   type Upload,
@@ -119,8 +120,8 @@ export class FakeBackend implements ModelBackend {
     return this.share.admit(model, tiles, upload);
   }
 
-  requestBytes(control?: boolean, evict?: () => void, rate?: number): RequestBytes {
-    return this.share.requestBytes(control, evict, rate);
+  requestBytes(control?: boolean, client?: Evictable): RequestBytes {
+    return this.share.requestBytes(control, client);
   }
 
   /** Output from the tile: a mask of the image's bytes' low bits, or their mean per output. */

@@ -11,6 +11,8 @@
 // same way (v2/grpc-server.ts).
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
+import type { ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { Readable } from 'node:stream';
 import type { ModelBackend, RequestBytes } from '../backend.js';
 import { ANSWER_PIECE } from '../pace.js';
@@ -40,24 +42,50 @@ async function answers(app: FastifyInstance, { backend, sendTimeoutMs }: Answers
     const socket = typeof request.raw.socket?.setTimeout === 'function' ? request.raw.socket : null;
     // Held whatever the budget: the work is done; past it, new requests wait for it to be taken,
     // or for its client to fall behind its pace. An answer queued behind another on its
-    // connection (HTTP pipelining) is paced from now too: a client could otherwise hold the
-    // budget with answers queued behind one it does not take.
+    // connection (HTTP pipelining) waits for its turn, not for its client: it is paced and timed
+    // from its turn, and let go of with the connection's answers (a client could otherwise hold
+    // the budget with answers queued behind one it does not take).
     raw[HELD]?.release();
-    const held = backend.requestBytes(false, socket ? () => resetSlowClient(request.raw, raw) : undefined);
+    const held = backend.requestBytes(
+      false,
+      socket
+        ? { evict: () => resetSlowClient(request.raw), connection: socket, queued: raw.socket === null }
+        : undefined,
+    );
     held.held(size);
     raw[HELD] = held;
-    // The socket's inactivity timer. Once the answer is taken, Node's keep-alive handling sets it
-    // again (it runs first), unless a pipelined request is waiting for its model: then it is
-    // cleared, as Node left it.
-    if (socket) {
-      socket.setTimeout(sendTimeoutMs);
-      raw.once('finish', () => socket.timeout === sendTimeoutMs && socket.setTimeout(0));
-    }
+    // From its turn, its pace and the socket's inactivity timer. Once the answer is taken, Node's
+    // keep-alive handling sets the timer again (it runs first), unless a pipelined request is
+    // waiting for its model: then it is cleared, as Node left it.
+    if (socket)
+      onTurn(raw, () => {
+        held.turn();
+        socket.setTimeout(sendTimeoutMs);
+        const turn = (turns.get(socket) ?? 0) + 1;
+        turns.set(socket, turn);
+        raw.once(
+          'finish',
+          () => turns.get(socket) === turn && socket.timeout === sendTimeoutMs && socket.setTimeout(0),
+        );
+      });
     if (size <= ANSWER_PIECE || !socket) return payload;
     reply.header('content-length', size);
     const answer = typeof payload === 'string' ? Buffer.from(payload) : (payload as Buffer);
     return inPieces(answer, (n) => held.taken(n));
   });
+}
+
+/** Per connection, how many answers have taken their turn: an answer done clears the inactivity
+ *  timer only if it was the last to set it (Node gives the next its turn before the last one's
+ *  'finish' listeners run). A count, not the answer, which would keep each connection's last
+ *  request, and what it buffered, for as long as the connection lives. */
+const turns = new WeakMap<Socket, number>();
+
+/** Calls `turn` once the response has its connection: now, or when the answers before it on the
+ *  connection are done. */
+function onTurn(response: ServerResponse, turn: () => void): void {
+  if (response.socket) turn();
+  else response.once('socket', turn);
 }
 
 /** `answer` as a stream of pieces, each read once the socket has taken the one before (fastify

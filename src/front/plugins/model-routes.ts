@@ -99,7 +99,7 @@ async function modelRoutes(fastify: FastifyInstance, { backend, config }: ModelR
      *  place is held until the response is done and the worker has finished or dropped its tile;
      *  a client that leaves first cancels the tile. */
     const admit = async (request: FastifyRequest, reply: FastifyReply) => {
-      holdTicket(request, reply, backend.admit(name, 1, uploadOf(request, reply)));
+      holdTicket(request, reply, backend.admit(name, 1, uploadOf(request)));
     };
 
     const run = tileHandler(fastify, backend, config, name);

@@ -124,7 +124,7 @@ export default async function v2(
         // when the client leaves, as the contract's routes (model-routes.ts).
         onRequest: async (request: FastifyRequest, reply: FastifyReply) => {
           const { model, version } = request.params as ModelParams;
-          holdTicket(request, reply, service.admit(model, version, uploadOf(request, reply)));
+          holdTicket(request, reply, service.admit(model, version, uploadOf(request)));
         },
         preParsing: countBytes,
       },

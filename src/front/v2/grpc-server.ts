@@ -367,18 +367,21 @@ function holdAsHttp(
       open++;
       stream.once('close', () => open--);
       // A client that falls behind its pace, sending or taking, while others need the budget.
-      const evict = () => stream.close(constants.NGHTTP2_CANCEL);
+      const evict = cancel(stream);
       holdRequest(
         stream,
-        service.requestBytes(control, evict, ANY_RATE),
+        service.requestBytes(control, { evict, rate: ANY_RATE }),
         headersTimeoutMs,
         bodyTimeoutMs,
         control ? CONTROL_BYTES : Infinity,
       );
-      holdAnswer(stream, () => service.requestBytes(control, evict), bodyTimeoutMs);
+      holdAnswer(stream, () => service.requestBytes(control, { evict }), bodyTimeoutMs);
     }),
   );
 }
+
+/** Resets the stream: the call is let go of (gRPC's CANCELLED). */
+const cancel = (stream: ServerHttp2Stream) => () => stream.close(constants.NGHTTP2_CANCEL);
 
 interface HoldOptions {
   inferPath: string;
@@ -411,18 +414,17 @@ function holdRequest(
   bodyMs: number,
   maxBytes: number,
 ): void {
-  const cancel = () => stream.close(constants.NGHTTP2_CANCEL);
-  const begun = setTimeout(cancel, headersMs);
+  const begun = setTimeout(cancel(stream), headersMs);
   stream.on('data', (chunk: Buffer) => {
     clearTimeout(begun);
-    if (bytes.bytes() + chunk.length > maxBytes) return cancel();
+    if (bytes.bytes() + chunk.length > maxBytes) return cancel(stream)();
     try {
       bytes.received(chunk.length);
     } catch {
       stream.close(constants.NGHTTP2_REFUSED_STREAM);
     }
   });
-  const timer = setTimeout(cancel, bodyMs);
+  const timer = setTimeout(cancel(stream), bodyMs);
   const arrived = () => {
     clearTimeout(begun);
     clearTimeout(timer);
@@ -452,7 +454,7 @@ function holdAnswer(stream: ServerHttp2Stream, hold: () => RequestBytes, ms: num
     const done = rest.find((r) => typeof r === 'function') as ((err?: Error | null) => void) | undefined;
     const held = (bytes ??= hold());
     held.held(chunk.length);
-    timer ??= setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), ms);
+    timer ??= setTimeout(cancel(stream), ms);
     let at = 0;
     let piece = 0;
     const next = (err?: Error | null): void => {

@@ -11,6 +11,7 @@ import {
   unavailable,
   type InferOptions,
   type ModelBackend,
+  type Evictable,
   type RequestBytes,
   type Ticket,
   type Upload,
@@ -97,8 +98,8 @@ export class V2Service {
   }
 
   /** A gRPC message's bytes as they arrive, before it names its model, or an answer's (backend.ts). */
-  requestBytes(control?: boolean, evict?: () => void, rate?: number): RequestBytes {
-    return this.backend.requestBytes(control, evict, rate);
+  requestBytes(control?: boolean, client?: Evictable): RequestBytes {
+    return this.backend.requestBytes(control, client);
   }
 
   /** Runs a request's tiles on a ready instance of the model, as one message to one worker; each
