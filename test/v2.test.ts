@@ -543,18 +543,34 @@ t.test("a call's message must begin within the headers timeout", async (t) => {
   t.ok(ms >= 250 && ms < 5000, `after ${Math.round(ms)} ms, not the 10 s body timeout`);
 });
 
-t.test('typed contents count against the budget as decoded, 8 bytes an element', async (t) => {
-  // 4 MiB: 8 tiles of 224 px raw (1.2 MB) fit; the same in uint_contents (9.6 MB as decoded) do not.
-  const { client } = await fakeGrpc(t, { budget: 4 << 20 });
-  const stub = client();
-  const infer = (request: Json): Promise<number> =>
-    new Promise((resolve) => stub.ModelInfer(request, (err: grpc.ServiceError | null) => resolve(err ? err.code : 0)));
-  const pixels = Buffer.alloc(8 * 224 * 224 * 3, 5);
-  const input = { name: 'image', datatype: 'UINT8', shape: [8, 224, 224, 3] };
-  t.equal(await infer({ model_name: 'tile-embed', inputs: [input], raw_input_contents: [pixels] }), 0, 'raw: answered');
-  const typed = { ...input, contents: { uint_contents: Array.from(pixels) } };
-  t.equal(await infer({ model_name: 'tile-embed', inputs: [typed] }), grpc.status.UNAVAILABLE, 'typed: front busy');
-});
+t.test(
+  'typed contents count against the budget as read: a UINT8 image in uint_contents a byte an element',
+  async (t) => {
+    // 4 MiB: 8 tiles of 224 px (1.2 MB) fit, raw or in uint_contents; read as 32-bit values (one
+    // past 255), 4.8 MB, they do not.
+    const { client } = await fakeGrpc(t, { budget: 4 << 20 });
+    const stub = client();
+    const infer = (request: Json): Promise<number> =>
+      new Promise((resolve) =>
+        stub.ModelInfer(request, (err: grpc.ServiceError | null) => resolve(err ? err.code : 0)),
+      );
+    const pixels = Buffer.alloc(8 * 224 * 224 * 3, 5);
+    const input = { name: 'image', datatype: 'UINT8', shape: [8, 224, 224, 3] };
+    t.equal(
+      await infer({ model_name: 'tile-embed', inputs: [input], raw_input_contents: [pixels] }),
+      0,
+      'raw: answered',
+    );
+    const typed = (values: number[]) => ({
+      model_name: 'tile-embed',
+      inputs: [{ ...input, contents: { uint_contents: values } }],
+    });
+    t.equal(await infer(typed(Array.from(pixels))), 0, 'typed: answered');
+    const wide = Array.from(pixels);
+    wide[0] = 256;
+    t.equal(await infer(typed(wide)), grpc.status.UNAVAILABLE, 'typed past a byte: front busy');
+  },
+);
 
 t.test('a message of more entries than a request may hold is INVALID_ARGUMENT before it is decoded', async (t) => {
   const { url } = await fakeGrpc(t, {});

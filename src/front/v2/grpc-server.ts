@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import { errors, ServiceError } from '../../lib/errors.js';
 import type { InferRequest } from './inference.js';
 import { MessageDecoder } from './message-decoder.js';
+import { inferRequestDecoder, type TensorContents } from './tensor-contents.js';
 import { overLimits } from './wire-limits.js';
 import { type GrpcCall, v2Tiles } from '../plugins/usage.js';
 import { shedOutcome } from '../route-config.js';
@@ -34,13 +35,12 @@ export const LOADER_OPTIONS: protoLoader.Options = {
 };
 
 type Param = { parameter_choice?: 'bool_param' | 'int64_param' | 'string_param' } & Record<string, unknown>;
-type Contents = Record<string, unknown[]>;
 interface GrpcInput {
   name: string;
   datatype: string;
   shape: number[];
   parameters: Record<string, Param>;
-  contents: Contents | null;
+  contents: TensorContents | null;
 }
 
 /** Bytes that are refused before they are a ModelInferRequest, and why. */
@@ -100,24 +100,17 @@ const parameters = (map: Record<string, Param>): Parameters =>
   Object.fromEntries(Object.entries(map).map(([k, p]) => [k, p.parameter_choice ? p[p.parameter_choice] : undefined]));
 
 /** What a request's tensors hold in the front while it runs, counted against its budget as an
- *  HTTP body is: raw contents as sent, typed contents as decoded, 8 bytes an element of a JS array
- *  (packed varints, one or two bytes each on the wire: a 512 px tile in uint_contents is 6.3 MB
- *  here). Before, typed contents counted nothing once arrived. Decoding them is not bounded by
- *  this: 800 such 1-tile calls, 40 a second, took a front's RSS to 2-3 GB either way, mostly
- *  garbage (docs/open-inference-protocol.md). */
+ *  HTTP body is: raw contents as sent, typed contents as read (tensor-contents.ts: a UINT8 image
+ *  in uint_contents a byte an element). */
 function heldBytes(request: GrpcInferRequest): number {
   let bytes = request.raw_input_contents.reduce((sum, b) => sum + b.length, 0);
   for (const input of request.inputs)
     for (const values of Object.values(input.contents ?? {}))
-      bytes +=
-        typeof values[0] === 'object'
-          ? (values as Uint8Array[]).reduce((sum, b) => sum + b.length, 0)
-          : VALUE_BYTES * values.length;
+      bytes += ArrayBuffer.isView(values)
+        ? values.byteLength
+        : (values as Buffer[]).reduce((sum, b) => sum + b.length, 0);
   return bytes;
 }
-
-/** A JS array's element: a pointer, or a double. */
-const VALUE_BYTES = 8;
 
 /** A ModelInfer request as the transport-free InferRequest. */
 export function toInferRequest(request: GrpcInferRequest): InferRequest {
@@ -139,7 +132,7 @@ export function toInferRequest(request: GrpcInferRequest): InferRequest {
       throw errors.v2Invalid(
         `input '${name}' has datatype ${JSON.stringify(datatype)}, expected one of the protocol's (UINT8, FP32, BYTES, ...)`,
       );
-    return { ...common, data: { values: input.contents?.[field] ?? [] } };
+    return { ...common, data: { values: input.contents?.[field as keyof TensorContents] ?? [] } };
   });
   return {
     id: request.id || undefined,
@@ -205,6 +198,7 @@ export async function startGrpc(
   decodeWhole();
   const methods = definition.inference.GRPCInferenceService.service;
   const infer = methods.ModelInfer!;
+  const decode = inferRequestDecoder(PROTO_FILE, LOADER_OPTIONS);
   // Each ModelInferRequest keeps the bytes it was decoded from. One that is not a message, or
   // holds more entries than a request may (wire-limits.ts, counted before protobufjs builds them),
   // is answered INVALID_ARGUMENT by the handler: a deserializer that throws makes grpc-js answer
@@ -213,7 +207,7 @@ export async function startGrpc(
     const over = overLimits(bytes);
     if (over) return { malformed: `the request's ${over}` };
     try {
-      return Object.assign(infer.requestDeserialize(bytes), { [MESSAGE]: bytes });
+      return Object.assign(decode(bytes) as GrpcInferRequest, { [MESSAGE]: bytes });
     } catch (err) {
       return { malformed: `the request is not a ModelInferRequest message: ${(err as Error).message}` };
     }

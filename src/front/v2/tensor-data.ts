@@ -4,8 +4,9 @@
 // 4-byte little-endian length. Readers check that the data holds exactly what the shape says.
 import { errors } from '../../lib/errors.js';
 
-/** An input's data: typed values (numbers; strings or Buffers for BYTES), or raw bytes. */
-export type TensorData = { values: unknown[] } | { raw: Buffer };
+/** An input's data: typed values (numbers, a JS array's or a typed array's; strings or Buffers for
+ *  BYTES), or raw bytes. */
+export type TensorData = { values: ArrayLike<unknown> } | { raw: Buffer };
 
 export type Parameters = Record<string, unknown>;
 
@@ -65,6 +66,8 @@ export function uint8Data(t: InputTensor): Buffer {
   const { values } = t.data;
   if (values.length !== count)
     throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} elements, data has ${values.length}`);
+  // gRPC's uint_contents of bytes (tensor-contents.ts), each 0..255 by its type.
+  if (values instanceof Uint8Array) return Buffer.from(values.buffer, values.byteOffset, values.byteLength);
   const out = Buffer.allocUnsafe(count);
   for (let i = 0; i < count; i++) {
     const v = values[i];
@@ -91,7 +94,8 @@ export function floatData(t: InputTensor): number[] {
   } else {
     if (t.data.values.length !== count)
       throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} elements, data has ${t.data.values.length}`);
-    out = t.data.values as number[];
+    const { values } = t.data;
+    out = Array.isArray(values) ? values : Array.from(values as ArrayLike<number>);
   }
   const bad = out.findIndex((v) => typeof v !== 'number' || !Number.isFinite(v));
   if (bad >= 0)
@@ -111,7 +115,7 @@ export function bytesData(t: InputTensor, fromText: (text: string, index: number
     const { values } = t.data;
     if (values.length !== count)
       throw invalid(t.name, `shape [${t.shape.join(', ')}] holds ${count} elements, data has ${values.length}`);
-    return values.map((v, i) => {
+    return Array.from(values, (v, i) => {
       if (Buffer.isBuffer(v)) return v;
       if (typeof v === 'string') return fromText(v, i);
       throw invalid(t.name, `element ${i} is ${JSON.stringify(v)}, expected a string (BYTES)`);

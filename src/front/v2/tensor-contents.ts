@@ -1,0 +1,159 @@
+// gRPC's InferTensorContents read into typed arrays. protobufjs reads a packed repeated scalar into
+// a JS array one element at a time (8 bytes an element, grown by doubling), and proto-loader's
+// toObject copies that into another: a 512 px tile in uint_contents, 0.8-1.5 MB on the wire,
+// became 6.3 MB held, several times that in garbage and 24.5 ms of the front's main thread (6.0
+// here), and 800 such calls, 40 a second, took a front to 1.7 GB (docs/operations.md). Here each
+// numeric field is counted on the wire first, then read once into a typed array of its size:
+// uint_contents as bytes while every value fits in one (a UINT8 image as clients send it), int64
+// and uint64 as numbers (as proto-loader's `longs: Number` gave them), bool as 0 and 1. Packed
+// and unpacked encodings are both read (proto3 parsers must accept either); an element whose wire
+// type is not its field's is refused.
+import protobuf from 'protobufjs';
+
+export interface TensorContents {
+  bool_contents: Uint8Array;
+  int_contents: Int32Array;
+  int64_contents: Float64Array;
+  uint_contents: Uint8Array | Uint32Array;
+  uint64_contents: Float64Array;
+  fp32_contents: Float32Array;
+  fp64_contents: Float64Array;
+  bytes_contents: Buffer[];
+}
+
+type NumericName = Exclude<keyof TensorContents, 'bytes_contents'>;
+
+const VARINT = 0;
+const FIXED64 = 1;
+const LENGTH_DELIMITED = 2;
+const FIXED32 = 5;
+
+interface Field {
+  name: NumericName;
+  /** The wire type of one element. */
+  wire: typeof VARINT | typeof FIXED64 | typeof FIXED32;
+  read(reader: protobuf.Reader): number;
+}
+
+/** A 64-bit varint as a number, as protobufjs' toObject gives it with `longs: Number` (past 2^53
+ *  the nearest double). */
+const toNumber = (long: number | { low: number; high: number }, unsigned: boolean): number =>
+  typeof long === 'number' ? long : new protobuf.util.LongBits(long.low >>> 0, long.high >>> 0).toNumber(unsigned);
+
+/** The numeric fields by number (proto/grpc_predict_v2.proto); 8 is bytes_contents. */
+const FIELDS: Record<number, Field> = {
+  1: { name: 'bool_contents', wire: VARINT, read: (r) => (r.bool() ? 1 : 0) },
+  2: { name: 'int_contents', wire: VARINT, read: (r) => r.int32() },
+  3: { name: 'int64_contents', wire: VARINT, read: (r) => toNumber(r.int64(), false) },
+  4: { name: 'uint_contents', wire: VARINT, read: (r) => r.uint32() },
+  5: { name: 'uint64_contents', wire: VARINT, read: (r) => toNumber(r.uint64(), true) },
+  6: { name: 'fp32_contents', wire: FIXED32, read: (r) => r.float() },
+  7: { name: 'fp64_contents', wire: FIXED64, read: (r) => r.double() },
+};
+const BYTES_FIELD = 8;
+
+type Numbers = TensorContents[NumericName];
+
+const ARRAYS: Record<NumericName, new (length: number) => Numbers> = {
+  bool_contents: Uint8Array,
+  int_contents: Int32Array,
+  int64_contents: Float64Array,
+  // Widened to Uint32Array at the first value past 255.
+  uint_contents: Uint8Array,
+  uint64_contents: Float64Array,
+  fp32_contents: Float32Array,
+  fp64_contents: Float64Array,
+};
+
+/** Elements of a field on the wire: a packed run (`packed`) or one element. */
+interface Run {
+  field: Field;
+  start: number;
+  end: number;
+  packed: boolean;
+}
+
+/** Decodes an InferTensorContents from `reader`, `length` bytes of it (all that is left when not
+ *  given); throws naming what is malformed, as protobufjs does. */
+export function decodeTensorContents(reader: protobuf.Reader, length?: number): TensorContents {
+  const end = length === undefined ? reader.len : reader.pos + length;
+  const runs: Run[] = [];
+  const counts = new Map<Field, number>();
+  const bytes: Buffer[] = [];
+  while (reader.pos < end) {
+    const tag = reader.uint32();
+    const [number, wire] = [tag >>> 3, tag & 7];
+    const field = FIELDS[number];
+    if (number === BYTES_FIELD && wire === LENGTH_DELIMITED) bytes.push(reader.bytes() as Buffer);
+    else if (field && wire === LENGTH_DELIMITED) {
+      const size = reader.uint32();
+      const start = reader.pos;
+      if (start + size > end) throw new RangeError(`${field.name}: a packed run past the end of its message`);
+      runs.push({ field, start, end: start + size, packed: true });
+      counts.set(field, (counts.get(field) ?? 0) + packedCount(field, reader.buf, start, start + size));
+      reader.pos = start + size;
+    } else if (field && wire === field.wire) {
+      const start = reader.pos;
+      reader.skipType(wire);
+      runs.push({ field, start, end: reader.pos, packed: false });
+      counts.set(field, (counts.get(field) ?? 0) + 1);
+    } else if (field || number === BYTES_FIELD)
+      throw new TypeError(`${field?.name ?? 'bytes_contents'}: wire type ${wire}, not the field's`);
+    else reader.skipType(wire);
+  }
+  if (reader.pos > end) throw new RangeError('InferTensorContents: a field past the end of its message');
+  const contents = Object.fromEntries(
+    Object.values(FIELDS).map(({ name }) => [name, new ARRAYS[name](0)]),
+  ) as unknown as TensorContents;
+  const filled = new Map<Field, number>();
+  for (const run of runs) {
+    const { field } = run;
+    let values = contents[field.name] as Numbers;
+    if (values.length === 0) values = contents[field.name] = new ARRAYS[field.name](counts.get(field)!) as never;
+    let at = filled.get(field) ?? 0;
+    reader.pos = run.start;
+    while (reader.pos < run.end) {
+      const value = field.read(reader);
+      if (values instanceof Uint8Array && field.name === 'uint_contents' && value > 255) {
+        values = contents.uint_contents = Uint32Array.from(values);
+      }
+      values[at++] = value;
+    }
+    filled.set(field, at);
+  }
+  reader.pos = end;
+  contents.bytes_contents = bytes;
+  return contents;
+}
+
+/** Elements in a packed run of `field`, from start to end of `buf`: throws when the run does not
+ *  hold whole elements. */
+function packedCount(field: Field, buf: Uint8Array, start: number, end: number): number {
+  const size = end - start;
+  if (field.wire === VARINT) {
+    if (size > 0 && buf[end - 1]! >= 0x80) throw new RangeError(`${field.name}: a varint cut off at its run's end`);
+    let n = 0;
+    for (let i = start; i < end; i++) if (buf[i]! < 0x80) n++;
+    return n;
+  }
+  const width = field.wire === FIXED32 ? 4 : 8;
+  if (size % width !== 0)
+    throw new RangeError(`${field.name}: a packed run of ${size} bytes, not whole ${width}-byte values`);
+  return size / width;
+}
+
+/** ModelInferRequest's decoder as proto-loader makes it (protobufjs' decode, then toObject with
+ *  the loader's options), its tensors' contents read by decodeTensorContents. */
+export function inferRequestDecoder(
+  protoFile: string,
+  options: protobuf.IConversionOptions & { keepCase?: boolean },
+): (bytes: Uint8Array) => unknown {
+  const root = new protobuf.Root().loadSync(protoFile, { keepCase: options.keepCase });
+  const contents = root.lookupType('inference.InferTensorContents');
+  contents.decode = ((from: protobuf.Reader | Uint8Array, length?: number) =>
+    decodeTensorContents(from instanceof protobuf.Reader ? from : protobuf.Reader.create(from), length)) as never;
+  // Left as they are: protobufjs' toObject would copy each into a JS array.
+  contents.toObject = ((decoded: TensorContents) => decoded) as never;
+  const request = root.lookupType('inference.ModelInferRequest');
+  return (bytes) => request.toObject(request.decode(bytes), options);
+}
