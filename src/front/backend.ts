@@ -58,8 +58,9 @@ export interface Evictable {
   /** What one reset ends: holders on one connection (an HTTP/1.1 answer, those queued behind it,
    *  a body arriving) are let go of together, when the one whose turn it is falls behind. */
   connection?: object;
-  /** Paced only from RequestBytes.turn(): an answer queued behind another on its connection waits
-   *  for its turn, not for its client. */
+  /** An answer queued behind another on its connection, waiting for its turn (not for its
+   *  client): paced from RequestBytes.turn(); until then let go of only after every connection
+   *  behind its pace, once it has waited WINDOW_MS. */
   queued?: boolean;
 }
 

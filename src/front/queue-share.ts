@@ -11,8 +11,9 @@ import { ANY_RATE, MIN_RATE, Pace } from './pace.js';
 
 /** Bytes held by a client that can be let go of: a body on its way, an answer being taken. */
 interface Holder {
-  /** Unset while it waits for its turn on its connection. */
-  pace?: Pace;
+  pace: Pace;
+  /** Waiting for its turn on its connection (Evictable.queued), paced from when it began to. */
+  queued: boolean;
   /** What its eviction ends with it: itself, or its connection. */
   readonly connection: object;
   bytes(): number;
@@ -128,7 +129,8 @@ export class QueueShare {
     let released = false;
     const paced = () => new Pace(this.now(), client?.rate ?? MIN_RATE);
     const holder: Holder | undefined = client && {
-      pace: client.queued ? undefined : paced(),
+      pace: paced(),
+      queued: client.queued ?? false,
       connection: client.connection ?? {},
       bytes: () => bytes,
       evict: () => {
@@ -142,7 +144,7 @@ export class QueueShare {
       this.inflightBytes += n;
       bytes += n;
     };
-    const moved = (n: number) => holder?.pace?.moved(n, this.now());
+    const moved = (n: number) => holder?.pace.moved(n, this.now());
     const release = () => {
       this.inflightBytes -= bytes;
       bytes = 0;
@@ -158,7 +160,9 @@ export class QueueShare {
       held,
       taken: moved,
       turn: () => {
-        if (holder) holder.pace ??= paced();
+        if (!holder?.queued) return;
+        holder.queued = false;
+        holder.pace = paced();
       },
       bytes: () => bytes,
       release,
@@ -166,10 +170,13 @@ export class QueueShare {
     };
   }
 
-  /** Whether `n` more bytes fit under `limit`, once the connections furthest behind their pace,
-   *  if needed, have been let go of (never `keep`'s, the one asking). A connection is as far behind
-   *  as the furthest of its holders, and gives back all of theirs. None is let go of when all
-   *  those behind together would not make the room. */
+  /** Whether `n` more bytes fit under `limit`, once connections, if needed, have been let go of
+   *  (never `keep`'s, the one asking): first those furthest behind their pace, as far behind as
+   *  the furthest of their holders that hold bytes; then, if that is not room enough, those whose
+   *  answers have waited longest past WINDOW_MS for their turn (queued behind one whose model is
+   *  still at work: not their client's fault, but done work holding what others need). A
+   *  connection gives back all its holders' bytes. None is let go of when all those that could
+   *  be would not make the room together. */
   private roomFor(n: number, limit: number, keep?: Holder): boolean {
     const over = this.inflightBytes + n - limit;
     if (over <= 0) return true;
@@ -181,13 +188,16 @@ export class QueueShare {
       else connections.set(h.connection, [h]);
     }
     const bytes = (holders: Holder[]) => holders.reduce((sum, h) => sum + h.bytes(), 0);
-    const lag = (holders: Holder[]) => Math.max(...holders.map((h) => h.pace?.behind(now) ?? -Infinity));
-    const behind = [...connections.values()].filter(
-      (holders) => !(keep && holders.includes(keep)) && bytes(holders) > 0 && lag(holders) > 0,
-    );
-    if (bytes(behind.flat()) < over) return false;
-    behind.sort((a, b) => lag(b) - lag(a));
-    for (const holders of behind) {
+    const lag = (holders: Holder[], queued: boolean) =>
+      Math.max(...holders.map((h) => (h.bytes() > 0 && h.queued === queued ? h.pace.behind(now) : -Infinity)));
+    const open = [...connections.values()].filter((holders) => !(keep && holders.includes(keep)) && bytes(holders) > 0);
+    const behind = open.filter((holders) => lag(holders, false) > 0).sort((a, b) => lag(b, false) - lag(a, false));
+    const waited = open
+      .filter((holders) => lag(holders, false) <= 0 && lag(holders, true) > 0)
+      .sort((a, b) => lag(b, true) - lag(a, true));
+    const evictable = [...behind, ...waited];
+    if (bytes(evictable.flat()) < over) return false;
+    for (const holders of evictable) {
       if (this.inflightBytes + n <= limit) break;
       for (const holder of holders) holder.evict();
     }

@@ -599,43 +599,62 @@ t.test('a full budget lets go of the holder furthest behind its pace, and only o
   t.same(evicted.at(-1), 'upload');
 });
 
-t.test("holders on one connection give way together, paced from the turn of the one it's on", async (t) => {
+t.test('holders on one connection give way together; answers waiting for their turn, last', async (t) => {
   const c = clock();
   const share = budgetedShare(t, c.now);
   const evicted: string[] = [];
-  const connection = {};
-  const hold = (name: string, bytes: number, queued: boolean) => {
+  const hold = (name: string, bytes: number, queued: boolean, connection: object) => {
     const held = share.requestBytes(false, { evict: () => evicted.push(name), connection, queued });
     held.held(bytes);
     return held;
   };
   // An answer taking its turn slowly, two queued behind it: together 1800 of the 2000 bytes.
-  const active = hold('active', 200, false);
-  const next = hold('next', 800, true);
-  const last = hold('last', 800, true);
-  const probe = share.requestBytes();
+  const one = {};
+  const active = hold('active', 200, false, one);
+  const next = hold('next', 800, true, one);
+  const last = hold('last', 800, true, one);
   c.advance(WINDOW_MS + 1);
-  t.doesNotThrow(() => probe.received(1500), 'the one taking its turn fell behind: its connection gives way');
+  t.ok(fits(share, 1500), 'the one taking its turn fell behind: its connection gives way');
   t.same(evicted, ['active', 'next', 'last'], 'every answer on it, the queued ones too');
   t.same([active.bytes(), next.bytes(), last.bytes()], [0, 0, 0], 'their bytes given back');
-  probe.release();
-  // Answers queued behind one its model still works on: not paced until their turn.
-  const waiting = hold('waiting', 1500, true);
+  // Behind an answer its client takes at pace, a body not sent yet (0 bytes held, behind at any
+  // rate once WINDOW_MS has passed) does not make the connection behind.
+  const two = {};
+  const taken = hold('taken', 1500, false, two);
+  const body = share.requestBytes(false, { evict: () => evicted.push('body'), connection: two, rate: ANY_RATE });
+  c.advance(WINDOW_MS + 1);
+  taken.taken(MIN_RATE * 10);
+  t.notOk(fits(share, 600), 'kept: its answer is being taken');
+  taken.release();
+  body.release();
+  // Answers queued behind one its model still works on: let go of last, and only past WINDOW_MS.
+  const three = {};
+  hold('waiting', 1000, true, three);
+  hold('stalled', 500, false, {});
+  c.advance(WINDOW_MS);
+  t.notOk(fits(share, 1100), 'within WINDOW_MS, nobody gives way');
+  c.advance(1);
+  t.ok(fits(share, 600), 'past it, room made');
+  t.same(evicted.slice(3), ['stalled'], 'by the one behind its pace, though the queued one waited as long');
+  t.ok(fits(share, 1500), 'and when that is not enough');
+  t.same(evicted.slice(3), ['stalled', 'waiting'], 'by those that waited longest for their turn');
+  // Its turn come, an answer is paced from then.
+  const turned = hold('turned', 1500, true, {});
   c.advance(10 * WINDOW_MS);
-  t.notOk(fits(share, 600), 'kept while it waits');
-  waiting.turn();
+  turned.turn();
   c.advance(WINDOW_MS);
   t.notOk(fits(share, 600), 'paced from its turn');
   c.advance(1);
   t.ok(fits(share, 600));
-  t.same(evicted.at(-1), 'waiting');
+  t.same(evicted.at(-1), 'turned');
   // A body arriving on a connection whose answer fell behind is not evicted for its own room.
-  const answer = hold('answer', 1000, false);
-  const body = share.requestBytes(false, { evict: () => evicted.push('body'), connection, rate: ANY_RATE });
+  const four = {};
+  const answer = hold('answer', 1000, false, four);
+  const upload = share.requestBytes(false, { evict: () => evicted.push('upload'), connection: four, rate: ANY_RATE });
   c.advance(WINDOW_MS + 1);
-  body.received(500);
-  t.throws(() => body.received(600), { code: 'TILE_ERR_FRONT_BUSY' }, 'its own connection is never let go of for it');
-  t.same(evicted.at(-1), 'waiting', 'neither was evicted');
+  upload.received(500);
+  t.throws(() => upload.received(600), { code: 'TILE_ERR_FRONT_BUSY' }, 'its own connection is never let go of for it');
+  t.same(evicted.at(-1), 'turned', 'neither was evicted');
   answer.release();
-  body.release();
+  upload.release();
 });
