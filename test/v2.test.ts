@@ -25,7 +25,7 @@ import { V2Service } from '../src/front/v2/v2-service.js';
 import { planJobs } from '../src/front/v2/inference.js';
 import { modelMetadata } from '../src/front/v2/model-tensors.js';
 import { readPackage } from '../src/model-package/model-package.js';
-import { MODELS } from './helpers/server.js';
+import { MODELS, waitFor } from './helpers/server.js';
 import type { GrpcCall } from '../src/front/plugins/usage.js';
 import { WINDOW_MS } from '../src/front/pace.js';
 
@@ -398,7 +398,8 @@ async function unreadMask(t: Test, url: string): Promise<{ closed: Promise<numbe
 
 t.test("an answer not taken holds the front's budget until the body timeout lets it go", async (t) => {
   const limit = 1 << 20;
-  const { backend, url } = await fakeGrpc(t, { budget: limit, ms: 500 });
+  const recorded: GrpcCall[] = [];
+  const { backend, url } = await fakeGrpc(t, { budget: limit, ms: 500, record: (call) => recorded.push(call) });
   const started = performance.now();
   const { closed } = await unreadMask(t, url);
   const probe = backend.requestBytes();
@@ -411,11 +412,14 @@ t.test("an answer not taken holds the front's budget until the body timeout lets
   const whole = backend.requestBytes();
   t.doesNotThrow(() => whole.received(limit), 'the budget is whole again');
   whole.release();
+  await waitFor(() => recorded.length === 1, 5000);
+  t.match(recorded, [{ status: 499, shed: 'cancelled' }], 'recorded as never taken, not as answered');
 });
 
 t.test('an answer whose client falls behind its pace gives way when the budget is needed', async (t) => {
   const limit = 1 << 20;
-  const { backend, url } = await fakeGrpc(t, { budget: limit });
+  const recorded: GrpcCall[] = [];
+  const { backend, url } = await fakeGrpc(t, { budget: limit, record: (call) => recorded.push(call) });
   const { closed } = await unreadMask(t, url);
   const probe = backend.requestBytes();
   t.throws(() => probe.received(limit - 200_000), /front/i, 'within its window its 256 KB answer keeps its place');
@@ -423,6 +427,8 @@ t.test('an answer whose client falls behind its pace gives way when the budget i
   t.doesNotThrow(() => probe.received(limit - 200_000), 'past it, it gives way to a request that needs the room');
   probe.release();
   t.equal(await closed, http2.constants.NGHTTP2_CANCEL, 'its stream reset with CANCEL, long before the body timeout');
+  await waitFor(() => recorded.length === 1, 5000);
+  t.match(recorded, [{ status: 408, shed: 'evicted' }], 'recorded as let go of');
 });
 
 t.test('a front holds max_inflight_bytes / CALL_BYTES calls open; past it, calls are refused', async (t) => {

@@ -229,6 +229,8 @@ export async function startGrpc(
     'grpc.enable_channelz': 0,
   });
   widenWindow(server, 'settings');
+  // Set once the server is bound (holdAsHttp, below), before any call can come.
+  let inferStream: (metadata: grpc.Metadata) => InferStream | undefined = () => undefined;
   server.addService(inferenceService, {
     ServerLive: unary(logger, () => ({ live: true })),
     ServerReady: unary(logger, () => ({ ready: service.ready() })),
@@ -276,8 +278,9 @@ export async function startGrpc(
       } finally {
         call.off('cancelled', cancel);
         ticket?.release();
-        const ms = performance.now() - started;
-        options.record?.({ model: r.model_name, status, ms, shed, tile: v2Tiles(r) });
+        const entry = { model: r.model_name, status, shed, tile: v2Tiles(r) };
+        const record = options.record;
+        if (record) recordWhenSent(record, entry, started, status === 200 ? inferStream(call.metadata) : undefined);
       }
     }),
   });
@@ -292,8 +295,26 @@ export async function startGrpc(
   // One name may bind several addresses (localhost: ::1 and 127.0.0.1), a server each: they share it.
   const servers = http2Servers(server);
   for (const http2 of servers) http2.maxConnections = Math.max(1, Math.floor(options.maxConnections / servers.length));
-  holdAsHttp(server, service, { ...options, inferPath: infer.path });
+  inferStream = holdAsHttp(server, service, { ...options, inferPath: infer.path });
   return { server, port };
+}
+
+/** Records a call once its answer is sent, as HTTP's usage entries are (route-config.ts): an
+ *  answer the front let go of is 408 evicted, one whose client left before it was whole 499
+ *  cancelled, whatever the handler answered. Without its stream (an error's answer), at once. */
+function recordWhenSent(
+  record: (call: GrpcCall) => void,
+  entry: Omit<GrpcCall, 'ms'>,
+  started: number,
+  stream: InferStream | undefined,
+): void {
+  const done = (status: number, shed: ShedOutcome | undefined) =>
+    record({ ...entry, status, shed, ms: performance.now() - started });
+  if (!stream) return done(entry.status, entry.shed);
+  void stream.closed.then((sent) => {
+    const left = stream.evicted ? errors.clientTooSlow() : sent ? null : errors.cancelled();
+    done(left?.statusCode ?? entry.status, left ? shedOutcome(left.code) : entry.shed);
+  });
 }
 
 /** Calls open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS): more than a client
@@ -351,17 +372,39 @@ function holdAsHttp(
   server: grpc.Server,
   service: V2Service,
   { inferPath, maxInflightBytes, headersTimeoutMs, bodyTimeoutMs }: HoldOptions,
-): void {
+): (metadata: grpc.Metadata) => InferStream | undefined {
   const maxCalls = Math.max(1, Math.floor(maxInflightBytes / CALL_BYTES));
   let open = 0;
-  onSession(server, (session) =>
+  const calls = new Map<string, InferStream>();
+  const streams = new WeakMap<ServerHttp2Stream, InferStream>();
+  let next = 0;
+  onSession(server, (session) => {
+    // Before grpc-js's own listener, which reads the headers into the call's metadata.
+    session.prependListener('stream', (stream, headers) => {
+      if (headers[':path'] !== inferPath) return;
+      const id = String(next++);
+      headers[INFER_STREAM_KEY] = id;
+      const closed = new Promise<boolean>((resolve) =>
+        stream.once('close', () => {
+          calls.delete(id);
+          resolve(stream.rstCode === constants.NGHTTP2_NO_ERROR);
+        }),
+      );
+      const held = { evicted: false, closed };
+      calls.set(id, held);
+      streams.set(stream, held);
+    });
     session.on('stream', (stream, headers) => {
       const control = headers[':path'] !== inferPath;
       if (open >= (control ? 2 : 1) * maxCalls) return void stream.close(constants.NGHTTP2_REFUSED_STREAM);
       open++;
       stream.once('close', () => open--);
       // A client that falls behind its pace, sending or taking, while others need the budget.
-      const evict = cancel(stream);
+      const evict = () => {
+        const held = streams.get(stream);
+        if (held) held.evicted = true;
+        cancel(stream)();
+      };
       holdRequest(
         stream,
         service.requestBytes(control, { evict, rate: ANY_RATE }),
@@ -370,9 +413,21 @@ function holdAsHttp(
         control ? CONTROL_BYTES : Infinity,
       );
       holdAnswer(stream, () => service.requestBytes(control, { evict }), bodyTimeoutMs);
-    }),
-  );
+    });
+  });
+  return (metadata) => calls.get(String(metadata.get(INFER_STREAM_KEY)[0]));
 }
+
+/** An infer call's stream, as its usage entry needs it: grpc-js gives a handler no way to its
+ *  stream, so holdAsHttp stamps each infer stream's headers with INFER_STREAM_KEY (over any value
+ *  a client sent) before grpc-js reads them into the call's metadata. */
+interface InferStream {
+  /** Let go of by the front: its client fell behind its pace while others needed the budget. */
+  evicted: boolean;
+  /** Its close: whether it ended as it should (its answer sent whole, NO_ERROR). */
+  closed: Promise<boolean>;
+}
+const INFER_STREAM_KEY = 'tile-infer-stream';
 
 /** Resets the stream: the call is let go of (gRPC's CANCELLED). */
 const cancel = (stream: ServerHttp2Stream) => () => stream.close(constants.NGHTTP2_CANCEL);
