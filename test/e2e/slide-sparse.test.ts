@@ -14,9 +14,9 @@ import { openSlide } from '../../src/client/slide/open.js';
 import { OpenSlideSlide } from '../../src/client/slide/openslide-slide.js';
 import { startNginx } from '../../tools/remote-servers.js';
 import { writeSlide } from '../../tools/synthetic/slide.js';
-import { unwriteTiles } from '../../tools/synthetic/tiff-tags.js';
+import { breakTiles, unwriteTiles } from '../../tools/synthetic/tiff-tags.js';
 import { ROOT, startServer, type TestServer } from '../helpers/server.js';
-import { outputs, slideCommand, tileInfer } from '../helpers/tile-infer.js';
+import { outputs, slideCommand, summaryRows, tileInfer } from '../helpers/tile-infer.js';
 import { tempDir } from '../../tools/temp-dir.js';
 
 const dir = tempDir('slide-sparse');
@@ -155,6 +155,39 @@ t.test(
     await Promise.all([reference, local, remote].map((s) => s.close()));
   },
 );
+
+t.test("an SVS's missing tile that cannot be drawn from the level above: said of that level", async (t) => {
+  // The holed slide (level 1's tiles 1,0 and 1,1 and level 2's one tile never written) with every level 0
+  // tile broken (its bytes zeros): level 1's hole cannot be drawn, nor level 2's from it.
+  const broken = join(dir, 'broken.svs');
+  copyFileSync(holes, broken);
+  const source = await openSlide(holes);
+  const { tilesAcross, tilesDown } = source.bandSource!(0);
+  await source.close();
+  breakTiles(
+    broken,
+    Array.from({ length: tilesAcross * tilesDown }, (_, i) => i),
+    0,
+  );
+  const slide = await openSlide(broken);
+  const { width, height } = slide.levels[1];
+  await t.rejects(slide.readRegion(1, 0, 0, width, height), {
+    code: 'TILE_ERR_SLIDE_UNREADABLE',
+    message:
+      /broken\.svs: level 1's tile 1,0 is missing and could not be drawn from level 0: directory 0, .*VipsJpeg: Not a JPEG file/,
+  });
+  await slide.close();
+  // tile-infer finds tissue on level 2: drawn from level 1, drawn from level 0.
+  const out = join(dir, 'broken-out');
+  const run = await tileInfer(slideCommand([broken], { model: 'gene-expr', out, server: server.url }));
+  t.not(run.code, 0);
+  const [row] = summaryRows(join(out, 'summary.csv'));
+  t.match(row, {
+    status: 'failed',
+    reason:
+      /^"?\[TILE_ERR_SLIDE_UNREADABLE\] \S+broken\.svs: level 2's tile 0,0 is missing and could not be drawn from level 1: level 1's tile 1,[01] is missing and could not be drawn from level 0: directory 0, /,
+  });
+});
 
 t.test('a local LZW TIFF with tiles never written: those tiles white, the rest as written', async (t) => {
   const [lzw, holedLzw] = [join(dir, 'whole-lzw.tif'), join(dir, 'sparse-lzw.tif')];

@@ -17,6 +17,15 @@ export const unwriteTiles = (path: string, tiles: number[], page = 0) =>
     ...tiles.map(String),
   );
 
+/** Overwrites the bytes of `tiles` of directory `page` with zeros: tiles written, but broken. */
+export const breakTiles = (path: string, tiles: number[], page = 0) =>
+  tifffile(
+    'with tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n p = f.pages[int(sys.argv[2])]\n for i in sys.argv[3:]:\n  f.filehandle.seek(p.dataoffsets[int(i)])\n  f.filehandle.write(bytes(p.databytecounts[int(i)]))',
+    path,
+    String(page),
+    ...tiles.map(String),
+  );
+
 /** Overwrites directory 0's ImageDescription. */
 export const describe = (path: string, text: string) =>
   tifffile(

@@ -12,9 +12,12 @@ import type { TileAt, TileWithBody } from './inference.js';
 const CHUNK = 4;
 
 /** A read that failed on a reader thread (whose errors arrive as plain Errors): the slide, the
- *  level and what the thread said (the TIFF tile, the decoder's reason). */
+ *  level and what the thread said (the TIFF tile, the decoder's reason). A SlideError (the slide's
+ *  own, from this thread: an SVS's missing tile drawn from the level above) says it already. */
 const unreadable = (slide: Slide, level: number, err: Error) =>
-  new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${slide.path}: level ${level}: ${err.message}`);
+  err instanceof SlideError
+    ? err
+    : new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${slide.path}: level ${level}: ${err.message}`);
 
 /** A slide's tiles to read as request bodies. */
 export interface SlideTiles<T extends TileAt> {

@@ -425,7 +425,15 @@ export class TiffSlide implements Slide {
     const stride = job.tiles * row;
     for (let k = 0; k < job.tiles; k++) {
       if (!l.missing.has(ty * l.tilesAcross + tx0 + k)) continue;
-      const tile = await this.fromLevelAbove(level, tx0 + k, ty);
+      const tile = await this.fromLevelAbove(level, tx0 + k, ty).catch((err: Error) => {
+        // Said of the level that failed (its reader's message names the file, then the level or
+        // directory), not of the level being drawn.
+        const why = err.message.startsWith(`${this.path}: `) ? err.message.slice(this.path.length + 2) : err.message;
+        throw new SlideError(
+          'TILE_ERR_SLIDE_UNREADABLE',
+          `${this.path}: level ${level}'s tile ${tx0 + k},${ty} is missing and could not be drawn from level ${level - 1}: ${why}`,
+        );
+      });
       for (let y = 0; y < l.tileHeight; y++) into.set(tile.subarray(y * row, (y + 1) * row), k * row + y * stride);
     }
   }
