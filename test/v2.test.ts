@@ -5,6 +5,7 @@ import t, { type Test } from 'tap';
 import { fakeService } from './helpers/fake-backend.js';
 import { inferBody, type Tensor } from './helpers/v2-client.js';
 import { framed, modelInferStream } from './helpers/grpc-wire.js';
+import { callHeaders, FLAG, FRAME, frame, indexed, literal, rawConnection } from './helpers/h2-frames.js';
 import { join } from 'node:path';
 import http2 from 'node:http2';
 import net from 'node:net';
@@ -466,6 +467,23 @@ t.test('a front holds max_inflight_bytes / CALL_BYTES calls open; past it, calls
   const next = open();
   const outcome = await Promise.race([next.closed, new Promise((resolve) => setTimeout(() => resolve('open'), 500))]);
   t.equal(outcome, 'open', 'a closed call gives its place back');
+  // And the other way: health calls at their limit take no model call's place.
+  for (const c of [...calls.slice(1, 8), next]) c.stream.close();
+  await Promise.all([...calls.slice(1, 8), next].map((c) => c.closed));
+  const probes = Array.from({ length: 9 }, () => {
+    const stream = session.request({
+      ':method': 'POST',
+      ':path': '/inference.GRPCInferenceService/ServerLive',
+      'content-type': 'application/grpc',
+      te: 'trailers',
+    });
+    stream.on('error', () => {});
+    return new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
+  });
+  t.equal(await probes[8], REFUSED, 'the 9th health call held open: REFUSED_STREAM');
+  const model = open();
+  const kept = await Promise.race([model.closed, new Promise((resolve) => setTimeout(() => resolve('open'), 500))]);
+  t.equal(kept, 'open', 'a model call opens beside them');
 });
 
 t.test('an answer taken slowly but steadily is written to its end, past the body timeout', async (t) => {
@@ -577,6 +595,61 @@ t.test(
     t.equal(await infer(typed(wide)), grpc.status.UNAVAILABLE, 'typed past a byte: front busy');
   },
 );
+
+t.test(
+  'a call whose header list is past MAX_HEADER_LIST is reset, its client acknowledging SETTINGS or not',
+  async (t) => {
+    const { port } = await fakeGrpc(t, {});
+    const LIVE = '/inference.GRPCInferenceService/ServerLive';
+    // One 4,000-byte field entered in the table, then named by index 9 more times: 40 KB decoded
+    // from a block of about 4 KB.
+    const bomb = Buffer.concat([
+      callHeaders(LIVE),
+      literal('x-b', 'b'.repeat(4000), true),
+      ...Array(9).fill(indexed(62)),
+    ]);
+    const small = callHeaders(LIVE);
+    const call = (stream: number, block: Buffer) =>
+      Buffer.concat([
+        frame(FRAME.HEADERS, FLAG.END_HEADERS, stream, block),
+        frame(FRAME.DATA, FLAG.END_STREAM, stream, Buffer.alloc(5)),
+      ]);
+    for (const acknowledged of [false, true]) {
+      const { socket, frames } = await rawConnection(port);
+      t.teardown(() => socket.destroy());
+      if (acknowledged) socket.write(frame(FRAME.SETTINGS, FLAG.ACK, 0));
+      socket.write(Buffer.concat([call(1, bomb), call(3, small)]));
+      await waitFor(() => frames.some((f) => f.stream === 3 && f.type === FRAME.HEADERS), 5000);
+      const reset = frames.find((f) => f.type === FRAME.RST_STREAM && f.stream === 1);
+      t.equal(
+        reset?.payload.readUInt32BE(0),
+        http2.constants.NGHTTP2_ENHANCE_YOUR_CALM,
+        `acknowledged ${acknowledged}: reset`,
+      );
+      t.notOk(
+        frames.some((f) => f.stream === 1 && f.type === FRAME.HEADERS),
+        'and not answered',
+      );
+      t.ok(
+        frames.some((f) => f.stream === 3 && f.type === FRAME.HEADERS),
+        'the next call on the connection is',
+      );
+    }
+  },
+);
+
+t.test("a client that does not acknowledge the server's SETTINGS is let go of after the headers timeout", async (t) => {
+  const { port } = await fakeGrpc(t, { headersMs: 300 });
+  const [silent, acknowledging] = [await rawConnection(port), await rawConnection(port)];
+  t.teardown(() => [silent, acknowledging].forEach((c) => c.socket.destroy()));
+  acknowledging.socket.write(frame(FRAME.SETTINGS, FLAG.ACK, 0));
+  await waitFor(silent.closed, 5000);
+  const goaway = silent.frames.find((f) => f.type === FRAME.GOAWAY);
+  t.equal(goaway?.payload.readUInt32BE(4), http2.constants.NGHTTP2_SETTINGS_TIMEOUT, 'GOAWAY SETTINGS_TIMEOUT');
+  t.ok(silent.closed(), 'closed');
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  t.notOk(acknowledging.closed(), 'one that acknowledged stays');
+});
 
 t.test('a message of more entries than a request may hold is INVALID_ARGUMENT before it is decoded', async (t) => {
   const { url } = await fakeGrpc(t, {});

@@ -292,6 +292,7 @@ export async function startGrpc(
     ),
   );
   widenWindow(server, 'sessions');
+  boundHeaders(server, options.headersTimeoutMs);
   // One name may bind several addresses (localhost: ::1 and 127.0.0.1), a server each: they share it.
   const servers = http2Servers(server);
   for (const http2 of servers) http2.maxConnections = Math.max(1, Math.floor(options.maxConnections / servers.length));
@@ -331,10 +332,53 @@ const WINDOW = 16 * 1024 * 1024;
  *  update. Until that lands, the server's own settings (before bind) and each connection's window
  *  (after) are raised here, through its internals; a grpc-js without them keeps the default. */
 function widenWindow(server: grpc.Server, step: 'settings' | 'sessions'): void {
-  const internals = server as unknown as { commonServerOptions?: { settings?: Record<string, unknown> } };
-  if (step === 'settings' && internals.commonServerOptions)
-    internals.commonServerOptions.settings = { ...internals.commonServerOptions.settings, initialWindowSize: WINDOW };
+  const internals = server as unknown as {
+    commonServerOptions?: { settings?: Record<string, unknown>; maxHeaderListPairs?: number };
+  };
+  if (step === 'settings' && internals.commonServerOptions) {
+    internals.commonServerOptions.settings = {
+      ...internals.commonServerOptions.settings,
+      initialWindowSize: WINDOW,
+      maxHeaderListSize: MAX_HEADER_LIST,
+    };
+    internals.commonServerOptions.maxHeaderListPairs = MAX_HEADER_PAIRS;
+  }
   if (step === 'sessions') onSession(server, (s) => s.setLocalWindowSize(WINDOW));
+}
+
+/** The most a call's header list may hold (RFC 9113 6.5.2: names, values and 32 bytes a field),
+ *  gRPC core's hard limit on metadata. grpc-js sets none: a 225-byte header block naming one
+ *  4 KB HPACK table entry 120 times (RFC 7541 2.3.2) decoded to 480 KB, and 10,000 such calls
+ *  held on a closed window took a front to 4.3 GB and killed it (heap out of memory in 14 s: an
+ *  attack session). Sent as SETTINGS_MAX_HEADER_LIST_SIZE, which Node enforces (RST_STREAM
+ *  ENHANCE_YOUR_CALM) once the client has acknowledged it (RFC 9113 6.5.3). */
+export const MAX_HEADER_LIST = 16 * 1024;
+
+/** The most fields a call's header list may hold, pseudo-headers included (Node's default is
+ *  128). Node holds every call to it from the first byte, acknowledged or not, in its own code:
+ *  HPACK can make a field as large as the client's table (4 KB), so this bounds what a header
+ *  block can decode to before any of ours runs. */
+export const MAX_HEADER_PAIRS = 32;
+
+/** Holds every call to MAX_HEADER_LIST: a client that has not acknowledged the server's SETTINGS
+ *  within `ackMs` (front.headers_timeout_ms; a client acknowledges at once) is let go of (GOAWAY
+ *  SETTINGS_TIMEOUT, RFC 9113 6.5.3), and until then each call's header list is measured here and
+ *  reset past it, before grpc-js reads it. */
+function boundHeaders(server: grpc.Server, ackMs: number): void {
+  onSession(server, (session) => {
+    // (Node's destroy(undefined, code) sends its GOAWAY with NO_ERROR whatever the code.)
+    const deadline = setTimeout(() => {
+      session.goaway(constants.NGHTTP2_SETTINGS_TIMEOUT);
+      session.destroy();
+    }, ackMs);
+    session.once('localSettings', () => clearTimeout(deadline));
+    session.once('close', () => clearTimeout(deadline));
+    session.prependListener('stream', (stream, _headers, _flags, raw: string[]) => {
+      let size = 0;
+      for (let i = 0; i < raw.length; i += 2) size += raw[i]!.length + raw[i + 1]!.length + 32;
+      if (size > MAX_HEADER_LIST) stream.close(constants.NGHTTP2_ENHANCE_YOUR_CALM);
+    });
+  });
 }
 
 /** Each call's messages read by MessageDecoder (message-decoder.ts) instead of grpc-js's own:
@@ -366,15 +410,18 @@ function onSession(server: grpc.Server, listener: (session: Http2Session) => voi
  *  (holdAnswer); a stream past the budget is refused (REFUSED_STREAM: not processed, a client may
  *  retry; gRPC's UNAVAILABLE). Open calls are bounded apart from it (CALL_BYTES): a call that
  *  sends nothing costs the front memory but holds no bytes. Calls other than `inferPath` (health,
- *  metadata) may take as many again and use a reserve as large as the budget: answered, as HTTP's
- *  health routes are, while requests hold the budget whole. */
+ *  metadata) have as many places of their own, and a reserve as large as the budget: answered,
+ *  as HTTP's health routes are, while requests hold the budget whole, and unable to take model
+ *  calls' places (an attack session held 33,000 ServerLive calls on a closed window, and model
+ *  calls were refused). Their answers, a few bytes, are let go of when not taken within
+ *  front.headers_timeout_ms, not the body timeout. */
 function holdAsHttp(
   server: grpc.Server,
   service: V2Service,
   { inferPath, maxInflightBytes, headersTimeoutMs, bodyTimeoutMs }: HoldOptions,
 ): (metadata: grpc.Metadata) => InferStream | undefined {
   const maxCalls = Math.max(1, Math.floor(maxInflightBytes / CALL_BYTES));
-  let open = 0;
+  const open = { control: 0, infer: 0 };
   const calls = new Map<string, InferStream>();
   const streams = new WeakMap<ServerHttp2Stream, InferStream>();
   let next = 0;
@@ -396,9 +443,10 @@ function holdAsHttp(
     });
     session.on('stream', (stream, headers) => {
       const control = headers[':path'] !== inferPath;
-      if (open >= (control ? 2 : 1) * maxCalls) return void stream.close(constants.NGHTTP2_REFUSED_STREAM);
-      open++;
-      stream.once('close', () => open--);
+      const kind = control ? 'control' : 'infer';
+      if (open[kind] >= maxCalls) return void stream.close(constants.NGHTTP2_REFUSED_STREAM);
+      open[kind]++;
+      stream.once('close', () => open[kind]--);
       // A client that falls behind its pace, sending or taking, while others need the budget.
       const evict = () => {
         const held = streams.get(stream);
@@ -412,7 +460,7 @@ function holdAsHttp(
         bodyTimeoutMs,
         control ? CONTROL_BYTES : Infinity,
       );
-      holdAnswer(stream, () => service.requestBytes(control, { evict }), bodyTimeoutMs);
+      holdAnswer(stream, () => service.requestBytes(control, { evict }), control ? headersTimeoutMs : bodyTimeoutMs);
     });
   });
   return (metadata) => calls.get(String(metadata.get(INFER_STREAM_KEY)[0]));
@@ -441,10 +489,12 @@ interface HoldOptions {
 
 /** What an open call costs a front before it sends a byte (its HTTP/2 stream and grpc-js's call):
  *  400 connections of 256 calls that sent only their headers took a front from 126 to 928 MB,
- *  8 KB a call (an ad hoc attack). A front holds front.max_inflight_bytes / CALL_BYTES calls open
- *  (32,768 by default), that much memory again. Charged to the byte budget instead (c3e0c17), such
- *  calls shut out every model request, HTTP's too: 130 connections of them did (an attack session). */
-export const CALL_BYTES = 8 * 1024;
+ *  8 KB a call (an ad hoc attack); held with an answer on a closed window, 15 KB (an attack
+ *  session: 65,000 ServerLive calls, 1,143 MB). A front holds front.max_inflight_bytes /
+ *  CALL_BYTES model calls open (16,384 by default) and as many others, that much memory again.
+ *  Charged to the byte budget instead (c3e0c17), such calls shut out every model request, HTTP's
+ *  too: 130 connections of them did (an attack session). */
+export const CALL_BYTES = 16 * 1024;
 
 /** The largest message of a call that asks no model (a name and a version; with the reserve, so
  *  that the reserve is not a second budget for large messages). */
