@@ -4,7 +4,7 @@
 import t, { type Test } from 'tap';
 import { fakeService } from './helpers/fake-backend.js';
 import { inferBody, type Tensor } from './helpers/v2-client.js';
-import { framed, modelInferStream } from './helpers/grpc-wire.js';
+import { callStream, framed, modelInferStream, SERVER_LIVE } from './helpers/grpc-wire.js';
 import { callHeaders, FLAG, FRAME, frame, indexed, literal, rawConnection } from './helpers/h2-frames.js';
 import { join } from 'node:path';
 import http2 from 'node:http2';
@@ -15,6 +15,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import pino from 'pino';
 import {
   CALL_BYTES,
+  CONTROL_STREAMS,
   LOADER_OPTIONS,
   MAX_STREAMS,
   messageBuffer,
@@ -471,19 +472,38 @@ t.test('a front holds max_inflight_bytes / CALL_BYTES calls open; past it, calls
   for (const c of [...calls.slice(1, 8), next]) c.stream.close();
   await Promise.all([...calls.slice(1, 8), next].map((c) => c.closed));
   const probes = Array.from({ length: 9 }, () => {
-    const stream = session.request({
-      ':method': 'POST',
-      ':path': '/inference.GRPCInferenceService/ServerLive',
-      'content-type': 'application/grpc',
-      te: 'trailers',
-    });
-    stream.on('error', () => {});
+    const stream = callStream(session, SERVER_LIVE);
     return new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
   });
   t.equal(await probes[8], REFUSED, 'the 9th health call held open: REFUSED_STREAM');
   const model = open();
   const kept = await Promise.race([model.closed, new Promise((resolve) => setTimeout(() => resolve('open'), 500))]);
   t.equal(kept, 'open', 'a model call opens beside them');
+});
+
+t.test('a connection holds CONTROL_STREAMS health calls open; past it, its calls are refused', async (t) => {
+  const { url, client } = await fakeGrpc(t, {});
+  const call = (session: http2.ClientHttp2Session) => {
+    const stream = callStream(session, SERVER_LIVE);
+    stream.end(framed(Buffer.alloc(0)));
+    return new Promise<number>((resolve) => stream.once('close', () => resolve(stream.rstCode ?? -1)));
+  };
+  // Calls whose answers cannot be sent (RFC 9113 6.9.2: a window of 0): they stay open.
+  const closed = http2.connect(url, { settings: { initialWindowSize: 0 } });
+  t.teardown(() => closed.destroy());
+  const held = Array.from({ length: CONTROL_STREAMS }, () => call(closed));
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  t.equal(await call(closed), http2.constants.NGHTTP2_REFUSED_STREAM, `the ${CONTROL_STREAMS + 1}th: REFUSED_STREAM`);
+  const stillOpen = await Promise.race([
+    Promise.any(held),
+    new Promise((resolve) => setTimeout(() => resolve('open'), 200)),
+  ]);
+  t.equal(stillOpen, 'open', 'the others stay open');
+  const stub = client();
+  const live = await new Promise((resolve) =>
+    stub.ServerLive({}, (err: grpc.ServiceError | null, r: unknown) => resolve(err ? err.code : r)),
+  );
+  t.same(live, { live: true }, 'another connection is answered');
 });
 
 t.test('an answer taken slowly but steadily is written to its end, past the body timeout', async (t) => {
@@ -600,15 +620,14 @@ t.test(
   'a call whose header list is past MAX_HEADER_LIST is reset, its client acknowledging SETTINGS or not',
   async (t) => {
     const { port } = await fakeGrpc(t, {});
-    const LIVE = '/inference.GRPCInferenceService/ServerLive';
     // One 4,000-byte field entered in the table, then named by index 9 more times: 40 KB decoded
     // from a block of about 4 KB.
     const bomb = Buffer.concat([
-      callHeaders(LIVE),
+      callHeaders(SERVER_LIVE),
       literal('x-b', 'b'.repeat(4000), true),
       ...Array(9).fill(indexed(62)),
     ]);
-    const small = callHeaders(LIVE);
+    const small = callHeaders(SERVER_LIVE);
     const call = (stream: number, block: Buffer) =>
       Buffer.concat([
         frame(FRAME.HEADERS, FLAG.END_HEADERS, stream, block),

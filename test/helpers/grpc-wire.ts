@@ -5,17 +5,22 @@ import type { ClientHttp2Session, ClientHttp2Stream } from 'node:http2';
 
 export const MODEL_INFER = '/inference.GRPCInferenceService/ModelInfer';
 
-/** A ModelInfer call opened on `session`, its errors left to its close (rstCode). */
-export function modelInferStream(session: ClientHttp2Session): ClientHttp2Stream {
+export const SERVER_LIVE = '/inference.GRPCInferenceService/ServerLive';
+
+/** A call to `path` opened on `session`, its errors left to its close (rstCode). */
+export function callStream(session: ClientHttp2Session, path: string): ClientHttp2Stream {
   const stream = session.request({
     ':method': 'POST',
-    ':path': MODEL_INFER,
+    ':path': path,
     'content-type': 'application/grpc',
     te: 'trailers',
   });
   stream.on('error', () => {});
   return stream;
 }
+
+/** A ModelInfer call opened on `session`. */
+export const modelInferStream = (session: ClientHttp2Session): ClientHttp2Stream => callStream(session, MODEL_INFER);
 
 /** The prefix of an uncompressed message of `length` bytes. */
 export function messagePrefix(length: number): Buffer {

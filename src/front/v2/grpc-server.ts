@@ -413,7 +413,7 @@ function onSession(server: grpc.Server, listener: (session: Http2Session) => voi
  *  metadata) have as many places of their own, and a reserve as large as the budget: answered,
  *  as HTTP's health routes are, while requests hold the budget whole, and unable to take model
  *  calls' places (an attack session held 33,000 ServerLive calls on a closed window, and model
- *  calls were refused). Their answers, a few bytes, are let go of when not taken within
+ *  calls were refused), CONTROL_STREAMS a connection at most. Their answers, a few bytes, are let go of when not taken within
  *  front.headers_timeout_ms, not the body timeout. */
 function holdAsHttp(
   server: grpc.Server,
@@ -441,12 +441,18 @@ function holdAsHttp(
       calls.set(id, held);
       streams.set(stream, held);
     });
+    let controlHere = 0;
     session.on('stream', (stream, headers) => {
       const control = headers[':path'] !== inferPath;
       const kind = control ? 'control' : 'infer';
-      if (open[kind] >= maxCalls) return void stream.close(constants.NGHTTP2_REFUSED_STREAM);
+      if (open[kind] >= maxCalls || (control && controlHere >= CONTROL_STREAMS))
+        return void stream.close(constants.NGHTTP2_REFUSED_STREAM);
       open[kind]++;
-      stream.once('close', () => open[kind]--);
+      if (control) controlHere++;
+      stream.once('close', () => {
+        open[kind]--;
+        if (control) controlHere--;
+      });
       // A client that falls behind its pace, sending or taking, while others need the budget.
       const evict = () => {
         const held = streams.get(stream);
@@ -495,6 +501,15 @@ interface HoldOptions {
  *  Charged to the byte budget instead (c3e0c17), such calls shut out every model request, HTTP's
  *  too: 130 connections of them did (an attack session). */
 export const CALL_BYTES = 16 * 1024;
+
+/** Health and metadata calls one connection may hold open at once. A client asks them one or
+ *  a few at a time; an attack session held 250 a connection on closed windows (their answers
+ *  never sent), and from 66 connections every place such calls have was taken, gRPC health
+ *  probes refused (31 of 61) for as long as it held them. Letting the furthest behind give way
+ *  only made room for more of the attacker's calls (probes 39 of 66, the front busier). Bounded
+ *  per connection, filling the places takes front.max_inflight_bytes / CALL_BYTES / 32
+ *  connections (512 at the defaults). */
+export const CONTROL_STREAMS = 32;
 
 /** The largest message of a call that asks no model (a name and a version; with the reserve, so
  *  that the reserve is not a second budget for large messages). */
