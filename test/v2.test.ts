@@ -657,8 +657,41 @@ t.test(
   },
 );
 
+t.test(
+  'calls reset for their header list, before the client acknowledges, whatever grpc-js makes of them',
+  async (t) => {
+    // grpc-js answers a wrong content type, or a path it does not serve, at once: on a stream
+    // already reset, Node would throw in the front.
+    const { port, client } = await fakeGrpc(t, {});
+    const block = (path: string, type: string) =>
+      Buffer.concat([
+        literal(':method', 'POST'),
+        literal(':scheme', 'http'),
+        literal(':path', path),
+        literal(':authority', 'x'),
+        literal('content-type', type),
+        literal('x-b', 'b'.repeat(4000), true),
+        ...Array(9).fill(indexed(62)),
+      ]);
+    const { socket, frames } = await rawConnection(port);
+    t.teardown(() => socket.destroy());
+    socket.write(
+      Buffer.concat([
+        frame(FRAME.HEADERS, FLAG.END_HEADERS | FLAG.END_STREAM, 1, block(SERVER_LIVE, 'text/plain')),
+        frame(FRAME.HEADERS, FLAG.END_HEADERS | FLAG.END_STREAM, 3, block('/no.Such/Call', 'application/grpc')),
+      ]),
+    );
+    await waitFor(() => frames.filter((f) => f.stream === 1 || f.stream === 3).length >= 2, 5000);
+    const stub = client();
+    const live = await new Promise((resolve) =>
+      stub.ServerLive({}, (err: grpc.ServiceError | null, r: unknown) => resolve(err ? err.code : r)),
+    );
+    t.same(live, { live: true }, 'the front answers on');
+  },
+);
+
 t.test("a client that does not acknowledge the server's SETTINGS is let go of after the headers timeout", async (t) => {
-  const { port } = await fakeGrpc(t, { headersMs: 300 });
+  const { port, client } = await fakeGrpc(t, { headersMs: 300 });
   const [silent, acknowledging] = [await rawConnection(port), await rawConnection(port)];
   t.teardown(() => [silent, acknowledging].forEach((c) => c.socket.destroy()));
   acknowledging.socket.write(frame(FRAME.SETTINGS, FLAG.ACK, 0));
@@ -668,6 +701,17 @@ t.test("a client that does not acknowledge the server's SETTINGS is let go of af
   t.ok(silent.closed(), 'closed');
   await new Promise((resolve) => setTimeout(resolve, 300));
   t.notOk(acknowledging.closed(), 'one that acknowledged stays');
+  // One that sends GOAWAY instead, keeping its half of the connection open: its session is gone
+  // before the deadline, which must not act on it.
+  const leaving = await rawConnection(port, { allowHalfOpen: true });
+  t.teardown(() => leaving.socket.destroy());
+  leaving.socket.write(frame(FRAME.GOAWAY, 0, 0, Buffer.alloc(8)));
+  await new Promise((resolve) => setTimeout(resolve, 600));
+  const stub = client();
+  const live = await new Promise((resolve) =>
+    stub.ServerLive({}, (err: grpc.ServiceError | null, r: unknown) => resolve(err ? err.code : r)),
+  );
+  t.same(live, { live: true }, 'past its deadline, the front answers on');
 });
 
 t.test('a message of more entries than a request may hold is INVALID_ARGUMENT before it is decoded', async (t) => {

@@ -58,11 +58,13 @@ export interface Frame {
   payload: Buffer;
 }
 
-/** A connection that has sent the preface and an empty SETTINGS, and keeps every frame it reads. */
+/** A connection that has sent the preface and an empty SETTINGS, and keeps every frame it reads
+ *  (`allowHalfOpen`: it keeps its half open when the server ends its own). */
 export async function rawConnection(
   port: number,
+  { allowHalfOpen = false } = {},
 ): Promise<{ socket: net.Socket; frames: Frame[]; closed: () => boolean }> {
-  const socket = net.connect(port, '127.0.0.1');
+  const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen });
   socket.on('error', () => {});
   const frames: Frame[] = [];
   let closed = false;

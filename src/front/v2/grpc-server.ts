@@ -355,25 +355,30 @@ function widenWindow(server: grpc.Server, step: 'settings' | 'sessions'): void {
 export const MAX_HEADER_LIST = 16 * 1024;
 
 /** The most fields a call's header list may hold, pseudo-headers included (Node's default is
- *  128). Node holds every call to it from the first byte, acknowledged or not, in its own code:
- *  HPACK can make a field as large as the client's table (4 KB), so this bounds what a header
- *  block can decode to before any of ours runs. */
-export const MAX_HEADER_PAIRS = 32;
+ *  128): Envoy's default, so that a call that crossed a mesh's proxies fits. Node holds every call
+ *  to it from the first byte, acknowledged or not, in its own code: HPACK can make a field as
+ *  large as the client's table (4 KB), so this bounds what a header block can decode to before any
+ *  of ours runs. */
+export const MAX_HEADER_PAIRS = 100;
 
 /** Holds every call to MAX_HEADER_LIST: a client that has not acknowledged the server's SETTINGS
  *  within `ackMs` (front.headers_timeout_ms; a client acknowledges at once) is let go of (GOAWAY
  *  SETTINGS_TIMEOUT, RFC 9113 6.5.3), and until then each call's header list is measured here and
- *  reset past it, before grpc-js reads it. */
+ *  reset past it, once grpc-js has its call (before, grpc-js answered some such streams, a wrong
+ *  content type or path, on the closed stream, and Node's throw took the front down: a review
+ *  session). */
 function boundHeaders(server: grpc.Server, ackMs: number): void {
   onSession(server, (session) => {
-    // (Node's destroy(undefined, code) sends its GOAWAY with NO_ERROR whatever the code.)
+    // A session already gone (a client's GOAWAY destroys it before its socket closes) takes no
+    // GOAWAY: Node would throw. (Node's destroy(undefined, code) sends NO_ERROR whatever the code.)
     const deadline = setTimeout(() => {
-      session.goaway(constants.NGHTTP2_SETTINGS_TIMEOUT);
+      if (session.destroyed) return;
+      if (!session.closed) session.goaway(constants.NGHTTP2_SETTINGS_TIMEOUT);
       session.destroy();
     }, ackMs);
     session.once('localSettings', () => clearTimeout(deadline));
     session.once('close', () => clearTimeout(deadline));
-    session.prependListener('stream', (stream, _headers, _flags, raw: string[]) => {
+    session.on('stream', (stream, _headers, _flags, raw: string[]) => {
       let size = 0;
       for (let i = 0; i < raw.length; i += 2) size += raw[i]!.length + raw[i + 1]!.length + 32;
       if (size > MAX_HEADER_LIST) stream.close(constants.NGHTTP2_ENHANCE_YOUR_CALM);

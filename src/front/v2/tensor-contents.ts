@@ -77,6 +77,9 @@ interface Run {
  *  given); throws naming what is malformed, as protobufjs does. */
 export function decodeTensorContents(reader: protobuf.Reader, length?: number): TensorContents {
   const end = length === undefined ? reader.len : reader.pos + length;
+  // Before anything is counted: a length of 4 GB in a 12-byte message had its runs counted, byte
+  // by byte, far past the buffer (a review session: 10 s of the front's main thread a call).
+  if (end > reader.len) throw new RangeError('InferTensorContents: longer than the message holding it');
   const runs: Run[] = [];
   const counts = new Map<Field, number>();
   const bytes: Buffer[] = [];
