@@ -174,7 +174,7 @@ t.test("an SVS's missing tile that cannot be drawn from the level above: said of
   await t.rejects(slide.readRegion(1, 0, 0, width, height), {
     code: 'TILE_ERR_SLIDE_UNREADABLE',
     message:
-      /broken\.svs: level 1's tile 1,0 is missing and could not be drawn from level 0: directory 0, .*VipsJpeg: Not a JPEG file/,
+      /broken\.svs: level 1's tile 1,[01] is missing and could not be drawn from level 0: directory 0, .*VipsJpeg: Not a JPEG file/,
   });
   await slide.close();
   // tile-infer finds tissue on level 2: drawn from level 1, drawn from level 0.
