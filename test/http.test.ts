@@ -797,6 +797,18 @@ const TILE_REQUEST = (() => {
   return `POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
 })();
 
+/** A connection that sends `request` (raw HTTP/1.1) and keeps what it reads, as text, until it
+ *  closes. */
+function rawClient(port: number, request: string) {
+  const socket = connect(port, '127.0.0.1');
+  socket.on('error', () => {});
+  const state = { socket, closed: false, text: '' };
+  socket.once('close', () => (state.closed = true));
+  socket.on('data', (chunk: Buffer) => (state.text += chunk.toString('latin1')));
+  socket.write(request);
+  return state;
+}
+
 /** Holds the backend's tiles at their model until the returned call. */
 function gate(backend: FakeBackend): () => void {
   let run!: () => void;
@@ -1020,15 +1032,7 @@ t.test('an answer queued behind one its model still works on waits for its turn,
   const budget = 96 << 20;
   const { backend, port } = await bigAnswers(t, budget);
   const run = gate(backend);
-  const client = (request: string) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.on('error', () => {});
-    const state = { socket, closed: false, text: '' };
-    socket.once('close', () => (state.closed = true));
-    socket.on('data', (chunk: Buffer) => (state.text += chunk.toString('latin1')));
-    socket.write(request);
-    return state;
-  };
+  const client = (request: string) => rawClient(port, request);
   // One that reads all it is sent and pipelines a 32 MB answer behind a tile, and later one that
   // does not read its 32 MB answer (less far behind, by when it came).
   const pipelining = client(`${TILE_REQUEST}GET /big HTTP/1.1\r\nhost: x\r\n\r\n`);
@@ -1057,12 +1061,8 @@ t.test('requests on a connection let go of are logged as let go of, those queued
   const run = gate(backend);
   // Behind 32 MB answers their clients do not take: a tile answered (queued), and two at their
   // model (Node reads no more requests of a connection whose answers wait).
-  const connection = (requests: string) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.on('error', () => {});
-    socket.write(`GET /big HTTP/1.1\r\nhost: x\r\n\r\n${requests}`);
-    socket.pause();
-  };
+  const connection = (requests: string) =>
+    rawClient(port, `GET /big HTTP/1.1\r\nhost: x\r\n\r\n${requests}`).socket.pause();
   connection(TILE_REQUEST);
   await waitFor(() => backend.jobs.length === 1, 5000);
   run();

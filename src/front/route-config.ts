@@ -47,6 +47,13 @@ const SHED: Partial<Record<string, ShedOutcome>> = {
 };
 export const shedOutcome = (code: string): ShedOutcome | undefined => SHED[code];
 
+/** How a request whose answer was not sent whole is recorded, HTTP's or gRPC's: let go of by the
+ *  front (`evicted`: 408, TILE_ERR_CLIENT_TOO_SLOW), or its client gone (499, TILE_ERR_CANCELLED). */
+export function unanswered(evicted: boolean): { status: number; shed: ShedOutcome | undefined } {
+  const left = evicted ? errors.clientTooSlow() : errors.cancelled();
+  return { status: left.statusCode, shed: shedOutcome(left.code) };
+}
+
 /** Calls `record` once per model request: when its response is done, with how it was shed if it
  *  was (expired, refused), or when its connection closed before the answer (its client left:
  *  cancelled, 499; the front reset it: evicted, 408), which fastify's onResponse never sees. */
@@ -74,8 +81,8 @@ export function onModelRequestDone(
     const reset = wasReset(request.raw);
     if (sent && !reset)
       return record(request, reply, route, reply.statusCode, shedOutcome(String(reply.getHeader('x-error-code'))));
-    const left = reset ? errors.clientTooSlow() : errors.cancelled();
-    record(request, reply, route, left.statusCode, shedOutcome(left.code));
+    const { status, shed } = unanswered(reset);
+    record(request, reply, route, status, shed);
   };
   app.addHook('onRequest', async (request, reply) => {
     const route = modelRoute(request);

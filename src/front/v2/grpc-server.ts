@@ -16,7 +16,7 @@ import { MessageDecoder } from './message-decoder.js';
 import { inferRequestDecoder, type TensorContents } from './tensor-contents.js';
 import { overLimits } from './wire-limits.js';
 import { type GrpcCall, v2Tiles } from '../plugins/usage.js';
-import { shedOutcome } from '../route-config.js';
+import { shedOutcome, unanswered } from '../route-config.js';
 import type { ShedOutcome } from '../../ipc/protocol.js';
 import type { RequestBytes, Ticket } from '../backend.js';
 import { ANSWER_PIECE, ANY_RATE } from '../pace.js';
@@ -228,7 +228,7 @@ export async function startGrpc(
     // cost each call ~0.04 ms of the front's main thread (a CPU profile at batch 32, about 1% of it).
     'grpc.enable_channelz': 0,
   });
-  widenWindow(server, 'settings');
+  http2Settings(server, 'settings');
   // Set once the server is bound (holdAsHttp, below), before any call can come.
   let inferStream: (metadata: grpc.Metadata) => InferStream | undefined = () => undefined;
   server.addService(inferenceService, {
@@ -291,7 +291,7 @@ export async function startGrpc(
       (err, bound) => (err ? reject(err) : resolve(bound)),
     ),
   );
-  widenWindow(server, 'sessions');
+  http2Settings(server, 'sessions');
   boundHeaders(server, options.headersTimeoutMs);
   // One name may bind several addresses (localhost: ::1 and 127.0.0.1), a server each: they share it.
   const servers = http2Servers(server);
@@ -313,8 +313,8 @@ function recordWhenSent(
     record({ ...entry, status, shed, ms: performance.now() - started });
   if (!stream) return done(entry.status, entry.shed);
   void stream.closed.then((sent) => {
-    const left = stream.evicted ? errors.clientTooSlow() : sent ? null : errors.cancelled();
-    done(left?.statusCode ?? entry.status, left ? shedOutcome(left.code) : entry.shed);
+    const { status, shed } = stream.evicted || !sent ? unanswered(stream.evicted) : entry;
+    done(status, shed);
   });
 }
 
@@ -330,8 +330,9 @@ const WINDOW = 16 * 1024 * 1024;
  *  client has grpc-node.flow_control_window; the server's is grpc/grpc-node pull request 3058,
  *  open): a batch of 32 tiles, 4.8 MB, then crosses in 64 KiB steps, each waiting for a window
  *  update. Until that lands, the server's own settings (before bind) and each connection's window
- *  (after) are raised here, through its internals; a grpc-js without them keeps the default. */
-function widenWindow(server: grpc.Server, step: 'settings' | 'sessions'): void {
+ *  (after) are raised here, through its internals; a grpc-js without them keeps the default. The
+ *  header-list bounds (MAX_HEADER_LIST, MAX_HEADER_PAIRS) go into the same settings. */
+function http2Settings(server: grpc.Server, step: 'settings' | 'sessions'): void {
   const internals = server as unknown as {
     commonServerOptions?: { settings?: Record<string, unknown>; maxHeaderListPairs?: number };
   };
@@ -418,8 +419,8 @@ function onSession(server: grpc.Server, listener: (session: Http2Session) => voi
  *  metadata) have as many places of their own, and a reserve as large as the budget: answered,
  *  as HTTP's health routes are, while requests hold the budget whole, and unable to take model
  *  calls' places (an attack session held 33,000 ServerLive calls on a closed window, and model
- *  calls were refused), CONTROL_STREAMS a connection at most. Their answers, a few bytes, are let go of when not taken within
- *  front.headers_timeout_ms, not the body timeout. */
+ *  calls were refused), CONTROL_STREAMS a connection at most. Their answers, a few bytes, are let
+ *  go of when not taken within front.headers_timeout_ms, not the body timeout. */
 function holdAsHttp(
   server: grpc.Server,
   service: V2Service,
