@@ -493,6 +493,20 @@ t.test(
       404,
       'a path no method has stays a 404',
     );
+    // Said before the body is read: none (OPTIONS with a Content-Type) or a malformed one was a 422.
+    const options = await app.inject({
+      method: 'OPTIONS',
+      url: '/api/predict/gene-expr',
+      headers: { 'content-type': 'application/json' },
+    });
+    t.same([options.statusCode, options.headers.allow], [405, 'POST'], 'OPTIONS with a Content-Type and no body');
+    const malformed = await app.inject({
+      method: 'POST',
+      url: '/api/predict/gene_expr',
+      headers: { 'content-type': 'application/json' },
+      payload: '{"image_data": ',
+    });
+    t.equal(malformed.statusCode, 404, 'a malformed body to a path not served');
 
     const gzipped = gzipSync(JSON.stringify(tileRequest(tile224)));
     const encoded = await app.inject({

@@ -17,6 +17,7 @@ import {
   CALL_BYTES,
   CONTROL_STREAMS,
   LOADER_OPTIONS,
+  MAX_DETAILS,
   MAX_STREAMS,
   messageBuffer,
   PROTO_FILE,
@@ -139,7 +140,15 @@ t.test('framing errors are 400 {"error"}; states are 404 and 503', async (t) => 
     404,
     'a version not served, before the body',
   );
+  t.equal((await post(body, length, 'tile-embed/versions/')).statusCode, 404, 'an empty version');
+  t.equal((await app.inject('/v2/models/tile-embed/versions//ready')).statusCode, 404, 'an empty version, ready');
   t.match((await app.inject('/v2/nothing')).json(), { error: /not a path/ });
+  const malformed = await app.inject({ method: 'POST', url: '/v2/nothing', payload: 'nope' });
+  t.same(
+    [malformed.statusCode, malformed.json()],
+    [404, { error: 'POST /v2/nothing is not a path of the Open Inference Protocol this service serves' }],
+    'a body to a path not served: 404 before it is read',
+  );
   backend.setState('tile-embed', 'loading');
   const loading = await post(body, length);
   t.equal(loading.statusCode, 503);
@@ -180,6 +189,17 @@ t.test('bodies built to cost: each refused at its first fault, in bounded time a
   });
   t.equal(zeros.statusCode, 400);
   t.match(zeros.json(), { error: /holds 1 BYTES elements, the data has more/ });
+  // A 0 in the shape: empty data fits any N, which is bounded before a tile is made for each
+  // ([100000000, 0, 224, 3] took a front past its heap limit; 2^32 was a 500).
+  for (const n of [100_000_000, 2 ** 32]) {
+    const empty = await json(
+      JSON.stringify({ inputs: [{ name: 'image', datatype: 'UINT8', shape: [n, 0, 224, 3], data: [] }] }),
+    );
+    t.equal(empty.statusCode, 400);
+    t.match(empty.json(), {
+      error: `input 'image' holds ${n} tiles, expected 1 to 16 (tile-embed's batch.max) per request`,
+    });
+  }
   t.equal(backend.jobs.length, 0, 'nothing was run');
 });
 
@@ -253,6 +273,17 @@ t.test('resolution and float data: decimal text only, [N] only, NaN named as NaN
     status: 400,
     error: /element 0 is NaN, expected a finite number/,
   });
+  // Finite as a double, Infinity as a float32: the model would have answered NaN.
+  const huge: Tensor = { name: 'bulk_rna', datatype: 'FP32', shape: [1, 50], data: [1, 1e39, ...Array(48).fill(1)] };
+  const json = inferBody([tile(1), huge], { outputs: ['prediction'] });
+  const res = await app.inject({
+    method: 'POST',
+    url: '/v2/models/gene-expr/infer',
+    headers: { 'content-type': 'application/json' },
+    payload: json.header,
+  });
+  t.equal(res.statusCode, 400);
+  t.match(res.json(), { error: "input 'bulk_rna': element 1 is 1e+39, past FP32's range (3.4e38)" });
 });
 
 t.test('bulk_rna of a one-gene model is [N, 1], as its metadata says; resolution [N]', async (t) => {
@@ -269,6 +300,12 @@ t.test('bulk_rna of a one-gene model is [N, 1], as its metadata says; resolution
   t.equal(planJobs(oneGene, request([1, 1]), 1 << 30).jobs.length, 1, '[1, 1] taken');
   t.throws(() => planJobs(oneGene, request([1]), 1 << 30), /input 'bulk_rna': shape \[1\], expected \[N, 1\]/);
   t.equal(planJobs(oneGene, request([1], 'resolution'), 1 << 30).jobs.length, 1, 'resolution [1] taken');
+  // A model that takes its counts untransformed gets them as float32: past its range, refused.
+  const untransformed = { ...oneGene, genes: { ...oneGene.genes, bulk_transform: 'none' as const } };
+  const huge = request([1, 1]);
+  huge.inputs[1] = { ...huge.inputs[1], datatype: 'FP64', data: { values: [1e39] } };
+  t.throws(() => planJobs(untransformed, huge, 1 << 30), /as float32: they should be within its range/);
+  t.equal(planJobs(oneGene, huge, 1 << 30).jobs.length, 1, 'taken where they are transformed');
 });
 
 t.test("a ModelInferRequest's bytes: the buffer grpc-js framed it in, when it holds nothing else", async (t) => {
@@ -730,4 +767,38 @@ t.test('a message of more entries than a request may hold is INVALID_ARGUMENT be
   await new Promise((resolve) => stream.once('close', resolve));
   t.equal(status['grpc-status'], String(grpc.status.INVALID_ARGUMENT));
   t.equal(decodeURIComponent(String(status['grpc-message'])), "the request's inputs: more than 64 entries");
+});
+
+t.test('gRPC errors: a long name clipped in the status, typed contents in the wrong field named', async (t) => {
+  const { client } = await fakeGrpc(t, {});
+  const stub = client();
+  const call = (method: string, request: object) =>
+    new Promise<grpc.ServiceError | null>((resolve) =>
+      stub[method](request, (err: grpc.ServiceError | null) => resolve(err)),
+    );
+  // Quoted whole, a long name made trailers past the client's bound: INTERNAL or CANCELLED. (A
+  // control call's message is bounded, CALL_BYTES: its name is shorter.)
+  const name = 'x'.repeat(100_000);
+  const short = name.slice(0, 15_000);
+  for (const [method, request] of [
+    ['ModelMetadata', { name: short }],
+    ['ModelReady', { name: short }],
+    ['ModelInfer', { model_name: name, inputs: [{ name: 'image', datatype: 'UINT8', shape: [1, 224, 224, 3] }] }],
+  ] as const) {
+    const err = await call(method, request);
+    t.equal(err?.code, grpc.status.NOT_FOUND, method);
+    t.ok(err!.details.length < MAX_DETAILS + 100, `${method}: ${err!.details.length} characters`);
+    t.match(err!.details, /\.\.\. \(\d+ more characters\)$/);
+  }
+  const infer = (datatype: string, contents: object) =>
+    call('ModelInfer', {
+      model_name: 'tile-embed',
+      inputs: [{ name: 'image', datatype, shape: [1, 224, 224, 3], contents }],
+    });
+  const wrong = await infer('UINT8', { int_contents: Array(224 * 224 * 3).fill(1) });
+  t.equal(wrong?.code, grpc.status.INVALID_ARGUMENT);
+  t.equal(
+    wrong?.details,
+    "input 'image' (UINT8) has data in int_contents, expected its elements in uint_contents (or raw_input_contents)",
+  );
 });

@@ -67,10 +67,21 @@ export function checkTile(body: TileBody, manifest: Manifest, usesBulk: boolean,
     } else {
       // The schema already refused non-numbers and non-finite values (ajv's number type is finite).
       const bad = body.bulk_rna.findIndex((v) => v < 0);
+      // Untransformed counts reach the model as float32: past its range they would be Infinity.
+      const over =
+        manifest.genes.bulk_transform === 'none'
+          ? body.bulk_rna.findIndex((v) => !Number.isFinite(Math.fround(v)))
+          : -1;
       if (bad >= 0)
         errors.push({
           loc: [fields, 'bulk_rna', bad],
           msg: 'Value error, bulk RNA counts should be >= 0',
+          type: 'value_error',
+        });
+      else if (over >= 0)
+        errors.push({
+          loc: [fields, 'bulk_rna', over],
+          msg: `Value error, ${name} takes its bulk RNA counts untransformed, as float32: they should be within its range (3.4e38)`,
           type: 'value_error',
         });
     }

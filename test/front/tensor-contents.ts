@@ -78,6 +78,25 @@ t.test('contents read as protobufjs reads them, packed, unpacked, or both in one
   t.same([...Contents.encode({ uint_contents: [1, 2] }).finish()], [0x22, 2, 1, 2], 'proto3 packs them');
 });
 
+t.test('unpacked elements of several fields, interleaved, read as protobufjs reads them', async () => {
+  // Each element its own entry, the fields taking turns: no two entries of a field side by side.
+  const entries = contents.chain((values: Values) =>
+    fc.shuffledSubarray(
+      NUMERIC.flatMap((name) => (values[name] as unknown[]).map((v) => ({ [name]: [v] }))),
+      { minLength: 0 },
+    ),
+  );
+  fc.assert(
+    fc.property(entries, (list) => {
+      const bytes = Buffer.concat(list.map((entry) => Unpacked.encode(Unpacked.fromObject(entry)).finish()));
+      const expected = reference(bytes);
+      expected.bytes_contents = [];
+      return isDeepStrictEqual(asRead(bytes), expected);
+    }),
+    { numRuns: 300 },
+  );
+});
+
 t.test('a UINT8 tile in uint_contents is read as its bytes, through the request decoder', async (t) => {
   const pixels = Uint8Array.from({ length: 512 * 512 * 3 }, (_, i) => (i * 7) % 256);
   const Request = root.lookupType('inference.ModelInferRequest');

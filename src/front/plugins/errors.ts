@@ -122,6 +122,13 @@ async function errors(app: FastifyInstance, { retryAfterS, models }: ErrorsOptio
     }
     throw make.notFound(request.url, models());
   });
+  // Said before a body is read: fastify reads and parses one for a path it does not serve as for
+  // any route, and a malformed body there was a 422, not the 404 or 405 (OPTIONS with a
+  // Content-Type and no body; an attack session). The prefix's own handler answers (under /v2,
+  // the protocol's).
+  app.addHook('onRequest', async (request, reply) => {
+    if (request.is404) return request.routeOptions.handler.call(app, request, reply);
+  });
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const known = toServiceError(request, error);

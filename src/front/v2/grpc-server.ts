@@ -132,6 +132,11 @@ export function toInferRequest(request: GrpcInferRequest): InferRequest {
       throw errors.v2Invalid(
         `input '${name}' has datatype ${JSON.stringify(datatype)}, expected one of the protocol's (UINT8, FP32, BYTES, ...)`,
       );
+    const elsewhere = Object.entries(input.contents ?? {}).find(([key, values]) => key !== field && values.length);
+    if (elsewhere)
+      throw errors.v2Invalid(
+        `input '${name}' (${datatype}) has data in ${elsewhere[0]}, expected its elements in ${field} (or raw_input_contents)`,
+      );
     return { ...common, data: { values: input.contents?.[field as keyof TensorContents] ?? [] } };
   });
   return {
@@ -142,12 +147,22 @@ export function toInferRequest(request: GrpcInferRequest): InferRequest {
   };
 }
 
+/** Characters of a status message: it travels in the trailers, whose size clients bound (grpc-js:
+ *  8 KiB of metadata), percent-encoded (up to 9 characters for one). A message quoting a 100 KB
+ *  model name reached the client as INTERNAL, its status lost (an attack session). */
+export const MAX_DETAILS = 600;
+
+const clipped = (message: string): string =>
+  message.length <= MAX_DETAILS
+    ? message
+    : `${message.slice(0, MAX_DETAILS)}... (${message.length - MAX_DETAILS} more characters)`;
+
 /** Any error as a gRPC status with the protocol's message. */
 function toStatus(err: unknown, logger: Logger): grpc.ServiceError {
   const error = ServiceError.from(err);
   const status = error.code === 'TILE_ERR_VALIDATION' || error.statusCode === 400 ? 400 : error.statusCode;
   if (error.code === 'TILE_ERR_INTERNAL') logger.error({ err, errorCode: error.code }, 'gRPC request failed');
-  const details = error.code === 'TILE_ERR_INTERNAL' ? 'Internal server error' : error.message;
+  const details = error.code === 'TILE_ERR_INTERNAL' ? 'Internal server error' : clipped(error.message);
   const metadata = new grpc.Metadata();
   metadata.set('x-error-code', error.code);
   return Object.assign(new Error(details), {

@@ -78,12 +78,29 @@ function readRequest(manifest: Manifest, request: InferRequest) {
 /** The tiles' images, as the contract's body parsers would carry them. */
 function images(manifest: Manifest, image: InputTensor) {
   const { width, height } = manifest.tile;
-  if (image.datatype === 'UINT8') {
-    if (image.shape.length !== 4 || image.shape[3] !== 3)
-      throw errors.v2Invalid(
-        `input 'image': UINT8 shape [${image.shape.join(', ')}], expected [N, ${height}, ${width}, 3] (raw RGB tiles)`,
-      );
-    const [n, h, w] = image.shape;
+  const uint8 = image.datatype === 'UINT8';
+  if (!uint8 && image.datatype !== 'BYTES')
+    throw errors.v2Invalid(
+      `input 'image' has datatype ${image.datatype}, expected UINT8 (raw RGB tiles [N, ${height}, ${width}, 3]) or BYTES (PNG files [N])`,
+    );
+  if (uint8 && (image.shape.length !== 4 || image.shape[3] !== 3))
+    throw errors.v2Invalid(
+      `input 'image': UINT8 shape [${image.shape.join(', ')}], expected [N, ${height}, ${width}, 3] (raw RGB tiles)`,
+    );
+  if (!uint8 && image.shape.length !== 1)
+    throw errors.v2Invalid(
+      `input 'image': BYTES shape [${image.shape.join(', ')}], expected [N] (one PNG file per tile)`,
+    );
+  // Before anything is made per tile: with a 0 in its shape, empty data fits any N, and
+  // [100000000, 0, 224, 3] took a front past its heap limit (an attack session).
+  const n = image.shape[0];
+  const max = manifest.batch.max;
+  if (n < 1 || n > max)
+    throw errors.v2Invalid(
+      `input 'image' holds ${n} tiles, expected 1 to ${max} (${manifest.name}'s batch.max) per request`,
+    );
+  if (uint8) {
+    const [, h, w] = image.shape;
     const bytes = uint8Data(image);
     const per = h * w * 3;
     return {
@@ -93,24 +110,15 @@ function images(manifest: Manifest, image: InputTensor) {
       tiles: Array.from({ length: n }, (_, i) => rgbImage(bytes.subarray(i * per, (i + 1) * per))),
     };
   }
-  if (image.datatype === 'BYTES') {
-    if (image.shape.length !== 1)
+  const pngs = bytesData(image, (text, i) => {
+    const decoded = decodeBase64Strict(text);
+    if ('reason' in decoded)
       throw errors.v2Invalid(
-        `input 'image': BYTES shape [${image.shape.join(', ')}], expected [N] (one PNG file per tile)`,
+        `input 'image', tile ${i}: a BYTES element in JSON is the PNG file in base64: ${decoded.reason}`,
       );
-    const pngs = bytesData(image, (text, i) => {
-      const decoded = decodeBase64Strict(text);
-      if ('reason' in decoded)
-        throw errors.v2Invalid(
-          `input 'image', tile ${i}: a BYTES element in JSON is the PNG file in base64: ${decoded.reason}`,
-        );
-      return decoded.bytes;
-    });
-    return { n: pngs.length, width, height, tiles: pngs.map((png) => pngImage(png, 'image_data')) };
-  }
-  throw errors.v2Invalid(
-    `input 'image' has datatype ${image.datatype}, expected UINT8 (raw RGB tiles [N, ${height}, ${width}, 3]) or BYTES (PNG files [N])`,
-  );
+    return decoded.bytes;
+  });
+  return { n, width, height, tiles: pngs.map((png) => pngImage(png, 'image_data')) };
 }
 
 /** Per tile: N values from an FP32/FP64 input of shape [N, ...per], or null when absent. */
@@ -162,11 +170,6 @@ export function planJobs(manifest: Manifest, request: InferRequest, maxPixels: n
   const { outputs, task, withEmbedding } = wanted(manifest, request);
   const input = readRequest(manifest, request);
   const { n, width, height, tiles } = images(manifest, input.image);
-  const max = manifest.batch.max;
-  if (n < 1 || n > max)
-    throw errors.v2Invalid(
-      `input 'image' holds ${n} tiles, expected 1 to ${max} (${manifest.name}'s batch.max) per request`,
-    );
   const genes = manifest.genes?.input.length ?? 0;
   const usesBulk = task === 'prediction' && takesBulk(manifest);
   if (input.bulk && !takesBulk(manifest))

@@ -29,6 +29,8 @@ const LENGTH_DELIMITED = 2;
 const FIXED32 = 5;
 
 interface Field {
+  /** Its field number, which indexes the counts. */
+  number: number;
   name: NumericName;
   /** The wire type of one element. */
   wire: typeof VARINT | typeof FIXED64 | typeof FIXED32;
@@ -42,13 +44,13 @@ const toNumber = (long: number | { low: number; high: number }, unsigned: boolea
 
 /** The numeric fields by number (proto/grpc_predict_v2.proto); 8 is bytes_contents. */
 const FIELDS: Record<number, Field> = {
-  1: { name: 'bool_contents', wire: VARINT, read: (r) => (r.bool() ? 1 : 0) },
-  2: { name: 'int_contents', wire: VARINT, read: (r) => r.int32() },
-  3: { name: 'int64_contents', wire: VARINT, read: (r) => toNumber(r.int64(), false) },
-  4: { name: 'uint_contents', wire: VARINT, read: (r) => r.uint32() },
-  5: { name: 'uint64_contents', wire: VARINT, read: (r) => toNumber(r.uint64(), true) },
-  6: { name: 'fp32_contents', wire: FIXED32, read: (r) => r.float() },
-  7: { name: 'fp64_contents', wire: FIXED64, read: (r) => r.double() },
+  1: { number: 1, name: 'bool_contents', wire: VARINT, read: (r) => (r.bool() ? 1 : 0) },
+  2: { number: 2, name: 'int_contents', wire: VARINT, read: (r) => r.int32() },
+  3: { number: 3, name: 'int64_contents', wire: VARINT, read: (r) => toNumber(r.int64(), false) },
+  4: { number: 4, name: 'uint_contents', wire: VARINT, read: (r) => r.uint32() },
+  5: { number: 5, name: 'uint64_contents', wire: VARINT, read: (r) => toNumber(r.uint64(), true) },
+  6: { number: 6, name: 'fp32_contents', wire: FIXED32, read: (r) => r.float() },
+  7: { number: 7, name: 'fp64_contents', wire: FIXED64, read: (r) => r.double() },
 };
 const BYTES_FIELD = 8;
 
@@ -65,66 +67,83 @@ const ARRAYS: Record<NumericName, new (length: number) => Numbers> = {
   fp64_contents: Float64Array,
 };
 
-/** Elements of a field on the wire: a packed run (`packed`) or one element. */
-interface Run {
-  field: Field;
-  start: number;
-  end: number;
-  packed: boolean;
+/** What a walk over a message does with each field: a packed run of a numeric field (the reader
+ *  at its first byte, `end` past its last), one unpacked element (the reader at its value), a
+ *  bytes_contents element (the reader at its length). Each leaves the reader past what it got. */
+interface Visit {
+  packed(field: Field, end: number): void;
+  element(field: Field): void;
+  bytes(): void;
 }
 
-/** Decodes an InferTensorContents from `reader`, `length` bytes of it (all that is left when not
- *  given); throws naming what is malformed, as protobufjs does. */
-export function decodeTensorContents(reader: protobuf.Reader, length?: number): TensorContents {
-  const end = length === undefined ? reader.len : reader.pos + length;
-  // Before anything is counted: a length of 4 GB in a 12-byte message had its runs counted, byte
-  // by byte, far past the buffer (a review session: 10 s of the front's main thread a call).
-  if (end > reader.len) throw new RangeError('InferTensorContents: longer than the message holding it');
-  const runs: Run[] = [];
-  const counts = new Map<Field, number>();
-  const bytes: Buffer[] = [];
+/** Walks the fields from the reader's position to `end`, refusing an element whose wire type is
+ *  not its field's and a run past the end; unknown fields are skipped. */
+function walk(reader: protobuf.Reader, end: number, visit: Visit): void {
   while (reader.pos < end) {
     const tag = reader.uint32();
     const [number, wire] = [tag >>> 3, tag & 7];
     const field = FIELDS[number];
-    if (number === BYTES_FIELD && wire === LENGTH_DELIMITED) bytes.push(reader.bytes() as Buffer);
+    if (number === BYTES_FIELD && wire === LENGTH_DELIMITED) visit.bytes();
     else if (field && wire === LENGTH_DELIMITED) {
       const size = reader.uint32();
-      const start = reader.pos;
-      if (start + size > end) throw new RangeError(`${field.name}: a packed run past the end of its message`);
-      runs.push({ field, start, end: start + size, packed: true });
-      counts.set(field, (counts.get(field) ?? 0) + packedCount(field, reader.buf, start, start + size));
-      reader.pos = start + size;
-    } else if (field && wire === field.wire) {
-      const start = reader.pos;
-      reader.skipType(wire);
-      runs.push({ field, start, end: reader.pos, packed: false });
-      counts.set(field, (counts.get(field) ?? 0) + 1);
-    } else if (field || number === BYTES_FIELD)
+      if (reader.pos + size > end) throw new RangeError(`${field.name}: a packed run past the end of its message`);
+      visit.packed(field, reader.pos + size);
+    } else if (field && wire === field.wire) visit.element(field);
+    else if (field || number === BYTES_FIELD)
       throw new TypeError(`${field?.name ?? 'bytes_contents'}: wire type ${wire}, not the field's`);
     else reader.skipType(wire);
   }
   if (reader.pos > end) throw new RangeError('InferTensorContents: a field past the end of its message');
+}
+
+/** Decodes an InferTensorContents from `reader`, `length` bytes of it (all that is left when not
+ *  given); throws naming what is malformed, as protobufjs does. Two walks over the message, the
+ *  first counting each field's elements, the second reading them into arrays of that size; nothing
+ *  is kept per run or element in between: unpacked elements, 2 bytes each, had been a run object
+ *  each, 8.4 million of them for a 16 MiB message and seconds of a front's main thread (an attack
+ *  session). */
+export function decodeTensorContents(reader: protobuf.Reader, length?: number): TensorContents {
+  const start = reader.pos;
+  const end = length === undefined ? reader.len : start + length;
+  // Before anything is counted: a length of 4 GB in a 12-byte message had its runs counted, byte
+  // by byte, far past the buffer (a review session: 10 s of the front's main thread a call).
+  if (end > reader.len) throw new RangeError('InferTensorContents: longer than the message holding it');
+  const counts = new Array<number>(BYTES_FIELD).fill(0);
+  const bytes: Buffer[] = [];
+  walk(reader, end, {
+    packed(field, runEnd) {
+      counts[field.number] += packedCount(field, reader.buf, reader.pos, runEnd);
+      reader.pos = runEnd;
+    },
+    element(field) {
+      counts[field.number]++;
+      reader.skipType(field.wire);
+    },
+    bytes: () => bytes.push(reader.bytes() as Buffer),
+  });
   const contents = Object.fromEntries(
-    Object.values(FIELDS).map(({ name }) => [name, new ARRAYS[name](0)]),
+    Object.values(FIELDS).map((field) => [field.name, new ARRAYS[field.name](counts[field.number])]),
   ) as unknown as TensorContents;
-  const filled = new Map<Field, number>();
-  for (const run of runs) {
-    const { field } = run;
+  const filled = new Array<number>(BYTES_FIELD).fill(0);
+  /** Reads the field's elements until the reader is at `until`. */
+  const fill = (field: Field, until: number) => {
     let values = contents[field.name] as Numbers;
-    if (values.length === 0) values = contents[field.name] = new ARRAYS[field.name](counts.get(field)!) as never;
-    let at = filled.get(field) ?? 0;
-    reader.pos = run.start;
-    while (reader.pos < run.end) {
+    let at = filled[field.number];
+    while (reader.pos < until) {
       const value = field.read(reader);
-      if (values instanceof Uint8Array && field.name === 'uint_contents' && value > 255) {
+      if (values instanceof Uint8Array && field.name === 'uint_contents' && value > 255)
         values = contents.uint_contents = Uint32Array.from(values);
-      }
       values[at++] = value;
     }
-    filled.set(field, at);
-  }
-  reader.pos = end;
+    filled[field.number] = at;
+  };
+  reader.pos = start;
+  walk(reader, end, {
+    packed: fill,
+    // Every element takes a byte or more: one is read.
+    element: (field) => fill(field, reader.pos + 1),
+    bytes: () => reader.skipType(LENGTH_DELIMITED),
+  });
   contents.bytes_contents = bytes;
   return contents;
 }

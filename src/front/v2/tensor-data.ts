@@ -104,7 +104,13 @@ export function floatData(t: InputTensor): number[] {
       // JSON writes NaN and Infinity as null: raw data can hold them.
       `element ${bad} is ${typeof out[bad] === 'number' ? out[bad] : JSON.stringify(out[bad])}, expected a finite number (${t.datatype})`,
     );
-  return t.datatype === 'FP32' ? out.map(Math.fround) : out;
+  if (t.datatype !== 'FP32') return out;
+  // A finite double may be past float32's range: 1e39 became Infinity, and a 200 of NaN
+  // predictions (an attack session).
+  const rounded = out.map(Math.fround);
+  const over = rounded.findIndex((v) => !Number.isFinite(v));
+  if (over >= 0) throw invalid(t.name, `element ${over} is ${out[over]}, past FP32's range (3.4e38)`);
+  return rounded;
 }
 
 /** The elements of a BYTES tensor: raw, each behind its 4-byte little-endian length; or values,

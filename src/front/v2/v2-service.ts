@@ -79,7 +79,9 @@ export class V2Service {
     const view = this.backend.model(name);
     if (!this.planned.has(name) || !view) throw errors.modelNotFound(`model '${name}'`, [...this.planned.keys()]);
     const manifest = view.info?.manifest ?? this.planned.get(name) ?? null;
-    if (version && manifest && version !== manifest.version)
+    // An empty version (REST's /versions//) is not one it serves; gRPC's empty model_version is
+    // none at all, and comes here as undefined.
+    if (version !== undefined && manifest && version !== manifest.version)
       throw errors.modelNotFound(`version '${version}' of model '${name}' (it serves version '${manifest.version}')`, [
         ...this.planned.keys(),
       ]);
