@@ -8,6 +8,8 @@ import sharp from 'sharp';
 import t from 'tap';
 import { tileGrid } from '../src/client/pipeline/grid.js';
 import { Journal } from '../src/client/pipeline/journal.js';
+import { Summary } from '../src/client/pipeline/cohort.js';
+import { recordFailure } from '../src/client/pipeline/run-cohort.js';
 import { lockOutput } from '../src/client/pipeline/out-lock.js';
 import { coordsFromName, readPlan } from '../src/client/pipeline/process-tiles.js';
 import { ReaderPool } from '../src/client/pipeline/reader-pool.js';
@@ -186,6 +188,45 @@ t.test('a torn last line of the journal is dropped; another plan starts afresh',
   const other = Journal.open(path, { ...plan, tiles: 4 }, { tiles: 4, output: 2 });
   t.equal(other.done.size, 0);
   other.close();
+});
+
+t.test('a result without its output is not kept, and a journal line without one is named', async (t) => {
+  const path = join(dir, 'no-output.jsonl');
+  const plan = { model: 'm', tiles: 2 };
+  const journal = Journal.open(path, plan, { tiles: 2 });
+  t.throws(() => journal.append({ idx: 0 } as never), {
+    code: 'TILE_ERR_OUTPUT_JOURNAL',
+    message: /answer for tile 0: output is not a list of numbers; not kept/,
+  });
+  const both = Journal.open(join(dir, 'both.jsonl'), plan, { tiles: 2, withEmbedding: true });
+  t.throws(() => both.append({ idx: 0, output: [1] }), { message: /tile 0: embedding is not a list of numbers/ });
+  both.close();
+  journal.append({ idx: 1, output: [1, 2] });
+  journal.close();
+  // A line an earlier version kept.
+  appendFileSync(path, '{"idx":0}\n');
+  t.throws(() => Journal.open(path, plan, { tiles: 2 }), {
+    code: 'TILE_ERR_OUTPUT_JOURNAL',
+    message: /line 3: tile 0: output is not a list of numbers; delete the file to redo the slide/,
+  });
+});
+
+t.test('a failure without a code is recorded as unexpected, with its message', async (t) => {
+  const path = join(dir, 'summary.csv');
+  const summary = new Summary(path, () => 0);
+  const lines: string[] = [];
+  recordFailure(
+    summary,
+    { slideDone: (line) => lines.push(line) },
+    'a.dcm',
+    performance.now(),
+    new TypeError('sets.map is not a function'),
+  );
+  t.same(lines, ['a.dcm: failed: [TILE_ERR_CLIENT_UNEXPECTED] sets.map is not a function']);
+  t.match(
+    readFileSync(path, 'utf8'),
+    /a\.dcm,failed,0,[\d.]+,\[TILE_ERR_CLIENT_UNEXPECTED\] sets\.map is not a function/,
+  );
 });
 
 t.test('tile coordinates from file names or a CSV plan', async (t) => {

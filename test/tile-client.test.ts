@@ -58,6 +58,17 @@ t.test('503 loading: waits Retry-After, then succeeds', async (t) => {
   t.ok(Date.now() - start >= 950, `waited ${Date.now() - start} ms`);
 });
 
+t.test('429 from a proxy in front: waits Retry-After as for a 503', async (t) => {
+  const url = await peer(t, (_req, res, n) =>
+    n === 0 ? res.writeHead(429, { 'retry-after': '1' }).end('Too Many Requests') : ok(res),
+  );
+  const client = new TileClient({ servers: [url], concurrency: 1 });
+  t.teardown(() => client.close());
+  const res = await client.infer('/api/predict/m', tile);
+  t.same(res.output, [1]);
+  t.equal(client.retries, 1);
+});
+
 t.test('500 and a dropped connection are retried with backoff', async (t) => {
   const url = await peer(t, (req, res, n) =>
     n === 0 ? res.writeHead(500).end('{"detail":"Internal server error"}') : n === 1 ? req.socket.destroy() : ok(res),

@@ -29,7 +29,13 @@ t.test('each refusal is one line naming its code', async (t) => {
       'bad option value',
       ['slide', notASlide, '--model', 'm', '--out', dir, '--concurrency', '0'],
       2,
-      /^tile-infer: \[TILE_ERR_CLIENT_USAGE\] --concurrency 0: not a valid value\n$/,
+      /^tile-infer: \[TILE_ERR_CLIENT_USAGE\] --concurrency 0: expected an integer from 1\n$/,
+    ],
+    [
+      'threads past a few per core',
+      ['slide', notASlide, '--model', 'm', '--out', dir, '--threads', '100000'],
+      2,
+      /^tile-infer: \[TILE_ERR_CLIENT_USAGE\] --threads 100000: expected an integer from 1 to \d+\n$/,
     ],
     [
       'a manifest without a wsi column',

@@ -1,8 +1,8 @@
 // Failover and retry over several servers: keep-alive connection pools (undici), each request to
-// the least-busy healthy server, 503 answered by waiting Retry-After (model loading, queue full,
-// under pressure), exponential backoff with full jitter on connection errors and other 5xx (the
-// server benched for its backoff while the request moves on), and a deadline per request across
-// all its attempts.
+// the least-busy healthy server, 503 (model loading, queue full, under pressure) and a proxy's 429
+// answered by waiting Retry-After, exponential backoff with full jitter on connection errors and
+// other 5xx (the server benched for its backoff while the request moves on), and a deadline per
+// request across all its attempts.
 import { Pool } from 'undici';
 import type { TileBodyType } from '../contract/endpoints.js';
 import { TileClientError } from './tile-client-error.js';
@@ -122,11 +122,11 @@ export class Failover {
           this.waiting = null;
           return JSON.parse(text) as T;
         }
-        if (res.statusCode === 503) {
-          // Loading or queue full: the server says when to come back; that is not a failure of
-          // the server, so it stays eligible.
+        if (res.statusCode === 503 || res.statusCode === 429) {
+          // Loading or queue full (or, from a proxy in front, 429 Too Many Requests): the server
+          // says when to come back; that is not a failure of the server, so it stays eligible.
           wait = retryAfterMs(res.headers['retry-after']) ?? this.backoff(attempt);
-          reason = `503 ${text.slice(0, 80)}`;
+          reason = `${res.statusCode} ${text.slice(0, 80)}`;
         } else if (res.statusCode >= 500) {
           wait = this.backoff(attempt);
           server.benchedUntil = Date.now() + wait;

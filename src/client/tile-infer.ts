@@ -85,10 +85,17 @@ function usage(message: string): never {
   throw new UsageError('TILE_ERR_CLIENT_USAGE', message);
 }
 
-function number(value: string | undefined, name: string, fallback: number, check: (v: number) => boolean): number {
+/** A numeric option: `fallback` when absent; one `check` refuses is a usage error saying what
+ *  `expected`. */
+function number(
+  value: string | undefined,
+  name: string,
+  fallback: number,
+  [check, expected]: [(v: number) => boolean, string],
+): number {
   if (value === undefined) return fallback;
   const v = Number(value);
-  if (!Number.isFinite(v) || !check(v)) usage(`--${name} ${value}: not a valid value`);
+  if (!Number.isFinite(v) || !check(v)) usage(`--${name} ${value}: expected ${expected}`);
   return v;
 }
 
@@ -108,7 +115,13 @@ function serverUrl(value: string): string {
   return `${url.protocol}//${url.host}`;
 }
 
-const integer = (min: number) => (v: number) => Number.isInteger(v) && v >= min;
+const integer = (min: number, max = Number.MAX_SAFE_INTEGER): [(v: number) => boolean, string] => [
+  (v) => Number.isInteger(v) && v >= min && v <= max,
+  max === Number.MAX_SAFE_INTEGER ? `an integer from ${min}` : `an integer from ${min} to ${max}`,
+];
+/** Reader threads: each is a V8 isolate with its decoders' buffers, and 100,000 of them took 12 GB
+ *  before the process died (an attack session); more than a few per core gain nothing. */
+const MAX_THREADS = 4 * CORES;
 
 async function main(): Promise<number> {
   let parsed;
@@ -150,11 +163,16 @@ async function main(): Promise<number> {
   const servers = (values.server ?? ['http://127.0.0.1:8000']).map(serverUrl);
   const concurrency = number(values.concurrency, 'concurrency', 8 * servers.length, integer(1));
   const slidesInFlight = number(values['slides-in-flight'], 'slides-in-flight', SLIDES_IN_FLIGHT, integer(1));
-  const threads = number(values.threads, 'threads', CORES, integer(1));
-  const minTissue = number(values['min-tissue'], 'min-tissue', 0.25, (v) => v >= 0 && v <= 1);
-  const mpp = values.mpp === undefined ? undefined : number(values.mpp, 'mpp', 0, mppInRange);
-  if (values.mpp !== undefined && mpp === undefined) usage(`--mpp must be ${MPP_RANGE[0]} to ${MPP_RANGE[1]}`);
-  const deadline = number(values.deadline, 'deadline', 300, (v) => v > 0);
+  const threads = number(values.threads, 'threads', CORES, integer(1, MAX_THREADS));
+  const minTissue = number(values['min-tissue'], 'min-tissue', 0.25, [
+    (v) => v >= 0 && v <= 1,
+    'a fraction from 0 to 1',
+  ]);
+  const mpp =
+    values.mpp === undefined
+      ? undefined
+      : number(values.mpp, 'mpp', 0, [mppInRange, `microns per pixel from ${MPP_RANGE[0]} to ${MPP_RANGE[1]}`]);
+  const deadline = number(values.deadline, 'deadline', 300, [(v) => v > 0, 'seconds, more than 0']);
   const shard = shardOf(values.shard, values.shards);
   const cohort =
     command === 'slide'

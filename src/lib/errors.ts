@@ -250,6 +250,10 @@ const REGISTRY = {
     meaning: 'The service refused a request with a status that retrying will not change (4xx); the line has its body.',
   },
   TILE_ERR_CLIENT_DEADLINE: { meaning: 'A tile had no answer within --deadline, retries included.' },
+  TILE_ERR_CLIENT_UNEXPECTED: {
+    meaning:
+      'A slide failed with an error tile-infer has no code for (a fault of its own, or of an input it does not check yet); the line keeps its message: please report it.',
+  },
   TILE_ERR_CLIENT_UNREACHABLE: {
     meaning:
       'No --server answered within seconds of the start; the line names the URLs and why (connection refused, ...).',
@@ -349,7 +353,7 @@ const REGISTRY = {
   TILE_ERR_PLAN_COORDS: {
     meaning: "A tile's x and y are not integers (plan) or not in its name (x<N>_y<N> or <N>_<N>.png).",
   },
-  TILE_ERR_PLAN_NO_TILES: { meaning: 'The tiles folder holds no PNG tiles.' },
+  TILE_ERR_PLAN_NO_TILES: { meaning: 'The tiles folder holds no PNG tiles, or it (or the --plan CSV) cannot be read.' },
   TILE_ERR_PLAN_NOT_PNG: { meaning: 'A tile is not a PNG (its TILE_ERR_PNG_* reason follows).' },
 } as const satisfies Record<string, Entry | HttpEntry>;
 

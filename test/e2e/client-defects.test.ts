@@ -156,6 +156,26 @@ t.test(
       [0, 224, 448, 224, 672, 224],
       'the good tiles',
     );
+    // A folder that is not there is the folder's coded failure (it was Node's bare ENOENT).
+    const missing = join(dir, 'no-such-tiles');
+    const none = await tileInfer([
+      'tiles',
+      missing,
+      '--model',
+      'null-224',
+      '--out',
+      join(dir, 'none-out'),
+      '--server',
+      url(),
+    ]);
+    t.equal(none.code, 3, none.stderr);
+    t.match(summaryRows(join(dir, 'none-out', 'summary.csv')), [
+      {
+        slide: missing,
+        status: 'failed',
+        reason: /\[TILE_ERR_PLAN_NO_TILES\] \S+no-such-tiles: cannot be read: ENOENT/,
+      },
+    ]);
   },
 );
 

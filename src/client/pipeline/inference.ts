@@ -132,11 +132,8 @@ export async function runTiles({
 export function journalShape(meta: ModelMetadataBody, plan: ModelPlan, tiles: number): JournalShape {
   const genes = meta.output_genes?.length || undefined;
   const dim = meta.embedding_dim ?? undefined;
-  return {
-    tiles,
-    output: plan.prediction ? genes : dim,
-    embedding: plan.prediction && plan.embedding ? dim : undefined,
-  };
+  const withEmbedding = plan.prediction && plan.embedding;
+  return { tiles, withEmbedding, output: plan.prediction ? genes : dim, embedding: withEmbedding ? dim : undefined };
 }
 
 /** A model's results for the tiles of one slide (or folder of tiles), to write. */

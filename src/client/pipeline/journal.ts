@@ -16,6 +16,9 @@ export interface TileResult {
  *  vectors where the model says them. */
 export interface JournalShape {
   tiles: number;
+  /** Whether each result holds an embedding beside its output (a prediction asked for with the
+   *  embedding of its forward pass). */
+  withEmbedding?: boolean;
   output?: number;
   embedding?: number;
 }
@@ -26,11 +29,13 @@ const FLOAT32_MAX = 3.4028234663852886e38;
 function problem(r: TileResult, shape: JournalShape): string | null {
   if (!Number.isInteger(r?.idx) || r.idx < 0 || r.idx >= shape.tiles)
     return `tile index ${JSON.stringify(r?.idx)} is not one of the ${shape.tiles} tiles`;
-  for (const [name, values, length] of [
-    ['output', r.output, shape.output],
-    ['embedding', r.embedding, shape.embedding],
+  for (const [name, values, length, wanted] of [
+    ['output', r.output, shape.output, true],
+    ['embedding', r.embedding, shape.embedding, shape.withEmbedding === true],
   ] as const) {
-    if (values === undefined || (values === null && name === 'embedding')) continue;
+    // A result without its output was kept as {"idx": N}, and failed the slide on every rerun
+    // (an attack session: a proxy answering 200 {}).
+    if (!wanted && (values === undefined || values === null)) continue;
     if (!Array.isArray(values)) return `tile ${r.idx}: ${name} is not a list of numbers`;
     if (length !== undefined && values.length !== length)
       return `tile ${r.idx}: ${name} has ${values.length} values, the model gives ${length}`;
@@ -68,13 +73,13 @@ export class Journal {
             break; // a torn line from a kill: everything after it is dropped
           }
           const why = problem(r, shape) ?? (done.has(r.idx) ? `tile ${r.idx} is there twice` : null);
-          shape.output ??= r.output.length;
-          if (r.embedding) shape.embedding ??= r.embedding.length;
           if (why)
             throw new OutputError(
               'TILE_ERR_OUTPUT_JOURNAL',
               `${path}: line ${k + 2}: ${why}; delete the file to redo the slide`,
             );
+          shape.output ??= r.output.length;
+          if (r.embedding) shape.embedding ??= r.embedding.length;
           done.set(r.idx, r);
           keep += Buffer.byteLength(line) + 1;
         }

@@ -70,6 +70,16 @@ export function readPlan(csv: string, path: string): { file: string; x: number; 
   });
 }
 
+/** What `read` gives of the folder or plan at `path`; one that cannot be read (not there, not a
+ *  folder, no permission) is the job's coded error, not Node's bare message. */
+function readable<T>(path: string, read: () => T): T {
+  try {
+    return read();
+  } catch (err) {
+    throw new TilePlanError('TILE_ERR_PLAN_NO_TILES', `${path}: cannot be read: ${(err as Error).message}`);
+  }
+}
+
 /** Posts a folder's tiles, each with its own size (from its header): a damaged tile file, or one
  *  the model cannot take (refused here or by the service with a 4xx: another size), is recorded
  *  with its reason and the others go on; the outputs hold the tiles that got through. */
@@ -78,8 +88,11 @@ export async function processTiles(
 ): Promise<{ stem: string; tiles: number; files: string[]; failed: FailedTile[] }> {
   const stem = basename(resolve(job.dir));
   const entries = job.tilePlan
-    ? readPlan(readFileSync(job.tilePlan, 'utf8'), job.tilePlan)
-    : readdirSync(job.dir)
+    ? readPlan(
+        readable(job.tilePlan, () => readFileSync(job.tilePlan!, 'utf8')),
+        job.tilePlan,
+      )
+    : readable(job.dir, () => readdirSync(job.dir))
         .filter((f) => f.toLowerCase().endsWith('.png'))
         .sort()
         .map((file) => {

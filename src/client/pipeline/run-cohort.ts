@@ -1,7 +1,7 @@
 // A cohort's slides through the pipeline, several in flight so that one slide's tissue detection,
 // opening and output writing overlap another's tiles: no stall between slides.
 import { availableParallelism } from 'node:os';
-import { errorLine } from '../../lib/errors.js';
+import { CodedError, errorLine } from '../../lib/errors.js';
 import { Semaphore } from '../semaphore.js';
 import type { CohortProgress } from '../progress.js';
 import type { CohortSlide, Summary } from './cohort.js';
@@ -62,7 +62,9 @@ export function recordFailure(
   started: number,
   err: Error,
 ): void {
-  const reason = errorLine(err);
+  // Every failure is recorded with a code: one without (a reader meeting what it does not check,
+  // "sets.map is not a function") is said to be unexpected, with the message it had.
+  const reason = errorLine(err instanceof CodedError ? err : new CodedError('TILE_ERR_CLIENT_UNEXPECTED', err.message));
   summary.record({ slide: label, status: 'failed', tiles: 0, seconds: (performance.now() - started) / 1000, reason });
   progress.slideDone(`${label}: failed: ${reason}`);
 }
