@@ -6,8 +6,15 @@ import { request, type Dispatcher } from 'undici';
 import { SlideError } from '../slide.js';
 import { BLOCK, type RangeTransport } from './source.js';
 
-/** Retries of a request that failed to connect or got a 5xx, after these pauses. */
+/** Retries of a request that failed to connect, timed out, was cut short or got a 5xx, after
+ *  these pauses. */
 const BACKOFF_MS = [200, 1000, 3000];
+
+/** How long a server may take to send an answer's headers, and may leave its body idle, before
+ *  the request is tried again: undici's defaults (300 s each) held a run about 20 minutes, retries
+ *  and all, on a server that stopped answering. */
+export const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 30_000 };
+export type Timeouts = typeof TIMEOUTS;
 
 type Answer = Dispatcher.ResponseData;
 
@@ -18,47 +25,65 @@ export class HttpTransport implements RangeTransport {
     readonly etag: string,
     /** The first block, fetched to learn the size. */
     readonly first: Uint8Array,
+    private readonly timeouts: Timeouts,
   ) {}
 
-  static async open(url: string): Promise<HttpTransport> {
-    const res = await send(url, { range: `bytes=0-${BLOCK - 1}` });
-    if (res.statusCode === 200) {
-      drop(res);
-      throw new SlideError(
-        'TILE_ERR_SLIDE_NO_RANGES',
-        `${url}: the server answers a range request with the whole file (200, not 206 Partial Content): it does not serve byte ranges, and the slide is not downloaded whole; serve it from a server that does (nginx, Apache, S3) or copy it here`,
-      );
-    }
-    const data = await body(url, res, 206);
+  static async open(url: string, timeouts = TIMEOUTS): Promise<HttpTransport> {
+    const { res, data } = await send(url, { range: `bytes=0-${BLOCK - 1}` }, timeouts, async (res) => {
+      if (res.statusCode === 200) {
+        drop(res);
+        throw new SlideError(
+          'TILE_ERR_SLIDE_NO_RANGES',
+          `${url}: the server answers a range request with the whole file (200, not 206 Partial Content): it does not serve byte ranges, and the slide is not downloaded whole; serve it from a server that does (nginx, Apache, S3) or copy it here`,
+        );
+      }
+      return { res, data: await body(url, res, 206) };
+    });
     const total = /\/(\d+)$/.exec(String(res.headers['content-range'] ?? ''));
     if (!total)
       throw new SlideError(
         'TILE_ERR_SLIDE_REMOTE',
         `${url}: a 206 without the size in Content-Range (${String(res.headers['content-range'])})`,
       );
-    return new HttpTransport(url, Number(total[1]), String(res.headers.etag ?? ''), data);
+    return new HttpTransport(url, Number(total[1]), String(res.headers.etag ?? ''), data, timeouts);
   }
 
   async fetch(offset: number, length: number): Promise<Uint8Array> {
     const headers: Record<string, string> = { range: `bytes=${offset}-${offset + length - 1}` };
     if (this.etag) headers['if-match'] = this.etag;
-    const res = await send(this.url, headers);
-    return body(this.url, res, 206);
+    return send(this.url, headers, this.timeouts, (res) => body(this.url, res, 206));
   }
 
   close(): void {}
 }
 
-async function send(url: string, headers: Record<string, string>): Promise<Answer> {
+/** What failed of a request, in words: undici's codes for the timeouts, else its own. */
+function failed(err: Error, timeouts: Timeouts): string {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return `no answer within ${timeouts.headersTimeout / 1000} s`;
+  if (code === 'UND_ERR_BODY_TIMEOUT') return `the answer stopped for ${timeouts.bodyTimeout / 1000} s mid-body`;
+  if (code === 'UND_ERR_SOCKET') return `the connection closed before the answer was whole (${err.message})`;
+  return code ?? err.message;
+}
+
+/** Requests `url` and reads its answer with `read`, retrying what may pass (no connection, a
+ *  timeout, a body cut short, a 5xx); what `read` decides (a SlideError) is final. */
+async function send<T>(
+  url: string,
+  headers: Record<string, string>,
+  timeouts: Timeouts,
+  read: (res: Answer) => Promise<T>,
+): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     let failure: string;
     try {
-      const res = await request(url, { headers });
-      if (res.statusCode < 500) return res;
+      const res = await request(url, { headers, ...timeouts });
+      if (res.statusCode < 500) return await read(res);
       drop(res);
       failure = `HTTP ${res.statusCode}`;
     } catch (err) {
-      failure = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+      if (err instanceof SlideError) throw err;
+      failure = failed(err as Error, timeouts);
     }
     if (attempt === BACKOFF_MS.length)
       throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${failure} (after ${attempt} retries)`);

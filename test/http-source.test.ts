@@ -1,0 +1,63 @@
+// A slide's HTTP range requests against a server that misbehaves (no real server does so on
+// demand: Node's own, here): one that never answers, one that stops mid-body, one that cuts its
+// first answer short. Before, undici's 300 s timeouts held a run about 20 minutes on the first
+// two, and a body cut short failed the slide at once with "other side closed", no code, no URL.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import t from 'tap';
+import { HttpTransport } from '../src/client/slide/remote/http-source.js';
+import { BLOCK } from '../src/client/slide/remote/source.js';
+
+const file = Buffer.from(Array.from({ length: 3 * BLOCK }, (_, i) => (i * 31) % 251));
+/** Requests seen, by path. */
+const seen = new Map<string, number>();
+
+function answer(req: IncomingMessage, res: ServerResponse): void {
+  const path = req.url!;
+  const n = (seen.get(path) ?? 0) + 1;
+  seen.set(path, n);
+  const [, a, b] = /bytes=(\d+)-(\d+)/.exec(req.headers.range ?? '')!.map(Number);
+  const part = file.subarray(a, b + 1);
+  const head = { 'content-range': `bytes ${a}-${b}/${file.length}`, 'content-length': part.length, etag: '"1"' };
+  if (path === '/stall.tif') return; // never answers
+  res.writeHead(206, head);
+  if (path === '/stall-body.tif') return void res.write(part.subarray(0, 10));
+  // The first answer ends 10 bytes early, its connection closed.
+  if (path === '/cut-once.tif' && n === 1)
+    return void res.end(part.subarray(0, part.length - 10), () => req.socket.destroy());
+  res.end(part);
+}
+
+const server = createServer(answer);
+await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+t.teardown(() => {
+  server.closeAllConnections();
+  server.close();
+});
+const url = (path: string) => `http://127.0.0.1:${(server.address() as AddressInfo).port}${path}`;
+const timeouts = { headersTimeout: 500, bodyTimeout: 500 };
+
+t.test('no headers, or a body that stops: retried, then TILE_ERR_SLIDE_REMOTE naming the URL', async (t) => {
+  const started = performance.now();
+  const [stall, stallBody] = await Promise.all(
+    ['/stall.tif', '/stall-body.tif'].map((path) => HttpTransport.open(url(path), timeouts).catch((err: Error) => err)),
+  );
+  t.match(stall, {
+    code: 'TILE_ERR_SLIDE_REMOTE',
+    message: `${url('/stall.tif')}: no answer within 0.5 s (after 3 retries)`,
+  });
+  t.match(stallBody, {
+    code: 'TILE_ERR_SLIDE_REMOTE',
+    message: `${url('/stall-body.tif')}: the answer stopped for 0.5 s mid-body (after 3 retries)`,
+  });
+  t.same([seen.get('/stall.tif'), seen.get('/stall-body.tif')], [4, 4], 'four tries each');
+  const seconds = (performance.now() - started) / 1000;
+  t.ok(seconds < 15, `${seconds.toFixed(1)} s`);
+});
+
+t.test('a body cut short is tried again, as a failed connection is', async (t) => {
+  const http = await HttpTransport.open(url('/cut-once.tif'), timeouts);
+  t.equal(http.size, file.length);
+  t.ok(Buffer.from(http.first).equals(file.subarray(0, BLOCK)), 'the first block whole');
+  t.equal(seen.get('/cut-once.tif'), 2, 'the second try');
+});
