@@ -267,7 +267,10 @@ const REGISTRY = {
     meaning:
       'A slide format or encoding the built-in TIFF reader does not read, and libopenslide is not there to read it (or does not recognise the file).',
   },
-  TILE_ERR_SLIDE_UNREADABLE: { meaning: 'A slide region cannot be read or decoded.' },
+  TILE_ERR_SLIDE_UNREADABLE: {
+    meaning:
+      "A slide region cannot be read or decoded, or a TIFF's structure is damaged (a chain of directories that loops); the line names the file and directory.",
+  },
   TILE_ERR_SLIDE_NO_MPP: { meaning: 'The slide records no microns per pixel: give it with --mpp.' },
   TILE_ERR_SLIDE_MISSING: {
     meaning:

@@ -33,3 +33,10 @@ export const describe = (path: string, text: string) =>
     path,
     text,
   );
+
+/** Points the last directory's next-directory offset back at the first: a chain that loops. */
+export const loopDirectories = (path: string) =>
+  tifffile(
+    'import struct\nwith tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n t, fh = f.tiff, f.filehandle\n first, last = f.pages[0].offset, f.pages[-1].offset\n fh.seek(last)\n n = struct.unpack(t.tagnoformat, fh.read(t.tagnosize))[0]\n fh.seek(last + t.tagnosize + n * t.tagsize)\n fh.write(struct.pack(t.offsetformat, first))',
+    path,
+  );

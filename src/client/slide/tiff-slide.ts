@@ -89,39 +89,67 @@ async function resolutionMpp(image: GeoTIFFImage): Promise<{ mpp: number; source
   return { mpp: (unit === 3 ? 10000 : 25400) / xres, source };
 }
 
-/** Where a TIFF (by its header) ends too soon: a directory past its end (a reader would stop
- *  there silently, with levels missing), or null. */
-function cutDirectories(path: string, size: number): string | null {
+/** More directories than any slide has (an OME-TIFF of many planes has thousands): a longer
+ *  chain is refused, not followed. */
+const MAX_DIRECTORIES = 100_000;
+
+/** `length` bytes at `offset` of the file (fewer where it ends). */
+type ReadAt = (offset: number, length: number) => Promise<Uint8Array>;
+
+/** Walks the chain of directories by their header and next-directory offsets before geotiff,
+ *  which follows a chain that loops without end (its image count never returns, memory grows):
+ *  a loop, or a chain past MAX_DIRECTORIES, is an error. Returns where the file ends too soon (a
+ *  directory past its end: a reader would stop there silently, with levels missing), or null. */
+async function walkDirectories(path: string, size: number, read: ReadAt): Promise<string | null> {
+  const head = Buffer.from(await read(0, 16));
+  const order = head.toString('latin1', 0, 2);
+  if (head.length < 16 || (order !== 'II' && order !== 'MM')) return null;
+  const le = order === 'II';
+  const big = (le ? head.readUInt16LE(2) : head.readUInt16BE(2)) === 43;
+  const u = (b: Buffer, at: number, bytes: number) =>
+    bytes === 8
+      ? Number(le ? b.readBigUInt64LE(at) : b.readBigUInt64BE(at))
+      : bytes === 4
+        ? le
+          ? b.readUInt32LE(at)
+          : b.readUInt32BE(at)
+        : le
+          ? b.readUInt16LE(at)
+          : b.readUInt16BE(at);
+  const [countBytes, entryBytes, pointer] = big ? [8, 20, 8] : [2, 12, 4];
+  const bytes = async (at: number, length: number) => Buffer.from(await read(at, length));
+  /** Each directory's offset, and its place in the chain. */
+  const seen = new Map<number, number>();
+  let at = u(head, big ? 8 : 4, pointer);
+  for (let k = 0; at !== 0; k++) {
+    if (k === MAX_DIRECTORIES)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_UNREADABLE',
+        `${path}: the TIFF's chain of directories goes on past ${MAX_DIRECTORIES} (directory ${k} at byte ${at}); expected it to end (a next-directory offset of 0) well before`,
+      );
+    seen.set(at, k);
+    if (at + countBytes > size) return `directory ${k} starts at byte ${at}`;
+    const end = at + countBytes + u(await bytes(at, countBytes), 0, countBytes) * entryBytes + pointer;
+    if (end > size) return `directory ${k} ends at byte ${end}`;
+    at = u(await bytes(end - pointer, pointer), 0, pointer);
+    const back = seen.get(at);
+    if (back !== undefined)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_UNREADABLE',
+        `${path}: directory ${k} points back to directory ${back} (its next-directory offset is ${at}): the TIFF's chain of directories loops; expected each to lead to a new directory or end with 0`,
+      );
+  }
+  return null;
+}
+
+/** ReadAt of a local file. */
+async function readLocal<T>(path: string, use: (read: ReadAt) => Promise<T>): Promise<T> {
   const fd = openSync(path, 'r');
   try {
-    const head = Buffer.alloc(16);
-    readSync(fd, head, 0, 16, 0);
-    const order = head.toString('latin1', 0, 2);
-    if (order !== 'II' && order !== 'MM') return null;
-    const le = order === 'II';
-    const big = (le ? head.readUInt16LE(2) : head.readUInt16BE(2)) === 43;
-    const u = (b: Buffer, at: number, bytes: number) =>
-      bytes === 8
-        ? Number(le ? b.readBigUInt64LE(at) : b.readBigUInt64BE(at))
-        : bytes === 4
-          ? le
-            ? b.readUInt32LE(at)
-            : b.readUInt32BE(at)
-          : le
-            ? b.readUInt16LE(at)
-            : b.readUInt16BE(at);
-    const [countBytes, entryBytes, pointer] = big ? [8, 20, 8] : [2, 12, 4];
-    let at = u(head, big ? 8 : 4, pointer);
-    const buf = Buffer.alloc(8);
-    for (let k = 0; at !== 0 && k < 100_000; k++) {
-      if (at + countBytes > size) return `directory ${k} starts at byte ${at}`;
-      readSync(fd, buf, 0, countBytes, at);
-      const end = at + countBytes + u(buf, 0, countBytes) * entryBytes + pointer;
-      if (end > size) return `directory ${k} ends at byte ${end}`;
-      readSync(fd, buf, 0, pointer, end - pointer);
-      at = u(buf, 0, pointer);
-    }
-    return null;
+    return await use(async (offset, length) => {
+      const buf = Buffer.alloc(length);
+      return buf.subarray(0, readSync(fd, buf, 0, length, offset));
+    });
   } finally {
     closeSync(fd);
   }
@@ -220,7 +248,9 @@ export class TiffSlide implements Slide {
     { builtInJ2k }: { builtInJ2k?: boolean } = {},
   ): Promise<TiffSlide> {
     const size = source ? source.size : statSync(path).size;
-    const cut = source ? null : cutDirectories(path, size);
+    const cut = source
+      ? await walkDirectories(path, size, (offset, length) => source.read(offset, length))
+      : await readLocal(path, (read) => walkDirectories(path, size, read));
     if (cut) throw truncated(path, size, cut);
     let tiff: GeoTIFF;
     /** Each image with its directory and SubIFD. */
