@@ -1,7 +1,9 @@
-// Malformed TIFFs, each a libvips-written slide with its bytes edited by tifffile: a chain of
-// directories that loops (geotiff followed it without end, memory growing, locally and over
-// HTTP). The reader says so with a TILE_ERR_* code, at once; in a cohort against the real
-// service, the looping slide fails alone, here and from nginx, and the others are done.
+// Malformed TIFFs, each a libvips- or tifffile-written slide with its bytes edited by tifffile: a
+// chain of directories that loops (geotiff followed it without end, memory growing, locally and
+// over HTTP), a TileOffsets count of 2^30 (geotiff's error named neither tag nor directory), and
+// an OME-TIFF's SubIFDs listing one level 2,000 times or 33 levels (each parsed as a level, 21 s
+// and 640 MB at 20,000). The reader says each with a TILE_ERR_* code, soon; in a cohort against
+// the real service, the looping slide fails alone, here and from nginx, and the others are done.
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -9,11 +11,12 @@ import t from 'tap';
 import { writeNullPackage } from '../../bench/null-models.js';
 import { openSlide } from '../../src/client/slide/open.js';
 import type { Slide } from '../../src/client/slide/slide.js';
+import { TiffSlide } from '../../src/client/slide/tiff-slide.js';
 import { startNginx } from '../../tools/remote-servers.js';
-import { loopDirectories } from '../../tools/synthetic/tiff-tags.js';
+import { loopDirectories, omeSubIfds, repeatSubIfds, setCount } from '../../tools/synthetic/tiff-tags.js';
 import { writeSlide } from '../../tools/synthetic/slide.js';
 import { tempDir } from '../../tools/temp-dir.js';
-import { startServer, type TestServer } from '../helpers/server.js';
+import { ROOT, startServer, type TestServer } from '../helpers/server.js';
 import { slideCommand, smallSlide, summaryRows, tileInfer } from '../helpers/tile-infer.js';
 
 const dir = tempDir('slide-malformed');
@@ -49,6 +52,12 @@ t.before(async () => {
   // Our writer's slide, made a JPEG pyramid by libvips (level 0 read, the levels below its own).
   await writeSlide(at('ours.tif'), smallSlide(1));
   execFileSync('vips', ['tiffsave', at('ours.tif'), at('good.tif'), '--compression', 'jpeg', '--tile', '--pyramid']);
+  execFileSync('/usr/bin/python3', [
+    join(ROOT, 'tools/synthetic/ome-tiff.py'),
+    at('good.tif'),
+    at('good.ome.tif'),
+    '0.5',
+  ]);
   variant('good.tif', 'loop.tif', loopDirectories);
   copyFileSync(at('loop.tif'), at('loop-remote.tif')); // another name: outputs named by the slide's
   nginx = await startNginx(dir);
@@ -71,6 +80,33 @@ t.test('a chain of directories that loops: refused at once, here and over HTTP',
       path,
     );
   }
+});
+
+t.test('a TileOffsets count of 2^30: the tag, the directory and the count expected', async (t) => {
+  const path = variant('good.tif', 'count.tif', (p) => setCount(p, 'TileOffsets', 2 ** 30));
+  t.match(await openError(path, (p) => TiffSlide.open(p)), {
+    code: 'TILE_ERR_SLIDE_UNREADABLE',
+    message:
+      /count\.tif: directory 0: TileOffsets \(tag 324\) lists 1073741824 values, expected one a tile: \d+ \(\d+x\d+ tiles of \d+x\d+\)/,
+  });
+});
+
+t.test("an OME-TIFF's SubIFDs: one level listed 2,000 times is one level; 33 levels are refused", async (t) => {
+  const good = await TiffSlide.open(at('good.ome.tif'));
+  const levels = good.levels;
+  await good.close();
+  const path = variant('good.ome.tif', 'repeated.ome.tif', (p) => repeatSubIfds(p, 2000));
+  const started = performance.now();
+  const repeated = await TiffSlide.open(path);
+  t.same(repeated.levels, levels.slice(0, 2), 'level 0 and its first reduced level');
+  await repeated.close();
+  const ms = performance.now() - started;
+  t.ok(ms < 3000, `opened in ${ms.toFixed(0)} ms`);
+  omeSubIfds(at('many.ome.tif'), 33);
+  t.match(await openError(at('many.ome.tif'), (p) => TiffSlide.open(p)), {
+    code: 'TILE_ERR_SLIDE_UNREADABLE',
+    message: /many\.ome\.tif: directory 0's SubIFDs \(tag 330\) lists 33 reduced levels, expected at most 32/,
+  });
 });
 
 t.test('a cohort with looping slides, here and from nginx: they fail alone, the others are done', async (t) => {

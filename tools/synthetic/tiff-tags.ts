@@ -40,3 +40,31 @@ export const loopDirectories = (path: string) =>
     'import struct\nwith tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n t, fh = f.tiff, f.filehandle\n first, last = f.pages[0].offset, f.pages[-1].offset\n fh.seek(last)\n n = struct.unpack(t.tagnoformat, fh.read(t.tagnosize))[0]\n fh.seek(last + t.tagnosize + n * t.tagsize)\n fh.write(struct.pack(t.offsetformat, first))',
     path,
   );
+
+/** Sets the count field of directory `page`'s `tag` (its values left where they are). */
+export const setCount = (path: string, tag: string, count: number, page = 0) =>
+  tifffile(
+    'import struct\nwith tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n t = f.tiff\n f.filehandle.seek(f.pages[int(sys.argv[3])].tags[sys.argv[2]].offset + 4)\n f.filehandle.write(struct.pack(t.offsetformat, int(sys.argv[4])))',
+    path,
+    tag,
+    String(page),
+    String(count),
+  );
+
+/** Rewrites directory 0's SubIFDs as `copies` copies of its first entry (tifffile appends the
+ *  longer value at the file's end). */
+export const repeatSubIfds = (path: string, copies: number) =>
+  tifffile(
+    'with tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n tag = f.pages[0].tags["SubIFDs"]\n tag.overwrite([tag.value[0]] * int(sys.argv[2]))',
+    path,
+    String(copies),
+  );
+
+/** An OME-TIFF written by tifffile whose first image lists `levels` reduced levels in SubIFDs
+ *  (64x64 pixels, 16x16 tiles, uncompressed), each its own directory. */
+export const omeSubIfds = (path: string, levels: number) =>
+  tifffile(
+    'import numpy\nn = int(sys.argv[2])\nimage = numpy.full((64, 64, 3), 200, numpy.uint8)\nwith tifffile.TiffWriter(sys.argv[1], ome=True) as tif:\n tif.write(image, tile=(16, 16), photometric="rgb", subifds=n, metadata={"axes": "YXS", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5})\n for k in range(n): tif.write(image[:32, :32], tile=(16, 16), photometric="rgb", subfiletype=1, metadata=None)',
+    path,
+    String(levels),
+  );

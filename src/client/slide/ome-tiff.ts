@@ -2,7 +2,7 @@
 // their units, micrometres when none is given); a pyramid's reduced levels are SubIFDs of the
 // full-resolution directory (tifffile, bioformats2raw/raw2ometiff, QuPath, vips write them so).
 import { GeoTIFFImage, type GeoTIFF } from 'geotiff';
-import { checkedMpp } from './slide.js';
+import { checkedMpp, SlideError } from './slide.js';
 
 export const isOmeXml = (description: string | undefined) => !!description && /<(\w+:)?OME[\s>]/.test(description);
 
@@ -51,21 +51,26 @@ export function omeMpp(xml: string, path: string): { mpp: number; error: null } 
   return checkedMpp(x.microns, `the OME-XML's ${said}`, path);
 }
 
-/** The SubIFDs of `image` (its reduced levels), as images. */
-export async function subImages(tiff: GeoTIFF, image: GeoTIFFImage): Promise<GeoTIFFImage[]> {
+/** Reduced levels a pyramid may have: each halves (or more) the level above, and TIFF sizes
+ *  are 32-bit, so a pyramid down to one pixel has at most 32 below full resolution. A SubIFDs tag
+ *  listing more is refused, not parsed level by level (20,000 entries took 21 s and 640 MB). */
+export const MAX_REDUCED_LEVELS = 32;
+
+/** The SubIFDs of `image` (its reduced levels), as images; an offset listed twice is one level. */
+export async function subImages(tiff: GeoTIFF, image: GeoTIFFImage, path: string): Promise<GeoTIFFImage[]> {
   const dir = image.fileDirectory;
   if (!dir.hasTag('SubIFDs')) return [];
-  const offsets = (await dir.loadValue('SubIFDs')) as ArrayLike<number | bigint>;
+  const listed = (await dir.loadValue('SubIFDs')) as ArrayLike<number | bigint>;
+  const offsets = [...new Set(Array.from(listed, Number))];
+  if (offsets.length > MAX_REDUCED_LEVELS)
+    throw new SlideError(
+      'TILE_ERR_SLIDE_UNREADABLE',
+      `${path}: directory 0's SubIFDs (tag 330) lists ${offsets.length} reduced levels, expected at most ${MAX_REDUCED_LEVELS} (a pyramid halving from TIFF's largest size, 2^32 pixels, to one pixel has 32)`,
+    );
   return Promise.all(
-    Array.from(
-      offsets,
+    offsets.map(
       async (offset) =>
-        new GeoTIFFImage(
-          await tiff.parser.parseFileDirectoryAt(Number(offset)),
-          tiff.littleEndian,
-          tiff.cache,
-          tiff.source,
-        ),
+        new GeoTIFFImage(await tiff.parser.parseFileDirectoryAt(offset), tiff.littleEndian, tiff.cache, tiff.source),
     ),
   );
 }

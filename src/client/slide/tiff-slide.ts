@@ -192,6 +192,9 @@ interface Level extends SlideLevel {
   ranges?: Promise<{ offsets: ArrayLike<number | bigint>; counts: ArrayLike<number | bigint> }>;
 }
 
+/** A level's directory, and its SubIFD where it is one. */
+const where = (l: Level) => `directory ${l.page}${l.subifd >= 0 ? `, SubIFD ${l.subifd}` : ''}`;
+
 /** OpenSlide's rule for an SVS: a tile over a missing tile of the level above is missing too
  *  ("tiles concatenating a missing tile are sometimes corrupt"), two levels' tile grids related by
  *  the rounded ratio of their tile counts. */
@@ -265,7 +268,7 @@ export class TiffSlide implements Slide {
       description = first.hasTag('ImageDescription') ? String(await first.loadValue('ImageDescription')) : undefined;
       // OME-TIFF: the first image's pyramid is its SubIFDs; the other directories are its other
       // planes and series (label, macro).
-      const reduced = isOmeXml(description) ? await subImages(tiff, main[0]) : [];
+      const reduced = isOmeXml(description) ? await subImages(tiff, main[0], path) : [];
       if (reduced.length) images = [images[0], ...reduced.map((image, subifd) => ({ image, page: 0, subifd }))];
     } catch (err) {
       if (err instanceof SlideError) throw err;
@@ -500,12 +503,27 @@ export class TiffSlide implements Slide {
   private ranges(l: Level) {
     l.ranges ??= (async () => {
       const dir = l.image.fileDirectory;
+      // The counts the tags declare, checked before their values are loaded: a count of 2^30 is
+      // a 4 GB read (geotiff's own error then names neither the tag nor the directory).
+      const tiles = l.tilesAcross * l.tilesDown;
+      const most = tiles * l.image.getSamplesPerPixel(); // PlanarConfiguration 2: a tile per sample
+      for (const [tag, code] of [
+        ['TileOffsets', 324],
+        ['TileByteCounts', 325],
+      ] as const) {
+        const count = dir.deferredArrays.get(code)?.length ?? (dir.actualizedFields.get(code) as unknown[]).length;
+        if (count < tiles || count > most)
+          throw new SlideError(
+            'TILE_ERR_SLIDE_UNREADABLE',
+            `${this.path}: ${where(l)}: ${tag} (tag ${code}) lists ${count} values, expected one a tile: ${tiles} (${l.tilesAcross}x${l.tilesDown} tiles of ${l.tileWidth}x${l.tileHeight})`,
+          );
+      }
       const offsets = (await dir.loadValue('TileOffsets')) as ArrayLike<number | bigint>;
       const counts = (await dir.loadValue('TileByteCounts')) as ArrayLike<number | bigint>;
       if (offsets.length < l.tilesAcross * l.tilesDown || counts.length !== offsets.length)
         throw new SlideError(
           'TILE_ERR_SLIDE_UNREADABLE',
-          `${this.path}: directory ${l.page} lists ${offsets.length} tiles, expected ${l.tilesAcross * l.tilesDown}`,
+          `${this.path}: ${where(l)} lists ${offsets.length} tiles, expected ${l.tilesAcross * l.tilesDown}`,
         );
       return { offsets, counts };
     })();
