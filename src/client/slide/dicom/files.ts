@@ -149,19 +149,31 @@ export function nativeFrames(i: DataSetHead, size: number): Float64Array {
   return frames;
 }
 
+/** An encapsulated instance's frame count, no more than a file of `size` bytes can hold (an
+ *  8-byte item header a frame after the offset table's): checked before anything is sized by it. */
+export function encapsulatedFrames(i: DataSetHead, size: number): number {
+  const count = framesOf(i);
+  const most = Math.floor((size - i.pixelData!.offset) / 8) - 1;
+  if (count > most)
+    throw unreadable(
+      `${i.where}: NumberOfFrames (0028,0008) is ${count}, but its pixel data (from byte ${i.pixelData!.offset} of ${size}) has room for at most ${Math.max(0, most)} frames`,
+    );
+  return count;
+}
+
 /** The frames' byte ranges: one fragment a frame after the basic offset table (encapsulated), or
  *  frames of rows x columns x 3 bytes one after another (uncompressed). A fragment past the
  *  file's end is a truncated instance; fewer fragments than NumberOfFrames, a missing frame. */
 export function locateFrames(i: FileInstance): Float64Array {
   if (i.frames) return i.frames;
-  const count = framesOf(i);
-  const frames = new Float64Array(count * 2);
   if (!i.pixelData) throw unreadable(`${i.path}: no pixel data`);
   const fd = openSync(i.path, 'r');
   try {
     const size = fstatSync(fd).size;
     const { offset, length } = i.pixelData;
     if (length !== null) return (i.frames = nativeFrames(i, size));
+    const count = encapsulatedFrames(i, size);
+    const frames = new Float64Array(count * 2);
     const header = Buffer.alloc(8);
     let at = offset;
     let fragment = -1; // the basic offset table comes first

@@ -5,7 +5,7 @@
 // or where the frame's PlanePositionSlideSequence puts it (TILED_SPARSE); tiles no frame covers
 // are background.
 import type { CodesOf } from '../../../lib/errors.js';
-import { checkedMpp, SlideError, type FrameCoding, type SlideLevel } from '../slide.js';
+import { checkedMpp, MAX_SLIDE_UM, MPP_RANGE, SlideError, type FrameCoding, type SlideLevel } from '../slide.js';
 import type { Attrs } from './attributes.js';
 
 export const WSI_SOP_CLASS = '1.2.840.10008.5.1.4.1.1.77.1.6';
@@ -45,7 +45,11 @@ const TAG = {
   sopClass: '00080016',
   imageType: '00080008',
   series: '0020000E',
+  concatenationUid: '00209161',
+  concatenationPart: '00209162',
+  concatenationParts: '00209163',
   concatenationOffset: '00209228',
+  dimensionOrganization: '00209311',
   samples: '00280002',
   photometric: '00280004',
   planar: '00280006',
@@ -97,6 +101,12 @@ export interface Pyramid {
   mppError: string | null;
   mppErrorCode: CodesOf<'SLIDE'> | null;
 }
+
+/** A level's largest side: a glass slide (MAX_SLIDE_UM) at the finest MPP read; and its most
+ *  tiles (two Int32Arrays of them, 256 MB): 14 times a 100 mm square slide's at 0.25 µm/px in
+ *  256-pixel frames. */
+const MAX_SIDE = MAX_SLIDE_UM / MPP_RANGE[0];
+const MAX_TILES = 2 ** 25;
 
 const fail = (code: CodesOf<'SLIDE'>, message: string): never => {
   throw new SlideError(code, message);
@@ -161,7 +171,7 @@ function coding(i: Instance, label: string): DicomCoding {
  *  (1-based pixel positions of the frame's top-left corner), else in TILED_FULL order. */
 function placeFrames(i: Instance, index: number, l: DicomLevel): void {
   const a = i.attrs;
-  const frames = a.number(TAG.frames) ?? 1;
+  const frames = framesOf(i);
   const perFrame = a.items(TAG.perFrame);
   const tiles = l.tilesAcross * l.tilesDown;
   const offset = a.number(TAG.concatenationOffset) ?? 0;
@@ -239,6 +249,56 @@ function mppOf(base: Instance, label: string): Pick<Pyramid, 'mpp' | 'mppError' 
   return { mpp: checked.mpp, mppError: checked.error, mppErrorCode: checked.error ? 'TILE_ERR_SLIDE_MPP_RANGE' : null };
 }
 
+/** A level's instances all there, by their own numbering: the parts of each concatenation (a
+ *  level split across instances, PS3.3 C.7.6.16.2.2.4) numbered 1 to n without a gap, as many as
+ *  InConcatenationTotalNumber where given, each part's frames following the one before's; and a
+ *  TILED_FULL level (every tile has a frame) with no tile left over. A part gone (a partial copy)
+ *  would otherwise be drawn as background; a tile no frame covers in a TILED_SPARSE level still
+ *  is. The last part of a concatenation that gives no total cannot be missed this way. */
+function whole(label: string, n: number, l: DicomLevel, instances: Instance[]): void {
+  const level = `level ${n} (${l.width}x${l.height} pixels)`;
+  const parts = new Map<string, Instance[]>();
+  for (const k of l.members) {
+    const uid = instances[k].attrs.text(TAG.concatenationUid);
+    if (uid) parts.set(uid, [...(parts.get(uid) ?? []), instances[k]]);
+  }
+  for (const [uid, members] of parts) {
+    const split = `${label}: ${level} is split across instances (ConcatenationUID ${uid})`;
+    const numbered = members
+      .map((i) => ({ i, part: i.attrs.number(TAG.concatenationPart) ?? 0 }))
+      .sort((x, y) => x.part - y.part);
+    let frames = 0;
+    let expected = 1;
+    for (const { i, part } of numbered) {
+      if (expected > 1 && part === expected - 1) continue; // the same part twice (a copy): its frames placed once
+      const offset = i.attrs.number(TAG.concatenationOffset) ?? 0;
+      const at = `InConcatenationNumber (0020,9162) ${part}, ConcatenationFrameOffsetNumber (0020,9228) ${offset}, ${i.where}`;
+      if (part !== expected)
+        fail(
+          'TILE_ERR_SLIDE_UNREADABLE',
+          `${split}: part ${expected}${part > expected + 1 ? ` to ${part - 1}` : ''}${offset > frames ? ` (frames ${frames + 1} to ${offset})` : ''} is missing, the next there being ${at}: a partial copy? copy the series again`,
+        );
+      if (offset !== frames)
+        fail('TILE_ERR_SLIDE_UNREADABLE', `${split}: ${at}, where the parts before it hold ${frames} frames`);
+      frames = offset + framesOf(i);
+      expected++;
+    }
+    const total = numbered[0].i.attrs.number(TAG.concatenationParts);
+    if (total !== undefined && total !== expected - 1)
+      fail(
+        'TILE_ERR_SLIDE_UNREADABLE',
+        `${split}: ${expected - 1} of its ${total} parts (InConcatenationTotalNumber (0020,9163)); part ${expected} is missing: a partial copy? copy the series again`,
+      );
+  }
+  const full = l.members.some((k) => instances[k].attrs.text(TAG.dimensionOrganization)?.trim() === 'TILED_FULL');
+  const empty = full ? l.instance.indexOf(-1) : -1;
+  if (empty >= 0)
+    fail(
+      'TILE_ERR_SLIDE_UNREADABLE',
+      `${label}: ${level} is TILED_FULL (DimensionOrganizationType (0020,9311)), every tile a frame, but its ${l.members.length} instance(s) hold no frame for tile ${empty % l.tilesAcross},${Math.floor(empty / l.tilesAcross)} (column, row): an instance is missing`,
+    );
+}
+
 /** The pyramid of one series' WSI instances (wsiInstances). */
 export function buildPyramid(label: string, instances: Instance[]): Pyramid {
   const associated: Pyramid['associated'] = [];
@@ -268,6 +328,12 @@ export function buildPyramid(label: string, instances: Instance[]): Pyramid {
     }
     const tilesAcross = Math.ceil(width / tileWidth);
     const tilesDown = Math.ceil(height / tileHeight);
+    // The grid is sized by these before any frame is read: a damaged size fails here, not in an allocation.
+    if (width > MAX_SIDE || height > MAX_SIDE || tilesAcross * tilesDown > MAX_TILES)
+      fail(
+        'TILE_ERR_SLIDE_FORMAT',
+        `${first.where}: TotalPixelMatrixColumns x Rows (0048,0006/0007) ${width}x${height} in ${tileWidth}x${tileHeight} frames is ${tilesAcross}x${tilesDown} tiles; expected at most ${MAX_SIDE} pixels a side (a glass slide at ${MPP_RANGE[0]} µm/px) and ${MAX_TILES} tiles`,
+      );
     const level: DicomLevel = {
       width,
       height,
@@ -298,10 +364,27 @@ export function buildPyramid(label: string, instances: Instance[]): Pyramid {
     levels.push(level);
   }
   levels.sort((x, y) => y.width - x.width);
+  levels.forEach((l, n) => whole(label, n, l, instances));
   const [base] = levels;
   for (const l of levels) l.downsample = (base.width / l.width + base.height / l.height) / 2;
   return { series: seriesOf(instances[0]), levels, associated, ...mppOf(instances[base.members[0]], label) };
 }
 
-/** Frames an instance says it holds. */
-export const framesOf = (i: Instance) => i.attrs.number(TAG.frames) ?? 1;
+/** Frames an instance says it holds (NumberOfFrames, 1 when absent): a whole number from 1, and
+ *  as many as its per-frame functional groups where it has them (PS3.3 C.7.6.16), so that a damaged
+ *  count fails here, naming it, before anything is sized by it. */
+export function framesOf(i: Instance): number {
+  const frames = i.attrs.number(TAG.frames) ?? 1;
+  const perFrame = i.attrs.items(TAG.perFrame).length;
+  if (!(Number.isInteger(frames) && frames >= 1 && frames < 2 ** 31))
+    fail(
+      'TILE_ERR_SLIDE_UNREADABLE',
+      `${i.where}: NumberOfFrames (0028,0008) is ${frames}, expected a whole number from 1`,
+    );
+  if (perFrame && perFrame !== frames)
+    fail(
+      'TILE_ERR_SLIDE_UNREADABLE',
+      `${i.where}: NumberOfFrames (0028,0008) is ${frames}, but PerFrameFunctionalGroupsSequence (5200,9230) has ${perFrame} items, one a frame${frames > perFrame ? `: frame ${perFrame + 1} is missing` : ''}`,
+    );
+  return frames;
+}

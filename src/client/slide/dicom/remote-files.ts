@@ -10,8 +10,16 @@ import { listS3Folder } from '../remote/s3-source.js';
 import { BLOCK, type ByteSource } from '../remote/source.js';
 import { SlideError, type FrameBytes } from '../slide.js';
 import { byInstance, DicomSlide, type FrameAt, type FrameSource } from './dicom-slide.js';
-import { instanceFromHead, isDicomHead, nativeFrames, nextHead, unreadable, type DataSetHead } from './files.js';
-import { buildPyramid, framesOf, seriesOf, wsiInstances } from './pyramid.js';
+import {
+  encapsulatedFrames,
+  instanceFromHead,
+  isDicomHead,
+  nativeFrames,
+  nextHead,
+  unreadable,
+  type DataSetHead,
+} from './files.js';
+import { buildPyramid, seriesOf, wsiInstances } from './pyramid.js';
 
 export interface RemoteInstance extends DataSetHead {
   source: ByteSource;
@@ -35,13 +43,13 @@ const SEQUENCE_END = 0xe0ddfffe; // (FFFE,E0DD)
  *  after it). Each frame's item header is checked as it arrives (RemoteFrames). */
 async function locateFrames(i: RemoteInstance): Promise<void> {
   const { source, where } = i;
-  const count = framesOf(i);
   if (!i.pixelData) throw unreadable(`${where}: no pixel data`);
   const { offset, length } = i.pixelData;
   if (length !== null) {
     [i.frames, i.items] = [nativeFrames(i, source.size), false];
     return;
   }
+  const count = encapsulatedFrames(i, source.size);
   const frames = new Float64Array(count * 2);
   const item = new DataView((await source.read(offset, 8)).slice().buffer);
   if (item.byteLength < 8 || item.getUint32(0, true) !== SEQUENCE_ITEM)
