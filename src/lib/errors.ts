@@ -312,7 +312,7 @@ const REGISTRY = {
   },
   TILE_ERR_SLIDE_DICOMWEB_DOWN: {
     meaning:
-      'The DICOMweb server did not answer, or answered 5xx, through every retry (the line names the URL and the last reason).',
+      'The DICOMweb server did not answer, answered 5xx, cut its answer short or stopped sending it for 30 s, through every retry (the line names the URL and the last reason).',
   },
   TILE_ERR_SLIDE_DICOMWEB_REFUSED: {
     meaning:

@@ -51,7 +51,11 @@ export function fileAttrs(data: DataSet): Attrs {
 export type JsonDataSet = Record<string, { vr: string; Value?: unknown[]; BulkDataURI?: string }>;
 
 export function jsonAttrs(data: JsonDataSet): Attrs {
-  const values = (tag: string) => data[tag.toUpperCase()]?.Value ?? [];
+  // A server's JSON is not trusted to be the model's shape: what is not an array has no values.
+  const values = (tag: string): unknown[] => {
+    const v = data[tag.toUpperCase()]?.Value;
+    return Array.isArray(v) ? v : [];
+  };
   return {
     text: (tag, index = 0) => {
       const v = values(tag)[index];
@@ -62,6 +66,6 @@ export function jsonAttrs(data: JsonDataSet): Attrs {
       return v === undefined || v === null ? undefined : Number(v);
     },
     count: (tag) => values(tag).length,
-    items: (tag) => values(tag).map((item) => jsonAttrs(item as JsonDataSet)),
+    items: (tag) => values(tag).map((item) => jsonAttrs((item ?? {}) as JsonDataSet)),
   };
 }

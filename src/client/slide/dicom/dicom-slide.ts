@@ -1,7 +1,15 @@
 // A DICOM WSI series as a Slide, its frames from files or a DICOMweb server (a FrameSource). The
 // reader pool decodes its levels in bands of frames, as it does TIFF tiles; regions and the
 // overview are decoded here from the same bands.
-import type { BandDecoder, BandJob, BandSource, FrameBytes, Slide, SlideLevel } from '../slide.js';
+import {
+  SlideError,
+  type BandDecoder,
+  type BandJob,
+  type BandSource,
+  type FrameBytes,
+  type Slide,
+  type SlideLevel,
+} from '../slide.js';
 import { readTiled, tiledOverview } from '../tiled-read.js';
 import type { Pyramid } from './pyramid.js';
 
@@ -89,11 +97,22 @@ export class DicomSlide implements Slide {
   }
 
   readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array> {
-    return readTiled(this, level, { x, y, w, h });
+    return this.coded(level, readTiled(this, level, { x, y, w, h }));
   }
 
   overview(level: number, width: number, height: number, decode?: BandDecoder): Promise<Buffer> {
-    return tiledOverview(this, this.path, level, width, height, decode);
+    return this.coded(level, tiledOverview(this, this.path, level, width, height, decode));
+  }
+
+  /** A frame its decoder refuses (damaged bytes, a server's garbage) fails as a tile read does
+   *  (tile-reader.ts): coded, naming the slide and the level; the decoder says only what it saw. */
+  private async coded<T>(level: number, read: Promise<T>): Promise<T> {
+    try {
+      return await read;
+    } catch (err) {
+      if (err instanceof SlideError) throw err;
+      throw new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${this.path}: level ${level}: ${(err as Error).message}`);
+    }
   }
 
   close(): Promise<void> {

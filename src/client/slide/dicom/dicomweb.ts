@@ -32,23 +32,89 @@ export const seriesUrl = (u: DicomWebUrl, series: string) => `${u.base}/studies/
 
 const failure = (code: CodesOf<'SLIDE'>, message: string) => new SlideError(code, message);
 
-/** GET with the Authorization header, retried on 5xx and connection errors. */
-export async function get(url: string, accept: string): Promise<Response> {
+/** The most a request waits for an answer's headers, and for the next piece of its body once they
+ *  came: a server that stops answering is retried, then fails, instead of holding the slide (Node's
+ *  fetch waits 300 s for each, then was tried 5 times). tile-infer has no option for these (its
+ *  --deadline is the service's); a whole batch of 200 frames streams well within them. */
+export const HEADERS_TIMEOUT_MS = 30_000;
+export const BODY_TIMEOUT_MS = 30_000;
+
+/** A whole answer: its body, read within the timeouts, and its content type. */
+export interface Answer {
+  body: Buffer;
+  contentType: string;
+}
+
+/** Why a fetch or a body read failed: undici's cause (ECONNREFUSED, "other side closed"). */
+const reasonOf = (err: unknown) => {
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  return cause?.code ?? cause?.message ?? (err as Error).message;
+};
+
+/** `response`'s body, failing when no piece of it comes for `idleMs` (`abort` ends the request). */
+async function readBody(response: Response, idleMs: number, abort: () => void): Promise<Buffer> {
+  const chunks: Uint8Array[] = [];
+  if (!response.body) return Buffer.alloc(0);
+  const reader = response.body.getReader();
+  let timer: NodeJS.Timeout | undefined;
+  const idle = () => {
+    clearTimeout(timer);
+    timer = setTimeout(abort, idleMs);
+  };
+  try {
+    idle();
+    for (let r = await reader.read(); !r.done; r = await reader.read()) {
+      chunks.push(r.value);
+      idle();
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+  return Buffer.concat(chunks);
+}
+
+/** GET with the Authorization header, its body read whole; retried on 5xx, connection errors, a
+ *  body cut short and the timeouts (`timeouts`: tests give shorter ones). */
+export async function get(
+  url: string,
+  accept: string,
+  timeouts = { headersMs: HEADERS_TIMEOUT_MS, bodyMs: BODY_TIMEOUT_MS },
+): Promise<Answer> {
   const headers: Record<string, string> = { accept };
   const auth = process.env[AUTH_ENV];
   if (auth) headers.authorization = auth;
   let last = '';
   for (let attempt = 0; attempt < TRIES; attempt++) {
     if (attempt) await new Promise((r) => setTimeout(r, BACKOFF_MS * 2 ** (attempt - 1)));
+    const controller = new AbortController();
+    let stalled = '';
+    const stall = (what: string) => () => {
+      stalled = what;
+      controller.abort();
+    };
     let response: Response;
+    const timer = setTimeout(stall(`no answer in ${timeouts.headersMs / 1000} s`), timeouts.headersMs);
     try {
-      response = await fetch(url, { headers });
+      response = await fetch(url, { headers, signal: controller.signal });
     } catch (err) {
-      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-      last = cause?.code ?? cause?.message ?? (err as Error).message;
+      last = stalled || reasonOf(err);
       continue;
+    } finally {
+      clearTimeout(timer);
     }
-    if (response.ok) return response;
+    if (response.ok) {
+      try {
+        const contentType = response.headers.get('content-type') ?? '';
+        return {
+          body: await readBody(response, timeouts.bodyMs, stall(`no body for ${timeouts.bodyMs / 1000} s`)),
+          contentType,
+        };
+      } catch (err) {
+        const cause = (err as { cause?: Error }).cause;
+        last = `its body cut short: ${stalled || cause?.message || (err as Error).message}`;
+        continue;
+      }
+    }
     const status = `${response.status} ${response.statusText}`.trim();
     await response.body?.cancel();
     if (response.status >= 500) {
@@ -72,6 +138,25 @@ export async function get(url: string, accept: string): Promise<Response> {
     'TILE_ERR_SLIDE_DICOMWEB_DOWN',
     `${url}: the DICOMweb server did not answer after ${TRIES} tries (${last})`,
   );
+}
+
+/** A DICOM JSON answer (PS3.18 F.2): an array of data sets, else refused, naming what came. */
+async function dataSets(url: string): Promise<JsonDataSet[]> {
+  const { body, contentType } = await get(url, 'application/dicom+json');
+  const refused = (what: string) =>
+    failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: answered ${contentType || 'no content type'}: ${what}`);
+  let sets: unknown;
+  try {
+    sets = JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw refused(`not DICOM JSON (${(err as Error).message})`);
+  }
+  const isSet = (s: unknown) => typeof s === 'object' && s !== null && !Array.isArray(s);
+  if (!Array.isArray(sets) || !sets.every(isSet))
+    throw refused(
+      `${Array.isArray(sets) ? 'an array of other than objects' : `a JSON ${sets === null ? 'null' : typeof sets}`}, expected DICOM JSON's array of data sets`,
+    );
+  return sets as JsonDataSet[];
 }
 
 /** The parts of a multipart/related body, in order (RFC 2046 framing). */
@@ -103,14 +188,7 @@ export interface WebInstance extends Instance {
 
 /** The series' instances, from its metadata. */
 export async function seriesInstances(url: string): Promise<WebInstance[]> {
-  const response = await get(`${url}/metadata`, 'application/dicom+json');
-  let sets: JsonDataSet[];
-  try {
-    sets = (await response.json()) as JsonDataSet[];
-  } catch (err) {
-    throw failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}/metadata: not DICOM JSON (${(err as Error).message})`);
-  }
-  return sets.map((set) => {
+  return (await dataSets(`${url}/metadata`)).map((set) => {
     const attrs = jsonAttrs(set);
     const where = `${url}/instances/${attrs.text('00080018')}`;
     // The stored transfer syntax: the file meta's, which some servers add, or the one they offer
@@ -123,9 +201,7 @@ export async function seriesInstances(url: string): Promise<WebInstance[]> {
 
 /** The series URLs of a study's slides (modality SM). */
 export async function studySeries(u: DicomWebUrl): Promise<string[]> {
-  const response = await get(`${u.base}/studies/${u.study}/series?Modality=SM`, 'application/dicom+json');
-  const sets = (await response.json()) as JsonDataSet[];
-  return sets
+  return (await dataSets(`${u.base}/studies/${u.study}/series?Modality=SM`))
     .map((s) => jsonAttrs(s).text('0020000E'))
     .filter((uid): uid is string => !!uid)
     .map((uid) => seriesUrl(u, uid));
@@ -201,12 +277,8 @@ export class DicomWebFrames implements FrameSource {
       [...byInstance(at)].map(async ([instance, ks]) => {
         const url = `${this.instances[instance].url}/frames/${ks.map((k) => at[k].frame + 1).join(',')}`;
         const accept = acceptFor(this.instances[instance].transferSyntax!);
-        const response = await get(url, accept);
-        const parts = multipartParts(
-          Buffer.from(await response.arrayBuffer()),
-          response.headers.get('content-type') ?? '',
-          url,
-        );
+        const { body, contentType } = await get(url, accept);
+        const parts = multipartParts(body, contentType, url);
         if (parts.length !== ks.length)
           throw failure(
             'TILE_ERR_SLIDE_DICOMWEB_REFUSED',
