@@ -6,7 +6,7 @@ import { appendFileSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import t from 'tap';
-import { tileGrid } from '../src/client/pipeline/grid.js';
+import { tileGrid, upsampleWarning } from '../src/client/pipeline/grid.js';
 import { Journal } from '../src/client/pipeline/journal.js';
 import { Summary } from '../src/client/pipeline/cohort.js';
 import { recordFailure } from '../src/client/pipeline/run-cohort.js';
@@ -162,6 +162,15 @@ t.test('the tile grid keeps whole tiles with enough tissue, row-major', async (t
   );
   t.ok(grid.tiles.every((g) => g.x < 64 && g.tissue === 1));
   t.equal(grid.tiles.length, 2 * 5, 'the third column has half tissue: under 0.6');
+});
+
+t.test('a slide coarser than the model is said, past the few percent scanners vary by', async (t) => {
+  t.equal(upsampleWarning(0.2527, 0.25), null, "a 40x scanner's 0.2527 µm/px for a 40x model");
+  t.equal(upsampleWarning(0.25, 0.5), null, 'finer: reduced, as always');
+  t.equal(
+    upsampleWarning(2, 0.5),
+    "warning: the slide's finest level is 2 µm/px, coarser than the model's 0.5 µm/px: its tiles were upsampled 4x from it (is the slide's finest level missing, or the model meant for another magnification?)",
+  );
 });
 
 t.test('a torn last line of the journal is dropped; another plan starts afresh', async (t) => {

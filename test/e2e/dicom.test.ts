@@ -5,7 +5,16 @@
 // tiles as they are), a finished series is skipped on a rerun, kill -9 then rerun resumes, and
 // each damaged or unreachable slide fails with its code while the others are done.
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, truncateSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  truncateSync,
+  writeFileSync,
+} from 'node:fs';
 import { basename, join } from 'node:path';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { parse } from 'csv-parse/sync';
@@ -92,6 +101,9 @@ t.before(async () => {
         1),
     levelZero(folders['missing-frame']),
   ]);
+  // Level 0's instance gone: read from the next level, 4x coarser than the model, and said.
+  folders['no-level0'] = copyFolder(folders.full, 'no-level0');
+  rmSync(levelZero(folders['no-level0']));
   folders.truncated = copyFolder(folders.full, 'truncated');
   const cut = levelZero(folders.truncated);
   truncateSync(cut, Math.floor(readFileSync(cut).length * 0.6));
@@ -202,10 +214,9 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
   const wrongWithMpp = copyFolder(folders.wrong, 'wrong-given-mpp');
   const rows = [
     [tiff, ''],
-    ...['full', 'split', 'j2k', 'wrong', 'two-series', 'not-wsi', 'missing-frame', 'truncated'].map((k) => [
-      folders[k],
-      '',
-    ]),
+    ...['full', 'split', 'j2k', 'wrong', 'two-series', 'not-wsi', 'missing-frame', 'truncated', 'no-level0'].map(
+      (k) => [folders[k], ''],
+    ),
     [wrongWithMpp, '0.5'],
     [urls.series, ''],
     [urls.study, ''],
@@ -268,6 +279,11 @@ t.test('a cohort of the TIFF, its DICOM copies and DICOMweb series, and bad DICO
   );
   t.match(reason(folders['missing-frame']), /^\[TILE_ERR_SLIDE_UNREADABLE\] .*frame \d+ is missing/);
   t.match(reason(folders.truncated), /^\[TILE_ERR_SLIDE_UNREADABLE\] .*: truncated: /);
+  t.equal(summary.get(folders['no-level0'])?.status, 'done', reason(folders['no-level0']));
+  t.match(
+    reason(folders['no-level0']),
+    /^warning: the slide's finest level is 2 µm\/px, coarser than the model's 0\.5 µm\/px: its tiles were upsampled 4x from it/,
+  );
   t.match(reason(urls.missing), /^\[TILE_ERR_SLIDE_DICOMWEB_NOT_FOUND\] /);
   t.ok(reason(urls.missing).includes(urls.missing), 'names the URL');
   t.match(reason(urls.down), /^\[TILE_ERR_SLIDE_DICOMWEB_DOWN\] .*ECONNREFUSED/);

@@ -55,3 +55,15 @@ export function tileGrid({ width, height, mpp0, tileSize, tileMpp, mask, minTiss
   }
   return { extent, tiles };
 }
+
+/** How much coarser than the model's MPP level 0 may be before it is said: scanners' nominal
+ *  magnifications vary by a few percent (0.2527 µm/px for 40x), which no one needs told. */
+const UPSAMPLE_SLACK = 1.1;
+
+/** A slide coarser than the model's MPP has its tiles upsampled from level 0 (20x for a 40x model,
+ *  or a folder missing its finest level): done, as asked, but said in the summary, since the
+ *  features are not the model's at its magnification. */
+export function upsampleWarning(mpp0: number, tileMpp: number): string | null {
+  if (mpp0 <= tileMpp * UPSAMPLE_SLACK) return null;
+  return `warning: the slide's finest level is ${Number(mpp0.toPrecision(4))} µm/px, coarser than the model's ${tileMpp} µm/px: its tiles were upsampled ${Number((mpp0 / tileMpp).toPrecision(3))}x from it (is the slide's finest level missing, or the model meant for another magnification?)`;
+}

@@ -8,7 +8,7 @@ import sharp from 'sharp';
 import type { ModelMetadataBody, TileClient } from '../tile-client.js';
 import type { CohortSlide } from './cohort.js';
 import { tissueGeoJson } from './geojson.js';
-import { tileGrid } from './grid.js';
+import { tileGrid, upsampleWarning } from './grid.js';
 import { identityOf, OutFolderError, planChanges, SlideRecords, type SlidePlan } from './identity.js';
 import { journalShape, runTiles, writeModelOutputs, type ModelPlan, type Progress } from './inference.js';
 import { Journal } from './journal.js';
@@ -137,7 +137,7 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
         `${entry.label}: ${l0.width}x${l0.height} pixels at ${mpp0} µm/px is ${((l0.width * mpp0) / 1000).toFixed(0)} x ${((l0.height * mpp0) / 1000).toFixed(0)} mm, larger than any glass slide; is the MPP right? (--mpp)`,
       );
     }
-    const warnings = [overviewWarning(slide, mpp0)].filter((w) => w !== null);
+    const warnings = [overviewWarning(slide, mpp0), upsampleWarning(mpp0, meta.tile.mpp)].filter((w) => w !== null);
     const overview = await readOverview(slide, mpp0, (job, into) => run.pool.decode({ job, into }));
 
     // Tissue: the mask PNG is the checkpoint of this stage.
