@@ -205,7 +205,12 @@ t.test('every shipped model: outputs as the contract routes give them', async (t
   const embeds = await Promise.all(small.map((png) => contract('/api/embed/tile-embed', tileRequest(png))));
   for (const inputs of [[image(rgb, 224)], [pngs(small)]]) {
     const { response, outputs } = await infer('tile-embed', inputs, { id: 'g1' });
-    t.match(response, { model_name: 'tile-embed', model_version: '1.0.0', id: 'g1' });
+    t.match(response, {
+      model_name: 'tile-embed',
+      model_version: '1.0.0',
+      id: 'g1',
+      parameters: { trained: { bool_param: false } },
+    });
     const e = outputs.get('embedding')!;
     t.same(e.shape, [2, 160]);
     for (let i = 0; i < 2; i++)

@@ -98,7 +98,7 @@ t.test("tile-embed: JSON, binary and PNG bodies give the contract route's embedd
       );
   }
   const first = await client.infer('tile-embed', [image(rgb, 224)], { id: 'r1' });
-  t.match(first.json, { model_name: 'tile-embed', model_version: '1.0.0', id: 'r1' });
+  t.match(first.json, { model_name: 'tile-embed', model_version: '1.0.0', id: 'r1', parameters: { trained: false } });
 });
 
 t.test("gene-expr: prediction and embedding of one pass, with bulk RNA, as the contract's", async (t) => {

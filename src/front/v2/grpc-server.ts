@@ -282,6 +282,7 @@ export async function startGrpc(
           model_name: response.model_name,
           model_version: response.model_version,
           id: response.id ?? '',
+          parameters: { trained: { bool_param: response.parameters.trained } },
           outputs: response.outputs.map(({ name, datatype, shape }) => ({ name, datatype, shape })),
           raw_output_contents: response.outputs.map(rawBytes),
         };

@@ -159,8 +159,8 @@ export function writeResponse(
         : Buffer.from(numbersJson(o.data as Float32Array | Float64Array));
     return Buffer.concat([Buffer.from(`${head},"data":`), data, Buffer.from('}')]);
   });
-  const { model_name, model_version, id } = response;
-  const start = JSON.stringify({ model_name, model_version, ...(id !== undefined && { id }) }).slice(0, -1);
+  const { model_name, model_version, id, parameters } = response;
+  const start = JSON.stringify({ model_name, model_version, ...(id !== undefined && { id }), parameters }).slice(0, -1);
   const parts = [Buffer.from(`${start},"outputs":[`)];
   outputs.forEach((o, i) => parts.push(...(i ? [Buffer.from(','), o] : [o])));
   parts.push(Buffer.from(']}'));

@@ -27,6 +27,9 @@ export interface InferResponse {
   model_name: string;
   model_version: string;
   id?: string;
+  /** `trained`: whether the model's weights were trained (its manifest's provenance), said with
+   *  every answer as the contract's metadata says it: outputs of untrained weights mean nothing. */
+  parameters: { trained: boolean };
   outputs: OutputTensor[];
 }
 
@@ -125,6 +128,7 @@ export class V2Service {
       model_name: name,
       model_version: manifest.version,
       ...(request.id !== undefined && { id: request.id }),
+      parameters: { trained: manifest.provenance.trained },
       outputs: assemble(manifest, results, plan.outputs),
     };
   }
