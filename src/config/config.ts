@@ -91,7 +91,7 @@ export const ServiceConfig = Type.Object(
         /** Keep-alive connections idle this long are closed. */
         keep_alive_timeout_ms: Type.Integer({ minimum: 100, default: 72000 }),
       },
-      { default: {} },
+      { default: {}, additionalProperties: false },
     ),
     supervisor: Type.Object(
       {
@@ -137,7 +137,7 @@ export const ServiceConfig = Type.Object(
          *  failed model is listed apart and the service is ready with the others. */
         strict_readiness: Type.Boolean({ default: true }),
       },
-      { default: {} },
+      { default: {}, additionalProperties: false },
     ),
     /** Optional bearer token for /diagnostics and /metrics; null leaves them open (bind to loopback). */
     admin_token: Type.Union([Type.String({ minLength: 1 }), Type.Null()], { default: null }),

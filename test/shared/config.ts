@@ -5,7 +5,7 @@ import t from 'tap';
 import { writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { ConfigError, loadConfig } from '../../src/config/config.js';
+import { ConfigError, loadConfig, ServiceConfig } from '../../src/config/config.js';
 import type { ConfigCode } from '../../src/config/config-errors.js';
 import { checkListenAddress } from '../../supervisor/preflight.js';
 import { describeService } from '../../supervisor/cli.js';
@@ -146,6 +146,35 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
     t.notOk(err.message.includes('\n'), `${name}: one line`);
   }
   t.equal(load(good, { LOG_LEVEL: 'debug', PORT: '8123' }).log_level, 'debug', 'LOG_LEVEL sets the level');
+});
+
+/** Every object schema in `schema`, with its dotted place ("models[]" for a list's items). */
+function objects(schema: Record<string, any>, place = ''): [string, Record<string, any>][] {
+  if (schema.type === 'array') return objects(schema.items, `${place}[]`);
+  if (schema.anyOf) return schema.anyOf.flatMap((s: Record<string, any>) => objects(s, place));
+  if (schema.type !== 'object') return [];
+  return [
+    [place, schema],
+    ...Object.entries(schema.properties ?? {}).flatMap(([key, s]) =>
+      objects(s as Record<string, any>, place ? `${place}.${key}` : key),
+    ),
+  ];
+}
+
+t.test('every object refuses a misspelt key', async (t) => {
+  const found = objects(ServiceConfig);
+  t.ok(found.length >= 7, 'the root, models[], front, supervisor, pressure, usage, health');
+  for (const [place, schema] of found) {
+    const key = `${Object.keys(schema.properties)[0]}x`;
+    // The typo placed in an otherwise good configuration.
+    const config: Record<string, any> = { ...good, models: [{ name: 'tissue-seg', gpus: [] }] };
+    if (place === '') config[key] = 1;
+    else if (place === 'models[]') config.models[0][key] = 1;
+    else config[place] = { [key]: 1 };
+    const err = refusal(() => load(config));
+    t.same(codes(err), ['TILE_ERR_CONFIG_UNKNOWN_KEY'], `${place || '(root)'}: ${err.message}`);
+    t.match(err.message, `${place ? `${place.replace('[]', '[0]')}.` : ''}${key} is not a setting`);
+  }
 });
 
 t.test('the listen address is checked before anything starts', async (t) => {
