@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { FromFront, ToFront } from '../src/ipc/protocol.js';
 import { frontEnv } from '../src/ipc/fork-config.js';
 import { RestartPolicy } from './restart-policy.js';
-import type { ServiceConfig } from '../src/config/config.js';
+import { timerMs, type ServiceConfig } from '../src/config/config.js';
 import { TILE_PROCESS_EXEC_ARGV } from './v8-flags.js';
 
 const FRONT_ENTRY = new URL('../src/front/main.js', import.meta.url).pathname;
@@ -61,7 +61,7 @@ export class Fronts {
         (front) =>
           new Promise<void>((resolve) => {
             if (front.isDead()) return resolve();
-            const killer = setTimeout(() => front.process.kill('SIGKILL'), graceMs + 1000);
+            const killer = setTimeout(() => front.process.kill('SIGKILL'), timerMs(graceMs + 1000));
             front.once('exit', () => {
               clearTimeout(killer);
               resolve();

@@ -6,6 +6,7 @@ import { createLogger } from '../src/lib/logger.js';
 import { discoverGpus } from './gpus.js';
 import { Supervisor } from './supervisor.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
+import { timerMs } from '../src/config/config.js';
 
 const config = await prepareStart();
 const logger = createLogger(config);
@@ -32,7 +33,7 @@ async function shutdown(signal: string): Promise<void> {
       logger.error('grace period over; exiting with requests unfinished');
       process.exit(ExitCode.UNFINISHED);
     },
-    drain + grace + 5000,
+    timerMs(drain + grace + 5000),
   );
   if (drain > 0) {
     logger.info({ drainMs: drain }, 'stopping: readiness answers 503 first, so balancers take this host out');

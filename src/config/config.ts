@@ -8,6 +8,16 @@ import { Value } from 'typebox/value';
 import { CodedError } from '../lib/errors.js';
 import { describeErrors, fieldName, suggest, type ConfigCode, type ConfigProblem } from './config-errors.js';
 
+/** Node runs a timer longer than this (2^31 - 1 ms, about 24.8 days) after 1 ms instead: every
+ *  millisecond setting is bounded by it, and a sum of settings waited for is capped by timerMs. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+export const timerMs = (ms: number): number => Math.min(ms, MAX_TIMER_MS);
+/** Worker processes (of one model) and front processes: far more than a host's GPUs or cores use,
+ *  few enough that a stray zero cannot fork the host to death. */
+const MAX_PROCESSES = 256;
+/** Threads per worker pool: as decode_threads, a multiple of the largest hosts' cores. */
+const MAX_THREADS = 1024;
+
 const Provider = Type.Union([Type.Literal('cuda'), Type.Literal('webgpu'), Type.Literal('cpu')]);
 
 const ModelEntry = Type.Object(
@@ -15,7 +25,7 @@ const ModelEntry = Type.Object(
     name: Type.String({ pattern: '^[a-z0-9][a-z0-9-]*$' }),
     /** Package folder; default <model_repository>/<name>. */
     path: Type.Optional(Type.String()),
-    instances: Type.Integer({ minimum: 1, default: 1 }),
+    instances: Type.Integer({ minimum: 1, maximum: MAX_PROCESSES, default: 1 }),
     /** GPU ids to pin instances to (round-robin), or "auto" to use those nvidia-smi lists. */
     gpus: Type.Union([Type.Literal('auto'), Type.Array(Type.String())], { default: 'auto' }),
     /** Execution providers: "auto" (cuda when its libraries load, else webgpu on a GPU that is not
@@ -34,17 +44,17 @@ const ModelEntry = Type.Object(
       { default: 'auto' },
     ),
     /** ONNX Runtime intra-op threads per worker; default: the cores shared among the model's instances (idle threads sleep). */
-    intra_op_threads: Type.Optional(Type.Integer({ minimum: 1 })),
+    intra_op_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_THREADS })),
     /** Threads decoding this model's PNG tiles in each worker (its libuv pool); default: every core. */
-    decode_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: 1024 })),
+    decode_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_THREADS })),
     /** Largest batch; default the manifest's batch.max. */
     max_batch: Type.Optional(Type.Integer({ minimum: 1 })),
     /** Wait for a batch to fill when the worker is idle; 0 (as Triton) runs at once, and batches
      *  still form from what arrives while a batch runs. */
-    max_queue_delay_ms: Type.Number({ minimum: 0, default: 0 }),
+    max_queue_delay_ms: Type.Number({ minimum: 0, maximum: MAX_TIMER_MS, default: 0 }),
     /** Requests outstanding for the model (all instances) before new ones get 503. */
     max_queue: Type.Integer({ minimum: 1, default: 64 }),
-    request_timeout_ms: Type.Integer({ minimum: 1, default: 30000 }),
+    request_timeout_ms: Type.Integer({ minimum: 1, maximum: MAX_TIMER_MS, default: 30000 }),
   },
   { additionalProperties: false },
 );
@@ -76,7 +86,7 @@ export const ServiceConfig = Type.Object(
       { default: 'info' },
     ),
     /** HTTP front processes sharing the port (node:cluster); 0 picks one per core, at most 4. */
-    fronts: Type.Integer({ minimum: 0, default: 0 }),
+    fronts: Type.Integer({ minimum: 0, maximum: MAX_PROCESSES, default: 0 }),
     front: Type.Object(
       {
         /** Connections one front holds at once; 0 derives it from the process's open-file limit. */
@@ -86,39 +96,39 @@ export const ServiceConfig = Type.Object(
         max_inflight_bytes: Type.Integer({ minimum: 1024, default: 256 * 1024 * 1024 }),
         /** A client must send its headers within this time, and its whole request within
          *  body_timeout_ms, or the connection is closed (slow-loris). */
-        headers_timeout_ms: Type.Integer({ minimum: 100, default: 10000 }),
-        body_timeout_ms: Type.Integer({ minimum: 100, default: 60000 }),
+        headers_timeout_ms: Type.Integer({ minimum: 100, maximum: MAX_TIMER_MS, default: 10000 }),
+        body_timeout_ms: Type.Integer({ minimum: 100, maximum: MAX_TIMER_MS, default: 60000 }),
         /** Keep-alive connections idle this long are closed. */
-        keep_alive_timeout_ms: Type.Integer({ minimum: 100, default: 72000 }),
+        keep_alive_timeout_ms: Type.Integer({ minimum: 100, maximum: MAX_TIMER_MS, default: 72000 }),
       },
       { default: {}, additionalProperties: false },
     ),
     supervisor: Type.Object(
       {
-        heartbeat_interval_ms: Type.Integer({ minimum: 10, default: 1000 }),
-        heartbeat_timeout_ms: Type.Integer({ minimum: 100, default: 10000 }),
+        heartbeat_interval_ms: Type.Integer({ minimum: 10, maximum: MAX_TIMER_MS, default: 1000 }),
+        heartbeat_timeout_ms: Type.Integer({ minimum: 100, maximum: MAX_TIMER_MS, default: 10000 }),
         /** Loading a model blocks the worker's event loop (ONNX Runtime parses the graph
          *  synchronously), so a loading worker gets this long instead of the heartbeat timeout. */
-        load_timeout_ms: Type.Integer({ minimum: 100, default: 120000 }),
-        restart_initial_delay_ms: Type.Integer({ minimum: 0, default: 100 }),
-        restart_max_delay_ms: Type.Integer({ minimum: 0, default: 10000 }),
+        load_timeout_ms: Type.Integer({ minimum: 100, maximum: MAX_TIMER_MS, default: 120000 }),
+        restart_initial_delay_ms: Type.Integer({ minimum: 0, maximum: MAX_TIMER_MS, default: 100 }),
+        restart_max_delay_ms: Type.Integer({ minimum: 0, maximum: MAX_TIMER_MS, default: 10000 }),
         /** A worker up this long has its backoff reset. */
-        restart_reset_after_ms: Type.Integer({ minimum: 0, default: 60000 }),
+        restart_reset_after_ms: Type.Integer({ minimum: 0, maximum: MAX_TIMER_MS, default: 60000 }),
         /** On SIGTERM, readiness reports 503 for this long before the front stops accepting, so a
          *  balancer's health checks see it first (HAProxy: inter + (fall - 1) x fastinter, with margin). */
-        drain_delay_ms: Type.Integer({ minimum: 0, default: 5000 }),
-        shutdown_grace_ms: Type.Integer({ minimum: 0, default: 10000 }),
-        probe_timeout_ms: Type.Integer({ minimum: 1, default: 2000 }),
+        drain_delay_ms: Type.Integer({ minimum: 0, maximum: MAX_TIMER_MS, default: 5000 }),
+        shutdown_grace_ms: Type.Integer({ minimum: 0, maximum: MAX_TIMER_MS, default: 10000 }),
+        probe_timeout_ms: Type.Integer({ minimum: 1, maximum: MAX_TIMER_MS, default: 2000 }),
         /** A model whose package cannot load is `failed`: tried again when its files change
          *  (checked every package_poll_ms), on SIGHUP, or after failed_retry_ms. */
-        failed_retry_ms: Type.Integer({ minimum: 100, default: 300000 }),
-        package_poll_ms: Type.Integer({ minimum: 10, default: 2000 }),
+        failed_retry_ms: Type.Integer({ minimum: 100, maximum: MAX_TIMER_MS, default: 300000 }),
+        package_poll_ms: Type.Integer({ minimum: 10, maximum: MAX_TIMER_MS, default: 2000 }),
       },
       { default: {}, additionalProperties: false },
     ),
     pressure: Type.Object(
       {
-        max_event_loop_delay_ms: Type.Integer({ minimum: 0, default: 1000 }),
+        max_event_loop_delay_ms: Type.Integer({ minimum: 0, maximum: MAX_TIMER_MS, default: 1000 }),
         max_heap_used_bytes: Type.Integer({ minimum: 0, default: 0 }),
         retry_after_s: Type.Integer({ minimum: 1, default: 2 }),
       },

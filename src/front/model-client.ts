@@ -5,7 +5,7 @@
 // queue and the request bytes it holds (queue-share.ts, admission.ts), and the usage log's
 // batches (usage-batch.ts). Here: the supervisor's messages and queries.
 import type { Registry } from 'prom-client';
-import { modelEntry, type ServiceConfig } from '../config/config.js';
+import { modelEntry, timerMs, type ServiceConfig } from '../config/config.js';
 import type { FromFront, FrontQuery, InferResult, ModelView, TileJob, ToFront, UsageReport } from '../ipc/protocol.js';
 import { RequestReply } from '../ipc/request-reply.js';
 import { ServiceError } from '../lib/errors.js';
@@ -132,7 +132,7 @@ export class ModelClient implements ModelBackend {
 
   private query(query: FrontQuery): Promise<unknown> {
     void this.flushUsage();
-    const ms = this.config.supervisor.probe_timeout_ms + 2000;
+    const ms = timerMs(this.config.supervisor.probe_timeout_ms + 2000);
     return this.queries.request((id) => this.send({ type: 'query', id, ...query }), {
       ms,
       error: () => new Error(`the supervisor did not answer within ${ms} ms`),

@@ -5,7 +5,7 @@ import t from 'tap';
 import { writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { ConfigError, loadConfig, ServiceConfig } from '../../src/config/config.js';
+import { ConfigError, loadConfig, MAX_TIMER_MS, ServiceConfig } from '../../src/config/config.js';
 import type { ConfigCode } from '../../src/config/config-errors.js';
 import { checkListenAddress } from '../../supervisor/preflight.js';
 import { describeService } from '../../supervisor/cli.js';
@@ -115,7 +115,7 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       'every problem, on one line',
       () => load({ ...good, log_level: 'info', pressure: 3, models: [{ name: 'tissue-seg', instances: 0 }] }),
       ['TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE'],
-      /pressure is 3, expected an object; .*models\[0\]\.instances is 0, expected an integer >= 1$/,
+      /pressure is 3, expected an object; .*models\[0\]\.instances is 0, expected an integer from 1 to 256$/,
     ],
     [
       'MODELS names a model the file lacks',
@@ -128,6 +128,24 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       () => load(good, { MODELS: ' , ' }),
       ['TILE_ERR_CONFIG_NO_MODELS'],
       /^MODELS is empty, so no model would be served/,
+    ],
+    [
+      'a timeout past what a Node timer holds (every request was a 504 at once)',
+      () => load({ models: [{ name: 'tissue-seg', request_timeout_ms: 3e9 }] }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /models\[0\]\.request_timeout_ms is 3000000000, expected an integer from 1 to 2147483647$/,
+    ],
+    [
+      'an interval past what a Node timer holds (a 1 ms loop)',
+      () => load({ ...good, supervisor: { heartbeat_interval_ms: 3e9 } }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /supervisor\.heartbeat_interval_ms is 3000000000, expected an integer from 10 to 2147483647$/,
+    ],
+    [
+      'processes and threads a host cannot hold',
+      () => load({ fronts: 100000, models: [{ name: 'tissue-seg', instances: 1e6, intra_op_threads: 1e6 }] }),
+      ['TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE'],
+      /fronts is 100000, expected an integer from 0 to 256; .*models\[0\]\.instances is 1000000, expected an integer from 1 to 256; .*models\[0\]\.intra_op_threads is 1000000, expected an integer from 1 to 1024$/,
     ],
     ['not JSON', () => load('{"models": ['), ['TILE_ERR_CONFIG_FILE'], /config-\d+\.json: .*JSON/],
     [
@@ -161,7 +179,7 @@ function objects(schema: Record<string, any>, place = ''): [string, Record<strin
   ];
 }
 
-t.test('every object refuses a misspelt key', async (t) => {
+t.test('every object refuses a misspelt key, and no millisecond setting passes a timer', async (t) => {
   const found = objects(ServiceConfig);
   t.ok(found.length >= 7, 'the root, models[], front, supervisor, pressure, usage, health');
   for (const [place, schema] of found) {
@@ -174,6 +192,8 @@ t.test('every object refuses a misspelt key', async (t) => {
     const err = refusal(() => load(config));
     t.same(codes(err), ['TILE_ERR_CONFIG_UNKNOWN_KEY'], `${place || '(root)'}: ${err.message}`);
     t.match(err.message, `${place ? `${place.replace('[]', '[0]')}.` : ''}${key} is not a setting`);
+    for (const [name, s] of Object.entries(schema.properties as Record<string, any>))
+      if (name.endsWith('_ms')) t.equal(s.maximum, MAX_TIMER_MS, `${place}.${name} at most 2^31 - 1`);
   }
 });
 
