@@ -239,6 +239,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
     );
 
   const names = config.models.map((m) => m.name);
+  // A model's routes are declared once per front: a second entry of the same name killed every
+  // front at start. (More workers for a model: its instances.)
+  const twice = names.findIndex((name, i) => names.indexOf(name) !== i);
+  if (twice !== -1)
+    throw new ConfigError(
+      'TILE_ERR_CONFIG_VALUE',
+      `${where(`/models/${twice}/name`)} is ${JSON.stringify(names[twice])}, as is models[${names.indexOf(names[twice])}].name, expected each model listed once (more workers for a model: its instances)`,
+    );
   if (env.MODELS !== undefined) {
     const wanted = env.MODELS.split(',')
       .map((s) => s.trim())

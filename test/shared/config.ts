@@ -130,6 +130,12 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       /^MODELS is empty, so no model would be served/,
     ],
     [
+      'the same model twice (every front died declaring its routes again)',
+      () => load({ models: [{ name: 'tissue-seg' }, { name: 'gene-expr' }, { name: 'tissue-seg', instances: 2 }] }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /config-\d+\.json: models\[2\]\.name is "tissue-seg", as is models\[0\]\.name, expected each model listed once \(more workers for a model: its instances\)$/,
+    ],
+    [
       'a timeout past what a Node timer holds (every request was a 504 at once)',
       () => load({ models: [{ name: 'tissue-seg', request_timeout_ms: 3e9 }] }),
       ['TILE_ERR_CONFIG_VALUE'],
