@@ -238,6 +238,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       `${where('/front/headers_timeout_ms')} is ${headers}, longer than front.body_timeout_ms (${body}), within which the whole request must arrive: expected at most ${body}`,
     );
 
+  // HTTP and gRPC each bind the port in every front: the same one passes the listen check (one
+  // at a time) and then every front dies binding the second.
+  if (config.grpc_port !== null && config.grpc_port !== 0 && config.grpc_port === config.port)
+    throw new ConfigError(
+      'TILE_ERR_CONFIG_VALUE',
+      `${where('/grpc_port')} is ${config.grpc_port}, the same as ${where('/port')} (HTTP), expected another port (or null for no gRPC)`,
+    );
+
   const names = config.models.map((m) => m.name);
   // A model's routes are declared once per front: a second entry of the same name killed every
   // front at start. (More workers for a model: its instances.)

@@ -136,6 +136,18 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       /config-\d+\.json: models\[2\]\.name is "tissue-seg", as is models\[0\]\.name, expected each model listed once \(more workers for a model: its instances\)$/,
     ],
     [
+      'gRPC on the HTTP port (every front died binding it twice)',
+      () => load({ ...good, port: 8000, grpc_port: 8000 }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /config-\d+\.json: grpc_port is 8000, the same as \S+config-\d+\.json: port \(HTTP\), expected another port \(or null for no gRPC\)$/,
+    ],
+    [
+      'gRPC on the port PORT names',
+      () => load({ ...good, grpc_port: 8001 }, { PORT: '8001' }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /config-\d+\.json: grpc_port is 8001, the same as PORT \(HTTP\), expected another port/,
+    ],
+    [
       'a timeout past what a Node timer holds (every request was a 504 at once)',
       () => load({ models: [{ name: 'tissue-seg', request_timeout_ms: 3e9 }] }),
       ['TILE_ERR_CONFIG_VALUE'],
