@@ -5,7 +5,7 @@ import { parseArgs } from 'node:util';
 import { ConfigError, configFile, loadConfig, type ServiceConfig } from '../src/config/config.js';
 import { CodedError } from '../src/lib/errors.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
-import { checkListenAddress } from './preflight.js';
+import { checkListenAddress, checkPaths } from './preflight.js';
 import { describeProviders } from './provider-check.js';
 import { PackageError, readPackage } from '../src/model-package/model-package.js';
 import { checkGraph } from '../src/model-package/graph-check.js';
@@ -19,8 +19,9 @@ Options:
   --check-config  Check the configuration, every enabled model package (its manifest, and its
                   model.onnx loaded by ONNX Runtime on the CPU and checked against the
                   manifest), the execution providers (CUDA provider libraries of the bundled
-                  ONNX Runtime version, Vulkan devices) and the listen address (HOST resolves,
-                  PORT is free), print what would be served, and exit:
+                  ONNX Runtime version, Vulkan devices), the listen address (HOST resolves,
+                  PORT is free) and that LOG_FILE and DATA_DIR can be written, print what
+                  would be served, and exit:
                   0 when all is well, 2 otherwise.
   --help, -h      Print this help and exit.
 
@@ -109,7 +110,7 @@ export async function prepareStart(argv = process.argv.slice(2), env = process.e
       () => [],
       (err) => (err instanceof ConfigError ? [err] : Promise.reject(err)),
     );
-    const problems = [...service.problems, ...providers.problems, ...listen];
+    const problems = [...service.problems, ...providers.problems, ...listen, ...checkPaths(config, env)];
     process.stdout.write(`${configFile(env)}: ${problems.length ? 'problems found' : 'ok'}\n${lines.join('\n')}\n`);
     for (const problem of problems) process.stderr.write(refusal(problem));
     process.exit(problems.length ? ExitCode.CONFIG : ExitCode.OK);
@@ -117,5 +118,7 @@ export async function prepareStart(argv = process.argv.slice(2), env = process.e
   await checkListenAddress(config, env).catch((err) =>
     err instanceof ConfigError ? refuse(err) : Promise.reject(err),
   );
+  const [path] = checkPaths(config, env);
+  if (path) refuse(path);
   return config;
 }

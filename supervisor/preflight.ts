@@ -1,8 +1,11 @@
-// Before any worker forks: can the service listen where it is told to? An unresolvable HOST or a
-// port in use becomes one line naming the setting, the value and what was expected, instead of a
-// stack trace after the workers have started.
+// Before any worker forks: can the service listen where it is told to, and write its log file and
+// usage log? An unresolvable HOST, a port in use or a log_file that is a folder becomes one line
+// naming the setting, the value and what was expected, instead of a stack trace after the workers
+// have started.
+import { accessSync, constants, statSync, type Stats } from 'node:fs';
 import { lookup } from 'node:dns/promises';
 import { createServer } from 'node:net';
+import { dirname } from 'node:path';
 import { ConfigError, settingSource, type ServiceConfig } from '../src/config/config.js';
 import type { CodesOf } from '../src/lib/errors.js';
 
@@ -64,4 +67,53 @@ export async function checkListenAddress(config: ServiceConfig, env: NodeJS.Proc
       }
     }
   }
+}
+
+const canAccess = (path: string, mode: number): boolean => {
+  try {
+    accessSync(path, mode);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/** Why `path` cannot be written as a file or a folder (missing folders are created, as the
+ *  logger and the usage log do), or undefined when it can. Reads only: --check-config creates
+ *  nothing. */
+function unwritable(path: string, kind: 'file' | 'folder'): string | undefined {
+  const stat = (p: string): Stats | undefined => statSync(p, { throwIfNoEntry: false });
+  const found = stat(path);
+  if (found?.isDirectory() === (kind === 'file')) return kind === 'file' ? 'a folder' : 'not a folder';
+  if (found)
+    return canAccess(path, kind === 'file' ? constants.W_OK : constants.W_OK | constants.X_OK)
+      ? undefined
+      : 'not writable by this user';
+  let parent = dirname(path);
+  let above = stat(parent);
+  while (!above && parent !== dirname(parent)) above = stat((parent = dirname(parent)));
+  if (!above?.isDirectory()) return `under ${parent}, which is not a folder`;
+  return canAccess(parent, constants.W_OK | constants.X_OK)
+    ? undefined
+    : `under ${parent}, where this user cannot create it`;
+}
+
+/** log_file and data_dir: the logger opens the one (a failure killed the supervisor with a
+ *  stack trace) and the usage log writes in the other (requests went unrecorded). */
+export function checkPaths(config: ServiceConfig, env: NodeJS.ProcessEnv = process.env): ConfigError[] {
+  const paths = [
+    ...(config.log_file ? [['log_file', config.log_file, 'file'] as const] : []),
+    ['data_dir', config.data_dir, 'folder'] as const,
+  ];
+  return paths.flatMap(([field, path, kind]) => {
+    const why = unwritable(path, kind);
+    return why
+      ? [
+          new ConfigError(
+            'TILE_ERR_CONFIG_PATH',
+            `${settingSource(field, env)} is ${JSON.stringify(path)}, ${why}, expected a ${kind} this user can write (or a path where one can be created)`,
+          ),
+        ]
+      : [];
+  });
 }

@@ -62,16 +62,20 @@ const holder = createServer();
 await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
 const busy = (holder.address() as AddressInfo).port;
 // All at once: each is a Node start, seconds on a busy machine.
-const [badPort, unknownKey, portInUse, help, check, badOption, checkTruncated, cudaOnly] = await Promise.all([
-  start(good, { PORT: 'abc' }),
-  start({ ...good, supervisor: { heartbeat_timout_ms: 5000 } }),
-  start({ ...good, port: busy }),
-  start(good, {}, ['--help']),
-  start(good, {}, ['--check-config']),
-  start(good, {}, ['--chek-config']),
-  start({ models: [{ name: 'tissue-seg' }, { name: 'gene-expr', path: truncated }] }, {}, ['--check-config']),
-  start({ models: [{ name: 'tissue-seg', gpus: [], provider: ['cuda'] }] }, {}, ['--check-config']),
-]);
+const [badPort, unknownKey, portInUse, help, check, badOption, checkTruncated, cudaOnly, logFolder, checkDataFile] =
+  await Promise.all([
+    start(good, { PORT: 'abc' }),
+    start({ ...good, supervisor: { heartbeat_timout_ms: 5000 } }),
+    start({ ...good, port: busy }),
+    start(good, {}, ['--help']),
+    start(good, {}, ['--check-config']),
+    start(good, {}, ['--chek-config']),
+    start({ models: [{ name: 'tissue-seg' }, { name: 'gene-expr', path: truncated }] }, {}, ['--check-config']),
+    start({ models: [{ name: 'tissue-seg', gpus: [], provider: ['cuda'] }] }, {}, ['--check-config']),
+    // The logger's folder-as-file killed the supervisor with an unhandled EISDIR stack.
+    start(good, { LOG_FILE: dir }),
+    start({ ...good, data_dir: join(ROOT, 'package.json') }, {}, ['--check-config']),
+  ]);
 holder.close();
 
 t.test('refusals: exit 2, one line, nothing started', async (t) => {
@@ -89,6 +93,12 @@ t.test('refusals: exit 2, one line, nothing started', async (t) => {
       portInUse,
       new RegExp(
         `^configuration error \\[TILE_ERR_LISTEN_PORT_IN_USE\\]: \\S+config-2\\.json: port is ${busy} on 127\\.0\\.0\\.1, which is already in use by another process, expected a free port \\(or PORT=0 for any\\)\\n$`,
+      ),
+    ],
+    [
+      logFolder,
+      new RegExp(
+        `^configuration error \\[TILE_ERR_CONFIG_PATH\\]: LOG_FILE is "${dir}", a folder, expected a file this user can write \\(or a path where one can be created\\)\\n$`,
       ),
     ],
   ];
@@ -111,6 +121,15 @@ t.test('--help and --check-config', async (t) => {
   t.match(
     check.stdout,
     /config-4\.json: ok\nlistening on http:\/\/127\.0\.0\.1:0, 2 model\(s\):\n {2}tissue-seg 1\.0\.0: segmentation; .*\n {2}gene-expr 1\.1\.0: prediction, embedding; 224x224 at 0\.5 MPP; 2 instance\(s\), gpus "auto"; .*POST \/api\/predict\/gene-expr, POST \/api\/embed\/gene-expr\nexecution providers:\n {2}cuda: provider libraries not installed beside libonnxruntime \d+\.\d+\.\d+ \(.*npm run cuda:install\)\n {2}webgpu: (Vulkan devices: .*|no Vulkan loader .*|no Vulkan device)\n {2}cpu: always\n$/,
+  );
+});
+
+t.test('--check-config: a data_dir that is a file is a problem', async (t) => {
+  t.equal(checkDataFile.code, ExitCode.CONFIG, 'exit status 2');
+  t.match(checkDataFile.stdout, /config-9\.json: problems found\n/);
+  t.match(
+    checkDataFile.stderr,
+    /^configuration error \[TILE_ERR_CONFIG_PATH\]: \S+config-9\.json: data_dir is "\S+package\.json", not a folder, expected a folder this user can write/,
   );
 });
 

@@ -172,6 +172,10 @@ const REGISTRY = {
   },
   TILE_ERR_CONFIG_UNKNOWN_MODEL: { meaning: 'MODELS names a model the configuration file does not list.' },
   TILE_ERR_CONFIG_NO_MODELS: { meaning: 'No model would be served: models is [] or MODELS is empty.' },
+  TILE_ERR_CONFIG_PATH: {
+    meaning:
+      'log_file (LOG_FILE) or data_dir (DATA_DIR) cannot be written: a folder where a file goes, a file where a folder goes, or no permission.',
+  },
   TILE_ERR_LISTEN_HOST: { meaning: 'HOST (or host) does not resolve, or is not an address of this machine.' },
   TILE_ERR_LISTEN_PORT_IN_USE: { meaning: 'PORT (or port) is in use by another process.' },
   TILE_ERR_LISTEN_PORT_DENIED: {

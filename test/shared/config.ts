@@ -2,12 +2,12 @@
 // environment variable), the value and what was expected, with a suggestion for a misspelling. In
 // process; the real binary's exit status and single line are in startup-errors.test.ts.
 import t from 'tap';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { ConfigError, loadConfig, MAX_TIMER_MS, ServiceConfig } from '../../src/config/config.js';
 import type { ConfigCode } from '../../src/config/config-errors.js';
-import { checkListenAddress } from '../../supervisor/preflight.js';
+import { checkListenAddress, checkPaths } from '../../supervisor/preflight.js';
 import { describeService } from '../../supervisor/cli.js';
 import { MODELS } from '../helpers/server.js';
 import { corruptPackage } from '../helpers/packages.js';
@@ -213,6 +213,32 @@ t.test('every object refuses a misspelt key, and no millisecond setting passes a
     for (const [name, s] of Object.entries(schema.properties as Record<string, any>))
       if (name.endsWith('_ms')) t.equal(s.maximum, MAX_TIMER_MS, `${place}.${name} at most 2^31 - 1`);
   }
+});
+
+t.test('log_file and data_dir must be writable where they are', async (t) => {
+  const config = load(good);
+  const file = join(dir, 'a-file');
+  writeFileSync(file, '');
+  mkdirSync(join(dir, 'a-folder'));
+  const problems = (paths: Partial<ServiceConfig>) =>
+    checkPaths({ ...config, ...paths }, { CONFIG: '/etc/tile/config.json' }).map((e) => [e.code, e.message]);
+  t.same(problems({ log_file: join(dir, 'new/logs/service.log'), data_dir: join(dir, 'new/data') }), [], 'created');
+  t.same(problems({ log_file: file, data_dir: join(dir, 'a-folder') }), [], 'there already');
+  t.same(problems({ log_file: join(dir, 'a-folder'), data_dir: file }), [
+    [
+      'TILE_ERR_CONFIG_PATH',
+      `/etc/tile/config.json: log_file is "${join(dir, 'a-folder')}", a folder, expected a file this user can write (or a path where one can be created)`,
+    ],
+    [
+      'TILE_ERR_CONFIG_PATH',
+      `/etc/tile/config.json: data_dir is "${file}", not a folder, expected a folder this user can write (or a path where one can be created)`,
+    ],
+  ]);
+  const [under] = checkPaths({ ...config, log_file: join(file, 'logs/service.log') }, { LOG_FILE: 'x' });
+  t.equal(
+    under.message,
+    `LOG_FILE is "${join(file, 'logs/service.log')}", under ${file}, which is not a folder, expected a file this user can write (or a path where one can be created)`,
+  );
 });
 
 t.test('the listen address is checked before anything starts', async (t) => {
