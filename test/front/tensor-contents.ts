@@ -97,6 +97,29 @@ t.test('unpacked elements of several fields, interleaved, read as protobufjs rea
   );
 });
 
+t.test('varints written longer than they need (up to 10 bytes) read as their shortest form does', async () => {
+  /** The value's varint, padded with continuation bytes to `extra` more bytes (at most 10 in all). */
+  const padded = (value: number, extra: number) => {
+    const bytes = [...protobuf.Writer.create().uint32(value).finish()];
+    const pad = Math.min(extra, 10 - bytes.length);
+    if (pad <= 0) return bytes;
+    bytes[bytes.length - 1] |= 0x80;
+    return [...bytes, ...Array(pad - 1).fill(0x80), 0];
+  };
+  fc.assert(
+    fc.property(
+      fc.array(fc.tuple(fc.constantFrom(2, 4), fc.integer({ min: 0, max: 2 ** 31 - 1 }), fc.nat(9)), { maxLength: 8 }),
+      (elements) => {
+        // Each element unpacked: its tag (field 2 int_contents or 4 uint_contents, varint), then it.
+        const message = (extra: (n: number) => number) =>
+          Buffer.from(elements.flatMap(([field, value, n]) => [field << 3, ...padded(value, extra(n))]));
+        return isDeepStrictEqual(asRead(message((n) => n)), asRead(message(() => 0)));
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
 t.test('a UINT8 tile in uint_contents is read as its bytes, through the request decoder', async (t) => {
   const pixels = Uint8Array.from({ length: 512 * 512 * 3 }, (_, i) => (i * 7) % 256);
   const Request = root.lookupType('inference.ModelInferRequest');

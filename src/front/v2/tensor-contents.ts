@@ -129,8 +129,14 @@ export function decodeTensorContents(reader: protobuf.Reader, length?: number): 
   const fill = (field: Field, until: number) => {
     let values = contents[field.name] as Numbers;
     let at = filled[field.number];
+    const word = WORD.has(field.name);
+    const { buf } = reader;
     while (reader.pos < until) {
-      const value = field.read(reader);
+      const p = reader.pos;
+      const value =
+        word && buf[p]! > 0x7f && buf[p + 1]! > 0x7f && buf[p + 2]! > 0x7f && buf[p + 3]! > 0x7f && buf[p + 4]! > 0x7f
+          ? readLongWord(field, reader)
+          : field.read(reader);
       if (values instanceof Uint8Array && field.name === 'uint_contents' && value > 255)
         values = contents.uint_contents = Uint32Array.from(values);
       values[at++] = value;
@@ -144,8 +150,26 @@ export function decodeTensorContents(reader: protobuf.Reader, length?: number): 
     element: (field) => fill(field, reader.pos + 1),
     bytes: () => reader.skipType(LENGTH_DELIMITED),
   });
+  const short = Object.values(FIELDS).find((f) => filled[f.number] !== counts[f.number]);
+  if (short)
+    throw new RangeError(`${short.name}: read ${filled[short.number]} elements of the ${counts[short.number]} counted`);
   contents.bytes_contents = bytes;
   return contents;
+}
+
+/** Fields read with protobufjs' uint32 (bool, int32, uint32). */
+const WORD = new Set<NumericName>(['bool_contents', 'int_contents', 'uint_contents']);
+
+/** An element of a 32-bit field (WORD) whose varint goes on past 5 bytes. protobufjs reads such
+ *  a varint's first 5 bytes and then steps a fixed 5 more (int32's negatives take 10): one written
+ *  in 6 to 9 bytes (legal: parsers take up to 10) then ends elsewhere than at its last byte, where
+ *  the count found it, or past the message (a review: zeros filled in, or a throw). It is read
+ *  from its first 5 bytes, the value's 32 bits, and passed over to its end. */
+function readLongWord(field: Field, reader: protobuf.Reader): number {
+  const first = Uint8Array.from(reader.buf.subarray(reader.pos, reader.pos + 5));
+  first[4]! &= 0x7f;
+  reader.skipType(VARINT);
+  return field.read(protobuf.Reader.create(first));
 }
 
 /** Elements in a packed run of `field`, from start to end of `buf`: throws when the run does not
