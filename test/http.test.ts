@@ -507,6 +507,8 @@ t.test(
       payload: '{"image_data": ',
     });
     t.equal(malformed.statusCode, 404, 'a malformed body to a path not served');
+    const missingFile = await app.inject({ method: 'GET', url: '/docs/static/no-such-file.js' });
+    t.equal(missingFile.statusCode, 404, 'a file the docs do not have: not a 405 that takes GET, not GET');
 
     const gzipped = gzipSync(JSON.stringify(tileRequest(tile224)));
     const encoded = await app.inject({

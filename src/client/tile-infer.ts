@@ -26,6 +26,9 @@ import { mppInRange, MPP_RANGE } from './slide/slide.js';
 import { UsageError } from './usage-error.js';
 
 const CORES = availableParallelism();
+/** Reader threads: each is a V8 isolate with its decoders' buffers, and 100,000 of them took 12 GB
+ *  before the process died (an attack session); more than a few per core gain nothing. */
+const MAX_THREADS = 4 * CORES;
 const SLIDES_IN_FLIGHT = defaultSlidesInFlight();
 
 const HELP = `Usage:
@@ -65,7 +68,7 @@ Options:
   --server URL           service URL, repeatable (default http://127.0.0.1:8000)
   --concurrency N        tiles in flight over all servers (default 8 per server)
   --slides-in-flight N   slides read at once (default ${SLIDES_IN_FLIGHT} here: from the cores)
-  --threads N            reader threads that decode and encode tiles (default ${CORES}: the cores)
+  --threads N            reader threads that decode and encode tiles (default ${CORES}: the cores; at most ${MAX_THREADS})
   --shard I/C            run shard I (from 0) of C: slide k of the cohort is in shard k mod C;
                          writes summary.I-of-C.csv. Default from a Slurm job array
                          (SLURM_ARRAY_TASK_ID, _MIN, _STEP, _COUNT) or, with --shards C, a
@@ -119,9 +122,6 @@ const integer = (min: number, max = Number.MAX_SAFE_INTEGER): [(v: number) => bo
   (v) => Number.isInteger(v) && v >= min && v <= max,
   max === Number.MAX_SAFE_INTEGER ? `an integer from ${min}` : `an integer from ${min} to ${max}`,
 ];
-/** Reader threads: each is a V8 isolate with its decoders' buffers, and 100,000 of them took 12 GB
- *  before the process died (an attack session); more than a few per core gain nothing. */
-const MAX_THREADS = 4 * CORES;
 
 async function main(): Promise<number> {
   let parsed;

@@ -116,7 +116,9 @@ async function errors(app: FastifyInstance, { retryAfterS, models }: ErrorsOptio
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?')[0];
     const allowed = METHODS.filter((method) => app.findRoute({ method, url: path }));
-    if (allowed.length) {
+    // Unless a route takes the request's own method: @fastify/static answers a file it lacks under
+    // /docs/static/ through here (it was a 405 "takes GET, HEAD, not GET").
+    if (allowed.length && !allowed.includes(request.method)) {
       reply.header('allow', allowed.join(', '));
       throw make.methodNotAllowed(request.method, path, allowed);
     }
