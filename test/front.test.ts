@@ -1,4 +1,4 @@
-// The HTTP front's modules in-process: admission and the worker's deadlines, the response writer, validation errors, the model client, the fronts' shares of the connections, the gRPC message decoder, wire limits and tensor contents.
+// The HTTP front's modules in-process: admission and the worker's deadlines, the response writer, validation errors, the model client, the fronts' shares of the connections, the gRPC message decoder, wire limits and tensor contents, the /docs examples.
 // One test process for these files: tap costs each process ~1.3 s of CPU (its loaders and process
 // info), which for files this small was most of their time.
 import './front/overload-logic.js';
@@ -10,3 +10,4 @@ import './front/connection-share.js';
 import './front/message-decoder.js';
 import './front/wire-limits.js';
 import './front/tensor-contents.js';
+import './front/route-docs.js';

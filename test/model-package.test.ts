@@ -39,7 +39,8 @@ t.test('the shipped packages pass their own checks and say they are untrained', 
 });
 
 t.test('manifest errors have a code and name the file, the field and the mismatch', async (t) => {
-  const cases: [string, string, (m: Record<string, any>) => void, PackageCode, RegExp][] = [
+  type Case = [string, string, (m: Record<string, any>) => void, PackageCode, RegExp];
+  const cases: Case[] = [
     [
       'tensor missing from the graph',
       'gene-expr',
@@ -103,6 +104,23 @@ t.test('manifest errors have a code and name the file, the field and the mismatc
       'TILE_ERR_PACKAGE_MANIFEST',
       /invalid manifest: tile\.mpp: must be number/,
     ],
+    // Unbounded, these passed --check-config and then crashed every front (tile) or ran the
+    // worker out of heap at each load (batch.max with batch_shapes "any").
+    ...(
+      [
+        ['tile', 'width', 100000, 16384],
+        ['tile', 'height', 1e308, 16384],
+        ['batch', 'max', 1e9, 4096],
+      ] as const
+    ).map(
+      ([part, key, value, max]): Case => [
+        `${part}.${key} ${value}`,
+        'tissue-seg',
+        (m) => (m[part][key] = value),
+        'TILE_ERR_PACKAGE_MANIFEST',
+        new RegExp(`invalid manifest: ${part}\\.${key}: must be <= ${max}`),
+      ],
+    ),
     [
       'unassigned graph input',
       'gene-expr',

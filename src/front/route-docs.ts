@@ -1,6 +1,6 @@
 // What /docs shows of a model's routes: its tile size and MPP, what `output` holds (length,
 // genes), the three bodies it takes, and a request that works when sent from the page (a flat
-// H&E-pink tile of the model's size, a few hundred bytes as PNG).
+// H&E-pink tile of the model's size, a few hundred bytes as PNG; a placeholder for very large tiles).
 import { PNG } from 'pngjs';
 import type { SwaggerTransform } from '@fastify/swagger';
 import type { TObject } from 'typebox';
@@ -64,12 +64,18 @@ export function requestDocs(manifest: Manifest | null, query: TObject | null): S
 }
 
 const PINK = [232, 186, 214];
+/** Tiles up to this size get a full example PNG (1024x1024: ~4 MiB of RGBA for pngjs, ~80 ms).
+ *  Larger ones (the manifest allows up to 16384 px a side) get a placeholder: every front builds
+ *  the examples at start, and a front must not die or stall on one package's tile size. */
+export const EXAMPLE_MAX_PIXELS = 1024 * 1024;
 
 /** Each tile size's example PNG, in base64: every route of every model and each front's start
  *  asks for it, and pngjs takes ~20 ms to write a 512 px one. */
 const examplePngs = new Map<string, string>();
 
 function examplePng(width: number, height: number): string {
+  if (!(width * height <= EXAMPLE_MAX_PIXELS))
+    return `(a base64 PNG of ${width}x${height} px: too large for an example here)`;
   const key = `${width}x${height}`;
   let png = examplePngs.get(key);
   if (!png) {

@@ -32,6 +32,15 @@ export const ChannelValues = Type.Union(
 export type ChannelValues = Static<typeof ChannelValues>;
 export const MaskRule = Type.Enum(['argmax', 'threshold']);
 
+/** Largest tile side. Pathology models take tiles of 224 to a few thousand px; a 16384 px tile is
+ *  768 MiB of RGB and 3 GiB as float32 before any batching, so a larger side is a typo (or 1e308),
+ *  and the worker's buffers and the /docs example are sized from it. */
+export const MAX_TILE_SIDE = 16384;
+/** Largest batch.max. Real batches stay in the hundreds (max_queue defaults to 64 requests); the
+ *  worker keeps one entry per batch size (batch_shapes "any"), so an unbounded max (1e9) ran it
+ *  out of heap at every load. */
+export const MAX_BATCH = 4096;
+
 export const Manifest = Type.Object({
   name: Name,
   version: Type.String({ minLength: 1 }),
@@ -39,8 +48,8 @@ export const Manifest = Type.Object({
   license: Type.String({ minLength: 1 }),
   tasks: Type.Array(Task, { minItems: 1, uniqueItems: true }),
   tile: Type.Object({
-    width: Type.Integer({ minimum: 1 }),
-    height: Type.Integer({ minimum: 1 }),
+    width: Type.Integer({ minimum: 1, maximum: MAX_TILE_SIDE }),
+    height: Type.Integer({ minimum: 1, maximum: MAX_TILE_SIDE }),
     mpp: Type.Number({ exclusiveMinimum: 0 }),
     /** Relative tolerance on `resolution`: 0.1 accepts mpp +-10%. */
     mpp_tolerance: Type.Number({ minimum: 0 }),
@@ -79,7 +88,7 @@ export const Manifest = Type.Object({
     }),
   ),
   embedding_dim: Type.Optional(Type.Integer({ minimum: 1 })),
-  batch: Type.Object({ max: Type.Integer({ minimum: 1 }) }),
+  batch: Type.Object({ max: Type.Integer({ minimum: 1, maximum: MAX_BATCH }) }),
   /** Inference runs on a zero tile before the worker reports ready (as Triton's model_warmup). */
   warmup: Type.Optional(Type.Object({ iterations: Type.Integer({ minimum: 0 }) })),
   /** What `npm run package` read from model.onnx, per tensor "dtype[dims]"; checked at load. */
