@@ -5,10 +5,18 @@
 // then do not depend on what else is in its batch, nor on where.
 import type { ModelEntry, ProviderName } from '../config/config.js';
 import type { ShapeCheck } from '../ipc/protocol.js';
+import { MAX_BATCH } from '../model-package/manifest.js';
 
 export type BatchShapesSetting = ModelEntry['batch_shapes'];
 
-const range = (from: number, to: number) => Array.from({ length: Math.max(0, to - from + 1) }, (_, i) => from + i);
+/** Every batch size 1..maxBatch. maxBatch is at most the manifest's batch.max, which the schema
+ *  bounds: a larger one is refused here rather than materialised (1e9 entries ran the worker out
+ *  of heap at every load, and it died without saying why). */
+export function everyBatchSize(maxBatch: number): number[] {
+  if (!(maxBatch <= MAX_BATCH))
+    throw new RangeError(`largest batch ${maxBatch} is over ${MAX_BATCH} (batch.max's bound)`);
+  return Array.from({ length: Math.max(0, maxBatch) }, (_, i) => i + 1);
+}
 
 /**
  * The sizes warm-up runs, ascending; the last is the reference the others are compared with.
@@ -30,7 +38,7 @@ export function candidateShapes(setting: BatchShapesSetting, provider: ProviderN
     return listed.length ? listed : [maxBatch];
   }
   if (provider === 'cpu') return [1];
-  return setting === 'any' ? range(1, maxBatch) : [maxBatch];
+  return setting === 'any' ? everyBatchSize(maxBatch) : [maxBatch];
 }
 
 /**
@@ -48,7 +56,7 @@ export function servedShapes(
   neighbours: boolean,
   maxBatch: number,
 ): number[] {
-  if (setting === 'any') return range(1, maxBatch);
+  if (setting === 'any') return everyBatchSize(maxBatch);
   if (!deterministic) return checks.map((c) => c.batch);
   const identical = checks.filter((c) => c.identical).map((c) => c.batch);
   return neighbours || identical.length === 0 ? [1] : identical;

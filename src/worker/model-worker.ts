@@ -21,7 +21,7 @@ import { Batcher, type Clock } from './batcher.js';
 import { DecodeWindow } from './decode-window.js';
 import { float32ToFloat16 } from './float16.js';
 import { checkOutputShape, maskOf, maskTensor, numbersOf, rowOf } from './outputs.js';
-import { padTo, type BatchShapesSetting } from './batch-shapes.js';
+import { everyBatchSize, padTo, type BatchShapesSetting } from './batch-shapes.js';
 import { warmUp } from './warmup.js';
 import { isDeviceFault } from '../gpu/device-faults.js';
 
@@ -145,7 +145,7 @@ export class ModelWorker {
   ) {
     this.preprocess = makePreprocessor(pkg.manifest, session.plan.imageInput, session.buffer?.bind(session));
     this.maxBatch = Math.min(options.maxBatch || Infinity, session.plan.maxBatch);
-    this.shapes = Array.from({ length: this.maxBatch }, (_, i) => i + 1);
+    this.shapes = everyBatchSize(this.maxBatch);
     const { width, height } = pkg.manifest.tile;
     this.padding = { width, height, channels: 3, data: new Uint8Array(width * height * 3) };
     this.clock = options.clock ?? Date.now;

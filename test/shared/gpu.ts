@@ -17,7 +17,8 @@ import {
   INSTALL_RECORD,
 } from '../../src/gpu/cuda-provider.js';
 import { vulkanDevices } from '../../src/gpu/vulkan.js';
-import { candidateShapes, padTo, servedShapes } from '../../src/worker/batch-shapes.js';
+import { candidateShapes, everyBatchSize, padTo, servedShapes } from '../../src/worker/batch-shapes.js';
+import { MAX_BATCH } from '../../src/model-package/manifest.js';
 import { install } from '../../tools/cuda-install.js';
 import { errorCount, errorKinds } from '../../bench/load.js';
 import { ROOT } from '../helpers/server.js';
@@ -133,6 +134,12 @@ t.test('batch shapes: candidates, what is served, padding', async (t) => {
     'no shape holds: one tile per run',
   );
   t.same(servedShapes('any', [check(1, true)], true, false, 4), [1, 2, 3, 4], '"any": no padding');
+  // batch.max 1e9 (before the schema bounded it) ran the worker out of heap here at every load:
+  // anything over the bound is refused, not built.
+  const over = /over 4096 \(batch\.max's bound\)/;
+  t.throws(() => servedShapes('any', [check(1, true)], true, false, MAX_BATCH + 1), over, '"any" over the bound');
+  t.throws(() => candidateShapes('any', 'cuda', 1e9), over);
+  t.equal(everyBatchSize(MAX_BATCH).length, MAX_BATCH);
   t.equal(padTo([2, 4, 16], 1), 2);
   t.equal(padTo([2, 4, 16], 5), 16);
   t.equal(padTo([2, 4, 16], 4), 4);
