@@ -24,6 +24,16 @@ import { TILE_PROCESS_EXEC_ARGV } from './v8-flags.js';
 
 const WORKER_ENTRY = new URL('../src/worker/main.js', import.meta.url);
 const TAIL_LINES = 100;
+/** Deaths in a row while loading, never ready, before the instance is failed instead of restarted.
+ *  A worker that never gets through a load without dying (an abort, a V8 heap OOM, a load timeout)
+ *  does the same at every try: one death can be a neighbour's memory or a busy GPU, a second one
+ *  in a row still might be; at three (about 0.7 s of backoff plus three loads) it is the package
+ *  or the machine, and each further try only costs its CPU and an OOM report. */
+export const LOAD_DEATHS_TO_FAIL = 3;
+/** A stderr line that says what went wrong ("FATAL ERROR: ... heap out of memory", "RangeError:
+ *  ..."), not a stack frame ("    at f (file)", "1: 0x... node::OOMErrorHandler"). */
+const ERROR_LINE = /error|fatal|abort|out of memory|killed/i;
+const STACK_FRAME = /^\s*(at |\d+: 0x|-{3,}|<-{3,})/;
 /** How long a worker that reported a device fault has to answer what it holds and exit. */
 export const FAULT_EXIT_MS = 5000;
 
@@ -108,6 +118,18 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
   #lastExit: WorkerExit | null = null;
   #autoRestart: boolean;
   readonly #tail: string[] = [];
+  /** Whether any process of this instance became ready: only one that never did can be failed
+   *  for dying while loading; one that served keeps being restarted. */
+  private everReady = false;
+  /** Deaths in a row while loading (LOAD_DEATHS_TO_FAIL); a package fault fails at once anyway. */
+  private loadDeaths = 0;
+  /** Why the instance was failed for its load deaths, without the stderr line: that line may still
+   *  be on its way when the exit arrives (a V8 OOM report is long), so the reason is completed then. */
+  private loadDeathsReason: string | null = null;
+  /** The last process's last stderr line, and the last one that names an error (kept after it
+   *  exits, until the next start). */
+  private stderrLast: string | null = null;
+  private stderrError: string | null = null;
   private child: WorkerProcess | null = null;
   private generation = 0;
   private startedAt = 0;
@@ -182,7 +204,8 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
   start(): void {
     this.clock.clear(this.restartTimer);
     this.restartTimer = null;
-    const socket = this.options.socketPath(this.generation++);
+    const generation = ++this.generation;
+    const socket = this.options.socketPath(generation - 1);
     const config: WorkerConfig = {
       model: this.options.model,
       dir: this.options.dir,
@@ -208,12 +231,18 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     this.child = child;
     this.packageFault = false;
     this.loadErrorCode = null;
+    this.stderrLast = null;
+    this.stderrError = null;
+    this.loadDeathsReason = null;
     this.setState('loading');
     this.startedAt = this.clock.now();
     this.lastBeat = this.clock.now();
     this.log.debug({ workerPid: child.pid, gpu: this.options.gpu }, 'worker forked');
     createInterface({ input: child.stdout! }).on('line', (line) => this.record('stdout', line, 'info'));
-    createInterface({ input: child.stderr! }).on('line', (line) => this.record('stderr', line, 'warn'));
+    createInterface({ input: child.stderr! }).on('line', (line) => {
+      if (this.generation === generation) this.noteStderr(line);
+      this.record('stderr', line, 'warn');
+    });
     child.on('message', (message: WorkerReport) => this.onReport(message));
     child.on('exit', (code, signal) => this.onExit(child, code, signal));
     child.on('error', (err) => this.log.error({ err }, 'worker process error'));
@@ -289,6 +318,8 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       case 'ready': {
         const { info } = message;
         this.#info = info;
+        this.everReady = true;
+        this.loadDeaths = 0;
         this.lastBeat = this.clock.now();
         this.log.info(
           {
@@ -336,6 +367,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     this.clock.clear(this.faultKill);
     const uptime = this.clock.now() - this.startedAt;
     const stopping = this.#state === 'stopping';
+    const diedLoading = this.#state === 'loading' && !this.everReady;
     const cause = classifyExit(this.verdict, stopping, code, signal);
     this.child = null;
     this.#info = null;
@@ -351,6 +383,11 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     }
     this.#restarts++;
     if (this.packageFault) return this.fail();
+    if (diedLoading && ++this.loadDeaths >= LOAD_DEATHS_TO_FAIL) {
+      this.loadDeathsReason = `${this.#lastError} while loading, ${this.loadDeaths} times in a row and never ready`;
+      this.describeLoadDeaths();
+      return this.fail();
+    }
     const delay = this.policy.nextDelay(uptime);
     this.log.warn(
       {
@@ -377,6 +414,22 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       device_fault: cause.kind === 'device-fault',
       stderr_tail: this.#tail.filter((line) => line.includes(' stderr ')).slice(-5),
     };
+  }
+
+  private noteStderr(line: string): void {
+    const text = line.trim();
+    if (!text) return;
+    this.stderrLast = text;
+    if (ERROR_LINE.test(text) && !STACK_FRAME.test(text)) this.stderrError = text;
+    if (this.loadDeathsReason) {
+      this.describeLoadDeaths();
+      this.emit('change');
+    }
+  }
+
+  private describeLoadDeaths(): void {
+    const said = this.stderrError ?? this.stderrLast;
+    this.#lastError = `${this.loadDeathsReason}${said ? `; stderr: ${said}` : ''}`;
   }
 
   /** The package cannot load: retried when its files change, on SIGHUP, or after a long wait. */

@@ -8,7 +8,7 @@ import { pino } from 'pino';
 import t, { type Test } from 'tap';
 import type { ServiceConfig } from '../../src/config/config.js';
 import { classifyExit, describeExit } from '../../supervisor/exit-cause.js';
-import { FAULT_EXIT_MS, WorkerLifeCycle } from '../../supervisor/worker-life-cycle.js';
+import { FAULT_EXIT_MS, LOAD_DEATHS_TO_FAIL, WorkerLifeCycle } from '../../supervisor/worker-life-cycle.js';
 import { FakeOutside, SUPERVISOR } from '../helpers/fake-worker-process.js';
 
 /** A life cycle of a package folder in the test's directory, started, with its fake outside. */
@@ -99,6 +99,7 @@ t.test(
   'a crashing worker is restarted after a delay that doubles to the cap and resets after a long run',
   async (t) => {
     const { worker, outside, clock } = started(t, { restart_reset_after_ms: 5000, heartbeat_timeout_ms: 60000 });
+    outside.last.ready(); // once ready, it is restarted however often it dies loading again
     const delays: number[] = [];
     for (let i = 0; i < 6; i++) {
       outside.last.exit(1);
@@ -217,6 +218,60 @@ t.test('a package that cannot load is failed until its files change, the slow re
   t.equal(worker.state, 'restarting', 'a load failure that is not the package: restarted with backoff');
   t.ok(msUntilFork(outside) > 0);
 });
+
+t.test(
+  'a worker that dies while loading, never ready, is failed at the third death in a row with the exit and its stderr',
+  async (t) => {
+    const { worker, outside, clock, dir } = started(t, { heartbeat_timeout_ms: 60000 });
+    // As a V8 heap OOM at every load (batch.max 1e9 once): it never sends load-failed, and was
+    // restarted forever while readiness said "loading" with no reason.
+    const oom = async () => {
+      outside.last.stderr.write('<--- Last few GCs --->\n');
+      outside.last.stderr.write('FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory\n');
+      outside.last.stderr.write(
+        '----- Native stack trace -----\n 1: 0xb8d0a3 node::OOMErrorHandler(char const*) [node]\n',
+      );
+      await turn();
+      outside.last.exit(null, 'SIGABRT');
+    };
+    for (let death = 1; death < LOAD_DEATHS_TO_FAIL; death++) {
+      await oom();
+      t.equal(worker.state, 'restarting', `death ${death}: restarted`);
+      msUntilFork(outside);
+    }
+    await oom();
+    t.equal(worker.state, 'failed');
+    t.equal(
+      worker.lastError,
+      'exited with signal SIGABRT while loading, 3 times in a row and never ready; stderr: FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory',
+    );
+    t.equal(worker.view().lastError, worker.lastError, 'the reason readiness and /api/models give');
+    clock.advance(60000);
+    t.equal(outside.forked.length, LOAD_DEATHS_TO_FAIL, 'not restarted at the backoff cap');
+
+    // Lines after the exit still complete the reason (a long OOM report can outlast the exit event).
+    writeFileSync(join(dir, 'manifest.json'), '{"name": "gene-expr", "v": 2}');
+    clock.advance(SUPERVISOR.package_poll_ms);
+    t.equal(worker.state, 'loading', 'changed files: tried again');
+    outside.last.exit(134);
+    outside.last.stderr.write('Error: late line\n');
+    await turn();
+    t.equal(worker.state, 'failed', 'still dying: failed again at once');
+    t.match(
+      worker.lastError,
+      /^exited with code 134 while loading, 4 times in a row and never ready; stderr: Error: late line$/,
+    );
+
+    // A load that gets through resets the count; a worker that was ready is restarted as before.
+    worker.retryNow();
+    outside.last.ready();
+    for (let i = 0; i < LOAD_DEATHS_TO_FAIL + 2; i++) {
+      outside.last.exit(null, 'SIGABRT');
+      t.equal(worker.state, 'restarting');
+      msUntilFork(outside);
+    }
+  },
+);
 
 t.test('stop: the worker is asked to finish, killed after the grace, and never restarted', async (t) => {
   const { worker, outside, clock } = started(t);
