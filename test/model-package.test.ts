@@ -2,13 +2,23 @@
 // served from a folder, and reproducible builds of the shipped packages.
 import t from 'tap';
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import ort from '../src/lib/onnxruntime.js';
 import { checkSignature, readPackage, PackageError } from '../src/model-package/model-package.js';
 import type { CodesOf } from '../src/lib/errors.js';
 import { shippedPackages, writePackage } from '../tools/model-build/build.js';
-import { copyPackage } from './helpers/packages.js';
+import { copyPackage, shellDigest } from './helpers/packages.js';
+import { fileDigest, packageDigest, packageFiles } from '../src/model-package/package-digest.js';
 import { exportPackages, writeExportPackage } from './helpers/export-models.js';
 import { MODELS } from './helpers/server.js';
 import { tempDir } from '../tools/temp-dir.js';
@@ -154,4 +164,44 @@ t.test('npm run models:build is reproducible', async (t) => {
       t.equal(sha(join(out, name, file)), sha(join(MODELS, name, file)), `${name}/${file} identical`);
     }
   }
+});
+
+t.test('the sha256 follows symlinks as find -L does; loops and links to nothing are named', async (t) => {
+  const shared = temp();
+  for (const name of ['tissue-seg', 'gene-expr']) copyFileSync(join(MODELS, name, 'model.onnx'), join(shared, name));
+  mkdirSync(join(shared, 'extra'));
+  writeFileSync(join(shared, 'extra', 'notes.txt'), 'weights v1');
+  const dir = copyPackage('tissue-seg');
+  const copied = packageDigest(dir);
+  // Weights on shared storage: model.onnx a link. It was left out of the sha256, so other
+  // weights behind the link kept the hash that tile-infer's resume check trusts.
+  rmSync(join(dir, 'model.onnx'));
+  symlinkSync(join(shared, 'tissue-seg'), join(dir, 'model.onnx'));
+  t.equal(packageDigest(dir), copied, 'a linked file counts as the file itself');
+  t.equal(readPackage(dir).sha256, copied);
+  rmSync(join(dir, 'model.onnx'));
+  symlinkSync(join(shared, 'gene-expr'), join(dir, 'model.onnx'));
+  t.not(packageDigest(dir), copied, 'other weights behind the link: another sha256');
+  symlinkSync(join(shared, 'extra'), join(dir, 'docs'));
+  t.same(packageFiles(dir), ['docs/notes.txt', 'manifest.json', 'model.onnx'], 'linked folders are walked');
+  t.equal(packageDigest(dir), shellDigest(dir), "as the README's recipe computes it");
+
+  const refused = (link: string, target: string, message: RegExp) => {
+    const bad = copyPackage('tissue-seg');
+    symlinkSync(target, join(bad, link));
+    t.throws(() => readPackage(bad), { code: 'TILE_ERR_PACKAGE_FILE_UNREADABLE', message }, link);
+  };
+  refused('self', '.', /\/self: a symlink loop \(it leads back to a folder above it\)/);
+  refused('weights.bin', 'weights.bin', /\/weights\.bin: a symlink loop/);
+  refused('model.onnx.data', join(shared, 'gone'), /\/model\.onnx\.data: a symlink to nothing/);
+});
+
+t.test('a read failure names the file that failed, not model.onnx', async (t) => {
+  const dir = copyPackage('tissue-seg');
+  mkdirSync(join(dir, 'data'));
+  // A folder cannot be read as a file: as a >2 GiB file could not, it stands for any read error.
+  t.throws(() => fileDigest(join(dir, 'data')), {
+    code: 'TILE_ERR_PACKAGE_FILE_UNREADABLE',
+    message: `${join(dir, 'data')}: cannot read: EISDIR: illegal operation on a directory, read`,
+  });
 });

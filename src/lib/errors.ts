@@ -192,6 +192,10 @@ const REGISTRY = {
       'manifest.json breaks its schema or a rule between its fields (name and folder, a task and its tensor, preprocess); the line names the field.',
   },
   TILE_ERR_PACKAGE_MODEL_UNREADABLE: { meaning: "The package's model.onnx is missing or unreadable." },
+  TILE_ERR_PACKAGE_FILE_UNREADABLE: {
+    meaning:
+      'A file of the package cannot be read for its sha256, or a symlink in it leads nowhere or in a loop; the line names it.',
+  },
   TILE_ERR_PACKAGE_GRAPH: {
     meaning:
       'The manifest does not fit the ONNX graph (a tensor name, type, shape, batch dimension or mask channel); the line names the field and the graph.',

@@ -4,15 +4,12 @@
 import { accessSync, readFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { Value } from 'typebox/value';
-import { CodedError, type CodesOf } from '../lib/errors.js';
 import { Manifest, taskOutput, type ImageInput } from './manifest.js';
 import { manifestErrors } from './manifest-errors.js';
 import { packageDigest } from './package-digest.js';
+import { PackageError } from './package-error.js';
 
-/** A package the service cannot serve; its code says which part is wrong (src/lib/errors.ts). */
-export class PackageError extends CodedError<CodesOf<'PACKAGE'>> {
-  override name = 'PackageError';
-}
+export { PackageError };
 
 export interface ModelPackage {
   dir: string;
@@ -81,17 +78,16 @@ export function readManifest(dir: string): Manifest {
 export function readPackage(dir: string): ModelPackage {
   const manifest = readManifest(dir);
   const modelPath = join(dir, 'model.onnx');
-  let sha256: string;
   try {
     accessSync(modelPath);
-    sha256 = packageDigest(dir);
   } catch (err) {
     throw new PackageError(
       'TILE_ERR_PACKAGE_MODEL_UNREADABLE',
       `${modelPath}: cannot read model: ${(err as Error).message}`,
     );
   }
-  return { dir, manifest, modelPath, sha256 };
+  // Its own errors name the file they concern (TILE_ERR_PACKAGE_FILE_UNREADABLE), not model.onnx.
+  return { dir, manifest, modelPath, sha256: packageDigest(dir) };
 }
 
 /** What the checks need of an ONNX Runtime session (InferenceSession satisfies it). */

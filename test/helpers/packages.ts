@@ -44,9 +44,10 @@ export function fakeNvidiaSmi(lines: string[] | null, appMib: number | null = nu
   return dir;
 }
 
-/** A package's sha256 as the README computes it from a shell: over every file of the folder. */
+/** A package's sha256 as the README computes it from a shell: over every file of the folder,
+ *  symlinks followed. */
 export const shellDigest = (dir: string) =>
-  execSync('find . -type f | cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum', {
+  execSync('find -L . -type f | cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum', {
     cwd: dir,
     encoding: 'utf8',
   }).split(' ')[0];
