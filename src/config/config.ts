@@ -6,6 +6,7 @@ import { resolve } from 'node:path';
 import { Type, type Static } from 'typebox';
 import { Value } from 'typebox/value';
 import { CodedError } from '../lib/errors.js';
+import { MAX_BATCH } from '../lib/batch-bound.js';
 import { describeErrors, fieldName, suggest, type ConfigCode, type ConfigProblem } from './config-errors.js';
 
 /** Node runs a timer longer than this (2^31 - 1 ms, about 24.8 days) after 1 ms instead: every
@@ -39,7 +40,7 @@ const ModelEntry = Type.Object(
       [
         Type.Literal('auto'),
         Type.Literal('any'),
-        Type.Array(Type.Integer({ minimum: 1 }), { minItems: 1, uniqueItems: true }),
+        Type.Array(Type.Integer({ minimum: 1, maximum: MAX_BATCH }), { minItems: 1, uniqueItems: true }),
       ],
       { default: 'auto' },
     ),
@@ -47,8 +48,9 @@ const ModelEntry = Type.Object(
     intra_op_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_THREADS })),
     /** Threads decoding this model's PNG tiles in each worker (its libuv pool); default: every core. */
     decode_threads: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_THREADS })),
-    /** Largest batch; default the manifest's batch.max. */
-    max_batch: Type.Optional(Type.Integer({ minimum: 1 })),
+    /** Largest batch; default the manifest's batch.max. Bounded as that is: a list of sizes up to a
+     *  billion took a worker's heap (an attack session). */
+    max_batch: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_BATCH })),
     /** Wait for a batch to fill when the worker is idle; 0 (as Triton) runs at once, and batches
      *  still form from what arrives while a batch runs. */
     max_queue_delay_ms: Type.Number({ minimum: 0, maximum: MAX_TIMER_MS, default: 0 }),

@@ -1,6 +1,7 @@
 // The model package manifest (models/<name>/manifest.json): the single description of what a
 // model takes, which ONNX tensor plays which role, and how its weights were made.
 import { Type, type Static } from 'typebox';
+import { MAX_BATCH } from '../lib/batch-bound.js';
 
 // Closed sets are enums, not unions of literals, so a wrong value is reported once with the
 // allowed values (manifest-errors.ts) instead of once per alternative.
@@ -36,10 +37,6 @@ export const MaskRule = Type.Enum(['argmax', 'threshold']);
  *  768 MiB of RGB and 3 GiB as float32 before any batching, so a larger side is a typo (or 1e308),
  *  and the worker's buffers and the /docs example are sized from it. */
 export const MAX_TILE_SIDE = 16384;
-/** Largest batch.max. Real batches stay in the hundreds (max_queue defaults to 64 requests); the
- *  worker keeps one entry per batch size (batch_shapes "any"), so an unbounded max (1e9) ran it
- *  out of heap at every load. */
-export const MAX_BATCH = 4096;
 
 export const Manifest = Type.Object({
   name: Name,

@@ -5,7 +5,7 @@
 // then do not depend on what else is in its batch, nor on where.
 import type { ModelEntry, ProviderName } from '../config/config.js';
 import type { ShapeCheck } from '../ipc/protocol.js';
-import { MAX_BATCH } from '../model-package/manifest.js';
+import { MAX_BATCH } from '../lib/batch-bound.js';
 
 export type BatchShapesSetting = ModelEntry['batch_shapes'];
 

@@ -79,7 +79,13 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       'a batch shape of 0',
       () => load({ models: [{ name: 'tissue-seg', batch_shapes: [0] }] }),
       ['TILE_ERR_CONFIG_VALUE'],
-      /models\[0\]\.batch_shapes is \[0\], expected "auto" or "any" or a list of at least 1 \(each an integer >= 1\)$/,
+      /models\[0\]\.batch_shapes is \[0\], expected "auto" or "any" or a list of at least 1 \(each an integer from 1 to 4096\)$/,
+    ],
+    [
+      'a largest batch past the bound (a worker listed every size up to it)',
+      () => load({ models: [{ name: 'tissue-seg', max_batch: 1e9 }] }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /models\[0\]\.max_batch is 1000000000, expected an integer from 1 to 4096$/,
     ],
     [
       'headers allowed longer than the whole request',

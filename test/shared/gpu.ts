@@ -18,7 +18,7 @@ import {
 } from '../../src/gpu/cuda-provider.js';
 import { vulkanDevices } from '../../src/gpu/vulkan.js';
 import { candidateShapes, everyBatchSize, padTo, servedShapes } from '../../src/worker/batch-shapes.js';
-import { MAX_BATCH } from '../../src/model-package/manifest.js';
+import { MAX_BATCH } from '../../src/lib/batch-bound.js';
 import { install } from '../../tools/cuda-install.js';
 import { errorCount, errorKinds } from '../../bench/load.js';
 import { ROOT } from '../helpers/server.js';
