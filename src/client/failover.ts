@@ -3,6 +3,7 @@
 // answered by waiting Retry-After, exponential backoff with full jitter on connection errors and
 // other 5xx (the server benched for its backoff while the request moves on), and a deadline per
 // request across all its attempts.
+import type { IncomingHttpHeaders } from 'node:http';
 import { Pool } from 'undici';
 import type { TileBodyType } from '../contract/endpoints.js';
 import { TileClientError } from './tile-client-error.js';
@@ -94,6 +95,15 @@ export class Failover {
     path: string,
     request: Outgoing | ((server: Server) => Promise<Outgoing>) = { path },
   ): Promise<T> {
+    return (await this.answer<T>(method, path, request)).body;
+  }
+
+  /** call, with the answer's headers. */
+  async answer<T>(
+    method: 'GET' | 'POST',
+    path: string,
+    request: Outgoing | ((server: Server) => Promise<Outgoing>) = { path },
+  ): Promise<{ body: T; headers: IncomingHttpHeaders }> {
     const deadline = Date.now() + this.deadlineMs;
     let reason = '';
     for (let attempt = 0; ; attempt++) {
@@ -120,7 +130,7 @@ export class Failover {
         const text = await res.body.text();
         if (res.statusCode < 300) {
           this.waiting = null;
-          return JSON.parse(text) as T;
+          return { body: JSON.parse(text) as T, headers: res.headers };
         }
         if (res.statusCode === 503 || res.statusCode === 429) {
           // Loading or queue full (or, from a proxy in front, 429 Too Many Requests): the server

@@ -14,6 +14,9 @@ import { UsageError } from './usage-error.js';
 
 export type TileResponseBody = Static<typeof TileResponse>;
 export type ModelMetadataBody = Static<typeof ModelMetadata>;
+/** A tile's answer, and the package digest of the model that gave it (x-model-sha256; null from a
+ *  service that does not say it). */
+export type TileAnswer = TileResponseBody & { modelSha256: string | null };
 
 export interface ClientOptions extends RetryPolicy {
   servers: string[];
@@ -58,21 +61,23 @@ export class TileClient {
 
   /** Posts one tile's request to an endpoint path such as `/api/embed/tile-embed` (query
    *  included): the contract's JSON object, or a body made ahead (tile-body.ts). */
-  async infer(path: string, request: TileRequest | MadeBody): Promise<TileResponseBody> {
+  async infer(path: string, request: TileRequest | MadeBody): Promise<TileAnswer> {
     return this.post(path, requestOf(path, request));
   }
 
   /** Posts one tile given as pixels or PNG bytes, in the body the server an attempt goes to takes
    *  best for the path's model (body-choice.ts). */
-  async inferTile(path: string, tile: TileInput): Promise<TileResponseBody> {
+  async inferTile(path: string, tile: TileInput): Promise<TileAnswer> {
     return this.post(path, this.bodies.forTile(path, tile));
   }
 
   /** A tile's request in one of the `concurrency` slots, with failover and retries. */
-  private async post(path: string, request: Parameters<Failover['call']>[2]): Promise<TileResponseBody> {
+  private async post(path: string, request: Parameters<Failover['call']>[2]): Promise<TileAnswer> {
     const release = await this.slots.acquire();
     try {
-      return await this.failover.call<TileResponseBody>('POST', path, request);
+      const { body, headers } = await this.failover.answer<TileResponseBody>('POST', path, request);
+      const sha256 = headers['x-model-sha256'];
+      return { ...body, modelSha256: typeof sha256 === 'string' ? sha256 : null };
     } finally {
       release();
     }

@@ -59,6 +59,8 @@ export function tileHandler(fastify: FastifyInstance, backend: ModelBackend, con
       t,
     );
     reply.header('vary', 'accept');
+    // Which model answered: a client whose run spans servers, or a reload, can tell versions apart.
+    reply.header('x-model-sha256', result.sha256);
     // Bytes already (response-writer.ts): fastify's serializer is bypassed.
     if (Buffer.isBuffer(answer)) return reply.type('application/json').send(answer);
     if (tissueRatio !== null) reply.header('x-tissue-ratio', String(tissueRatio));

@@ -197,6 +197,9 @@ export type InferResult = {
   tissueFraction: number | null;
   batchSize: number;
   times: StageTimes;
+  /** The package digest of the model that answered: a front tells its client (x-model-sha256),
+   *  whose run can then tell answers of another version from its own. */
+  sha256: string;
   load: WorkerLoad;
 };
 

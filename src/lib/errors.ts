@@ -258,6 +258,10 @@ const REGISTRY = {
     meaning: 'The service refused a request with a status that retrying will not change (4xx); the line has its body.',
   },
   TILE_ERR_CLIENT_DEADLINE: { meaning: 'A tile had no answer within --deadline, retries included.' },
+  TILE_ERR_CLIENT_MODEL_CHANGED: {
+    meaning:
+      "A tile was answered by another version of the model than the run's (the service's x-model-sha256 against GET /api/metadata at the start): a --server with another version, or the model changed during the run; the slide is not done.",
+  },
   TILE_ERR_CLIENT_UNEXPECTED: {
     meaning:
       'A slide failed with an error tile-infer has no code for (a fault of its own, or of an input it does not check yet); the line keeps its message: please report it.',

@@ -424,6 +424,7 @@ export class ModelWorker {
         tissueFraction,
         batchSize: n,
         times,
+        sha256: this.pkg.sha256,
       };
     });
   }

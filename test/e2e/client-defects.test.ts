@@ -221,6 +221,37 @@ t.test(
   },
 );
 
+t.test('two servers with two versions of the model: the slide fails, not a file of both', async (t) => {
+  // The same model, its manifest changed: another package sha256, the same outputs.
+  const other = tempDir('defects-other');
+  const pkg = writeNullPackage(other, 224);
+  const manifest = JSON.parse(readFileSync(join(pkg, 'manifest.json'), 'utf8'));
+  writeFileSync(join(pkg, 'manifest.json'), JSON.stringify({ ...manifest, version: '2' }));
+  const otherPort = await freePort();
+  const second = await startServer({
+    models: [MODELS[0], { ...MODELS[1], path: pkg }],
+    config: { port: otherPort },
+  });
+  t.teardown(() => second.stop());
+  const path = join(dir, 'versions.tif');
+  await writeSlide(path, {
+    ...spec(10),
+    widthUm: 1400,
+    heightUm: 1000,
+    islands: [{ cx: 700, cy: 500, rx: 600, ry: 420 }],
+  });
+  const out = join(dir, 'versions-out');
+  const run = await tileInfer(slide([path], out, ['--server', `http://127.0.0.1:${otherPort}`, '--concurrency', '8']));
+  t.equal(run.code, 3, run.stderr);
+  t.match(summaryRows(join(out, 'summary.csv')), [
+    {
+      status: 'failed',
+      reason: /\[TILE_ERR_CLIENT_MODEL_CHANGED\] .*answered by model sha256 [0-9a-f]{64}, the run's is [0-9a-f]{64}/,
+    },
+  ]);
+  t.notOk(existsSync(join(out, 'predictions_null-224/versions.h5')), 'no features file');
+});
+
 t.test('copies keep their name clash check honest: the same content moved resumes', async (t) => {
   const out = join(dir, 'moved-out');
   const first = join(dir, 'first');

@@ -57,6 +57,7 @@ const result = (id: number, value: number): ChannelReply => ({
   tissueFraction: null,
   batchSize: 1,
   times: { decode: 0, preprocess: 0, queue: 0, inference: 0, worker: 0 },
+  sha256: 'a'.repeat(64),
   load,
 });
 

@@ -24,6 +24,9 @@ import { readManifest } from '../../src/model-package/model-package.js';
 import { MODELS, ROOT } from './server.js';
 import { tempDir } from '../../tools/temp-dir.js';
 
+/** The package digest every fake model has (its metadata and its answers). */
+export const FAKE_SHA256 = 'f'.repeat(64);
+
 export class FakeBackend implements ModelBackend {
   readonly usage: UsageReport[] = [];
   readonly jobs: TileJob[] = [];
@@ -56,7 +59,7 @@ export class FakeBackend implements ModelBackend {
         info: {
           pid: 1,
           model: entry.name,
-          sha256: 'f'.repeat(64),
+          sha256: FAKE_SHA256,
           manifest,
           provider: 'cpu',
           providerSkipped: [],
@@ -147,6 +150,7 @@ export class FakeBackend implements ModelBackend {
         tissueFraction: mask.reduce((a, b) => a + b, 0) / mask.length,
         batchSize: 1,
         times,
+        sha256: FAKE_SHA256,
         load,
       };
     }
@@ -160,6 +164,7 @@ export class FakeBackend implements ModelBackend {
       tissueFraction: null,
       batchSize: 1,
       times,
+      sha256: FAKE_SHA256,
       load,
     };
   }

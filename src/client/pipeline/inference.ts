@@ -14,6 +14,8 @@ export interface ModelPlan {
   path: string;
   embedding: boolean;
   prediction: boolean;
+  /** The package digest of the model the run asked for: every answer must come from it. */
+  sha256: string;
 }
 
 /** Embedding models go to /api/embed; prediction models to /api/predict, with the embedding of
@@ -22,13 +24,15 @@ export function modelPlan(meta: ModelMetadataBody): ModelPlan {
   const model = encodeURIComponent(meta.model);
   const prediction = meta.tasks.includes('prediction');
   const embedding = meta.tasks.includes('embedding');
+  const { sha256 } = meta;
   if (prediction)
     return {
       path: `/api/predict/${model}${embedding ? '?mode=prediction_with_embedding' : ''}`,
       prediction,
       embedding,
+      sha256,
     };
-  if (embedding) return { path: `/api/embed/${model}`, prediction, embedding };
+  if (embedding) return { path: `/api/embed/${model}`, prediction, embedding, sha256 };
   throw new UsageError(
     'TILE_ERR_CLIENT_MODEL_TASKS',
     `model ${meta.model} serves ${meta.tasks.join(', ')}: neither embeddings nor predictions (a segmentation model goes in --tissue-model)`,
@@ -98,6 +102,14 @@ export async function runTiles({
       const job = (async () => {
         try {
           const res = await client.infer(plan.path, body);
+          // Answers of another version would go into this plan's outputs, labelled as its model: a
+          // second --server with another version, or the model changed mid-run (an attack session:
+          // 196 rows of one version and 140 of another in one file, exit 0).
+          if (res.modelSha256 !== null && res.modelSha256 !== plan.sha256)
+            throw new TileClientError(
+              'TILE_ERR_CLIENT_MODEL_CHANGED',
+              `${plan.path}: tile ${tile.idx} was answered by model sha256 ${res.modelSha256}, the run's is ${plan.sha256} (GET /api/metadata at the start): a --server with another version, or the model changed during the run; rerun once every server serves one version`,
+            );
           journal.append({
             idx: tile.idx,
             output: res.output,
