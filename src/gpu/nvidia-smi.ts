@@ -26,6 +26,7 @@ async function nvidiaSmi(args: string[], timeoutMs: number): Promise<string | nu
     return (await run('nvidia-smi', [...args, '--format=csv,noheader,nounits'], { timeout: timeoutMs })).stdout;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    if ((err as { killed?: boolean }).killed) throw new Error(`nvidia-smi did not answer within ${timeoutMs} ms`);
     throw new Error(`nvidia-smi failed: ${(err as Error).message.split('\n')[0]}`);
   }
 }
@@ -37,18 +38,25 @@ const rows = (csv: string) =>
     .filter(Boolean)
     .map((line) => line.split(',').map((s) => s.trim()));
 
-/** `--query-gpu=${GPU_FIELDS}` output as GpuInfo. */
+/** `--query-gpu=${GPU_FIELDS}` output as GpuInfo: rows of its fields only. A line that is not
+ *  one ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", with exit
+ *  status 0) had been a GPU without a PCI address, and the supervisor died of it at start (an
+ *  attack session). */
 export function parseGpus(csv: string): GpuInfo[] {
-  return rows(csv).map(([index, name, uuid, pci, total, used, util, driver]) => ({
-    index,
-    name,
-    uuid,
-    pci_bus_id: pci,
-    memory_total_mib: Number(total),
-    memory_used_mib: Number(used),
-    utilization_pct: Number(util),
-    driver,
-  }));
+  const fields = GPU_FIELDS.split(',').length;
+  const gpu = (row: string[]) => row.length === fields && /^\d+$/.test(row[0]) && /^[0-9A-Fa-f:.]+$/.test(row[3]);
+  return rows(csv)
+    .filter(gpu)
+    .map(([index, name, uuid, pci, total, used, util, driver]) => ({
+      index,
+      name,
+      uuid,
+      pci_bus_id: pci,
+      memory_total_mib: Number(total),
+      memory_used_mib: Number(used),
+      utilization_pct: Number(util),
+      driver,
+    }));
 }
 
 /** `--query-compute-apps=pid,used_memory` output: MiB per pid, summed over GPUs ("[N/A]" counts

@@ -59,6 +59,13 @@ t.test('two slides with one file name: refused before any work, in one command o
   const first = await tileInfer(slide([join(dir, 'a/demo.tif')], out));
   t.equal(first.code, 0, first.stderr);
   const a = await features(join(out, 'predictions_null-224/demo.h5'));
+  // null-224 names no genes: a column per value all the same (its header had 3 columns, rows 6).
+  const csv = readFileSync(join(out, 'predictions_null-224/demo.csv'), 'utf8').trim().split('\n');
+  t.equal(csv[0], 'patch_idx,x,y,output_0,output_1,output_2');
+  t.ok(
+    csv.every((line) => line.split(',').length === 6),
+    'every row as long as the header',
+  );
   const second = await tileInfer(slide([join(dir, 'b/demo.tif')], out));
   t.equal(second.code, 3, 'the second slide fails');
   const [row] = summaryRows(join(out, 'summary.csv'));
@@ -108,6 +115,14 @@ t.test('a 72-dpi TIFF: refused naming the tag and --mpp, with no huge allocation
   );
   const given = await tileInfer(slide([path], out, ['--mpp', '0.5']));
   t.equal(given.code, 0, given.stderr);
+  // Over an MPP the slide does record, --mpp wins and the summary row says so.
+  const recorded = join(dir, 'recorded.tif');
+  await writeSlide(recorded, spec(11));
+  const over = join(dir, 'override-out');
+  t.equal((await tileInfer(slide([recorded], over, ['--mpp', '0.25']))).code, 0);
+  t.match(summaryRows(join(over, 'summary.csv')), [
+    { status: 'done', reason: /warning: the --mpp 0\.25 µm\/px was used over the 0\.5 µm\/px the slide records/ },
+  ]);
 });
 
 t.test('a missing slide reads "not found", and the others go on', async (t) => {

@@ -7,7 +7,7 @@ import type autocannon from 'autocannon';
 import { execFile } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseComputeApps, parseGpuProcesses, parseGpus } from '../../src/gpu/nvidia-smi.js';
+import { parseComputeApps, parseGpuProcesses, parseGpus, queryGpus } from '../../src/gpu/nvidia-smi.js';
 import { pciAddress, pinningEnv } from '../../src/gpu/pinning.js';
 import { isDeviceFault } from '../../src/gpu/device-faults.js';
 import {
@@ -46,6 +46,11 @@ t.test('nvidia-smi: GPUs with their identity, memory per process', async (t) => 
     utilization_pct: 0,
     driver: '550.54.15',
   });
+  t.same(
+    parseGpus(`NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n${GPUS}`),
+    gpus,
+    "a line that is not a GPU's is not one",
+  );
   const apps = parseComputeApps(APPS);
   t.equal(apps.get(812345), 2048, 'a process on two GPUs: summed');
   t.equal(apps.get(812399), 20480);
@@ -280,4 +285,15 @@ t.test("gpu-report's load errors by kind: autocannon counts timeouts among its e
   t.same(errorKinds(result), { '503': 6395, '504': 2, socket: 2, timeout: 1 });
   t.equal(errorCount(result), 6400, 'each request without a 2xx once');
   t.same(errorKinds({ errors: 0, timeouts: 0, non2xx: 0, statusCodeStats: { '200': { count: 5 } } } as never), {});
+});
+
+t.test('an nvidia-smi that hangs is said to have not answered in time', async (t) => {
+  const bin = tempDir('hung-smi');
+  writeFileSync(join(bin, 'nvidia-smi'), '#!/bin/sh\nexec sleep 30\n', { mode: 0o755 });
+  const path = process.env.PATH;
+  process.env.PATH = `${bin}:${path}`;
+  t.teardown(() => {
+    process.env.PATH = path;
+  });
+  await t.rejects(queryGpus(200), { message: 'nvidia-smi did not answer within 200 ms' });
 });

@@ -220,7 +220,9 @@ export async function writeModelOutputs({
     writeFileAtomic(
       csv,
       predictionsCsv(
-        genes,
+        // A model that names no genes (a classifier's scores) still gets a column per value: the
+        // header had named only patch_idx, x and y over rows of more (an attack session).
+        genes.length ? genes : Array.from({ length: dim }, (_, i) => `output_${i}`),
         tiles.map((t, k) => ({ idx: t.idx, x: t.x, y: t.y, values: predictions.subarray(k * dim, (k + 1) * dim) })),
       ),
     );

@@ -108,11 +108,12 @@ function quietHdf5(path: string, run: () => void): void {
 /** Shortest decimal that reads back as the same float32. */
 export const float32Text = (v: number) => String(parseFloat(Math.fround(v).toPrecision(9)));
 
+/** The predictions as CSV: patch_idx, x, y, then a column per value, named `columns`. */
 export function predictionsCsv(
-  genes: string[],
+  columns: string[],
   rows: { idx: number; x: number; y: number; values: ArrayLike<number> }[],
 ): string {
-  const lines = [['patch_idx', 'x', 'y', ...genes].join(',')];
+  const lines = [['patch_idx', 'x', 'y', ...columns].join(',')];
   for (const r of rows) lines.push([r.idx, r.x, r.y, ...Array.from(r.values, float32Text)].join(','));
   return lines.join('\n') + '\n';
 }

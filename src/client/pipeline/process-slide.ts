@@ -137,7 +137,14 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
         `${entry.label}: ${l0.width}x${l0.height} pixels at ${mpp0} µm/px is ${((l0.width * mpp0) / 1000).toFixed(0)} x ${((l0.height * mpp0) / 1000).toFixed(0)} mm, larger than any glass slide; is the MPP right? (--mpp)`,
       );
     }
-    const warnings = [overviewWarning(slide, mpp0), upsampleWarning(mpp0, meta.tile.mpp)].filter((w) => w !== null);
+    // Given MPP wins over the slide's own (a scanner's wrong metadata), but is said where they differ.
+    const overridden =
+      asked.mpp !== null && slide.mpp && Math.abs(asked.mpp / slide.mpp - 1) > 0.1
+        ? `warning: the ${asked.mppSource === 'manifest' ? "manifest's mpp" : '--mpp'} ${asked.mpp} µm/px was used over the ${slide.mpp} µm/px the slide records`
+        : null;
+    const warnings = [overviewWarning(slide, mpp0), upsampleWarning(mpp0, meta.tile.mpp), overridden].filter(
+      (w) => w !== null,
+    );
     const overview = await readOverview(slide, mpp0, (job, into) => run.pool.decode({ job, into }));
 
     // Tissue: the mask PNG is the checkpoint of this stage.
