@@ -265,6 +265,25 @@ t.test('the output lock appears whole: a second run names its holder, and nothin
   t.same(readdirSync(out), []);
 });
 
+t.test('shards of one sharding share an --out; a run of all the slides or another sharding does not', async (t) => {
+  const out = tempDir('out-shards');
+  const first = lockOutput(out, { index: 0, count: 2, from: '--shard' }, () => {});
+  const second = lockOutput(out, { index: 1, count: 2, from: '--shard' }, () => {});
+  for (const shard of [null, { index: 0, count: 3, from: '--shard' }])
+    t.throws(() => lockOutput(out, shard, () => {}), {
+      code: 'TILE_ERR_OUTPUT_LOCKED',
+      message: /whose slides may be this run's \(pid \d+ on .*tile-infer\.\d-of-2\.lock\)/,
+    });
+  t.same(
+    readdirSync(out).sort(),
+    ['tile-infer.0-of-2.lock', 'tile-infer.1-of-2.lock'],
+    "the refused runs' locks are gone",
+  );
+  first.release();
+  second.release();
+  lockOutput(out, null, () => {}).release();
+});
+
 t.test('a remote source reads ranges of 0 bytes as empty, and never asks a server for one', async (t) => {
   const asked: [number, number][] = [];
   const source = new ByteSource({
