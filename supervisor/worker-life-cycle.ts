@@ -20,6 +20,7 @@ import { pciAddress, pinningEnv } from '../src/gpu/pinning.js';
 import { systemClock, type Clock, type Timer } from './clock.js';
 import { classifyExit, describeExit, type ExitCause, type Verdict } from './exit-cause.js';
 import { RestartPolicy } from './restart-policy.js';
+import { namesError } from '../src/lib/stderr-error.js';
 import { TILE_PROCESS_EXEC_ARGV } from './v8-flags.js';
 
 const WORKER_ENTRY = new URL('../src/worker/main.js', import.meta.url);
@@ -30,10 +31,6 @@ const TAIL_LINES = 100;
  *  in a row still might be; at three (about 0.7 s of backoff plus three loads) it is the package
  *  or the machine, and each further try only costs its CPU and an OOM report. */
 export const LOAD_DEATHS_TO_FAIL = 3;
-/** A stderr line that says what went wrong ("FATAL ERROR: ... heap out of memory", "RangeError:
- *  ..."), not a stack frame ("    at f (file)", "1: 0x... node::OOMErrorHandler"). */
-const ERROR_LINE = /error|fatal|abort|out of memory|killed/i;
-const STACK_FRAME = /^\s*(at |\d+: 0x|-{3,}|<-{3,})/;
 /** How long a worker that reported a device fault has to answer what it holds and exit. */
 export const FAULT_EXIT_MS = 5000;
 
@@ -420,7 +417,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     const text = line.trim();
     if (!text) return;
     this.stderrLast = text;
-    if (ERROR_LINE.test(text) && !STACK_FRAME.test(text)) this.stderrError = text;
+    if (namesError(text)) this.stderrError = text;
     if (this.loadDeathsReason) {
       this.describeLoadDeaths();
       this.emit('change');

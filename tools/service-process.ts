@@ -6,6 +6,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { SET_HERE } from '../src/lib/onnxruntime-telemetry.js';
+import { crashReason } from '../src/lib/stderr-error.js';
 import { tempDir } from './temp-dir.js';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
@@ -88,7 +89,10 @@ export async function spawnService(
       const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(String(entry.msg ?? ''));
       if (match) resolve(match[1]);
     });
-    void exited.then((code) => reject(new Error(`server exited with ${code} before listening: ${stderr}`)));
+    // Its reason first (the line a report keeps), then all it said.
+    void exited.then((code) =>
+      reject(new Error(`server exited with ${code} before listening: ${crashReason(stderr) ?? ''}\n${stderr}`)),
+    );
   });
   return { url, proc, dir, lines, exited };
 }

@@ -19,6 +19,7 @@ import {
 import { vulkanDevices } from '../../src/gpu/vulkan.js';
 import { candidateShapes, everyBatchSize, padTo, servedShapes } from '../../src/worker/batch-shapes.js';
 import { MAX_BATCH } from '../../src/lib/batch-bound.js';
+import { crashReason } from '../../src/lib/stderr-error.js';
 import { install } from '../../tools/cuda-install.js';
 import { errorCount, errorKinds } from '../../bench/load.js';
 import { ROOT } from '../helpers/server.js';
@@ -296,4 +297,28 @@ t.test('an nvidia-smi that hangs is said to have not answered in time', async (t
     process.env.PATH = path;
   });
   await t.rejects(queryGpus(200), { message: 'nvidia-smi did not answer within 200 ms' });
+});
+
+t.test("a child's crash is given by the line that says what went wrong, not Node's version", async (t) => {
+  const crash = [
+    '/opt/kit/dist/src/gpu/pinning.js:3',
+    '    return busId.trim();',
+    '                 ^',
+    '',
+    "TypeError: Cannot read properties of undefined (reading 'trim')",
+    '    at pciAddress (/opt/kit/dist/src/gpu/pinning.js:3:18)',
+    '',
+    'Node.js v22.23.3',
+  ].join('\n');
+  t.equal(crashReason(crash), "TypeError: Cannot read properties of undefined (reading 'trim')");
+  t.equal(
+    crashReason('vkCreateInstance failed (VkResult -1)\nNode.js v24.1.0\n'),
+    'vkCreateInstance failed (VkResult -1)',
+  );
+  t.equal(
+    crashReason('no such device\nNode.js v22.1.0'),
+    'no such device',
+    'none names an error: the last but the version',
+  );
+  t.equal(crashReason(''), null);
 });

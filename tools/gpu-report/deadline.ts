@@ -2,6 +2,7 @@
 // reason, never a hang. Steps that could hang inside native code (the Vulkan loader, a GPU
 // session) run in a child process that is killed at its deadline.
 import { execFile } from 'node:child_process';
+import { crashReason } from '../../src/lib/stderr-error.js';
 import { fileURLToPath } from 'node:url';
 
 export type Outcome<T> = { ok: true; value: T; ms: number } | { ok: false; reason: string; ms: number };
@@ -60,7 +61,7 @@ export function probe(
           ? null
           : err.killed
             ? `no result within ${Math.round(ms / 1000)} s (killed)`
-            : (stderr.trim().split('\n').filter(Boolean).pop() ?? firstLine(err));
+            : (crashReason(stderr) ?? firstLine(err));
         resolve({ lines, error });
       },
     );
