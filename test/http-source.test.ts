@@ -1,7 +1,8 @@
 // A slide's HTTP range requests against a server that misbehaves (no real server does so on
-// demand: Node's own, here): one that never answers, one that stops mid-body, one that cuts its
-// first answer short. Before, undici's 300 s timeouts held a run about 20 minutes on the first
-// two, and a body cut short failed the slide at once with "other side closed", no code, no URL.
+// demand: Node's own, here): one that never answers, one that stops mid-body, one that trickles a
+// byte at a time within the idle timeout, one that cuts its first answer short. Before, undici's
+// 300 s timeouts held a run about 20 minutes on the first two (the third forever, at any idle
+// timeout), and a body cut short failed the slide at once with "other side closed", no code, no URL.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
@@ -22,6 +23,12 @@ function answer(req: IncomingMessage, res: ServerResponse): void {
   if (path === '/stall.tif') return; // never answers
   res.writeHead(206, head);
   if (path === '/stall-body.tif') return void res.write(part.subarray(0, 10));
+  if (path === '/trickle.tif') {
+    // A byte every 0.3 s, each within the 0.5 s idle timeout, never the whole answer.
+    let at = 0;
+    const drip = setInterval(() => res.write(part.subarray(at, ++at)), 300);
+    return void res.on('close', () => clearInterval(drip));
+  }
   // The first answer ends 10 bytes early, its connection closed.
   if (path === '/cut-once.tif' && n === 1)
     return void res.end(part.subarray(0, part.length - 10), () => req.socket.destroy());
@@ -35,25 +42,40 @@ t.teardown(() => {
   server.close();
 });
 const url = (path: string) => `http://127.0.0.1:${(server.address() as AddressInfo).port}${path}`;
-const timeouts = { headersTimeout: 500, bodyTimeout: 500 };
+const timeouts = { headersTimeout: 500, bodyTimeout: 500, minBytesPerSecond: 64 * 1024 };
 
-t.test('no headers, or a body that stops: retried, then TILE_ERR_SLIDE_REMOTE naming the URL', async (t) => {
-  const started = performance.now();
-  const [stall, stallBody] = await Promise.all(
-    ['/stall.tif', '/stall-body.tif'].map((path) => HttpTransport.open(url(path), timeouts).catch((err: Error) => err)),
-  );
-  t.match(stall, {
-    code: 'TILE_ERR_SLIDE_REMOTE',
-    message: `${url('/stall.tif')}: no answer within 0.5 s (after 3 retries)`,
-  });
-  t.match(stallBody, {
-    code: 'TILE_ERR_SLIDE_REMOTE',
-    message: `${url('/stall-body.tif')}: the answer stopped for 0.5 s mid-body (after 3 retries)`,
-  });
-  t.same([seen.get('/stall.tif'), seen.get('/stall-body.tif')], [4, 4], 'four tries each');
-  const seconds = (performance.now() - started) / 1000;
-  t.ok(seconds < 15, `${seconds.toFixed(1)} s`);
-});
+t.test(
+  'no headers, a body that stops or one that trickles: retried, then TILE_ERR_SLIDE_REMOTE naming the URL',
+  async (t) => {
+    const started = performance.now();
+    const [stall, stallBody, trickle] = await Promise.all(
+      ['/stall.tif', '/stall-body.tif', '/trickle.tif'].map((path) =>
+        HttpTransport.open(url(path), timeouts).catch((err: Error) => err),
+      ),
+    );
+    t.match(stall, {
+      code: 'TILE_ERR_SLIDE_REMOTE',
+      message: `${url('/stall.tif')}: no answer within 0.5 s (after 3 retries)`,
+    });
+    t.match(stallBody, {
+      code: 'TILE_ERR_SLIDE_REMOTE',
+      message: `${url('/stall-body.tif')}: the answer stopped for 0.5 s mid-body (after 3 retries)`,
+    });
+    // Each byte comes within the idle timeout: only the least rate (1.5 s for 64 KiB at 64 KiB/s,
+    // after 0.5 s of slack) ends it.
+    t.match(trickle, {
+      code: 'TILE_ERR_SLIDE_REMOTE',
+      message: `${url('/trickle.tif')}: the answer came slower than 64 KiB/s (${BLOCK} bytes not whole 1.5 s after its headers) (after 3 retries)`,
+    });
+    t.same(
+      [seen.get('/stall.tif'), seen.get('/stall-body.tif'), seen.get('/trickle.tif')],
+      [4, 4, 4],
+      'four tries each',
+    );
+    const seconds = (performance.now() - started) / 1000;
+    t.ok(seconds < 20, `${seconds.toFixed(1)} s (4 tries, 4.2 s of pauses)`);
+  },
+);
 
 t.test('a body cut short is tried again, as a failed connection is', async (t) => {
   const http = await HttpTransport.open(url('/cut-once.tif'), timeouts);

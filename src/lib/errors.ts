@@ -298,7 +298,7 @@ const REGISTRY = {
   },
   TILE_ERR_SLIDE_REMOTE: {
     meaning:
-      'A remote slide could not be read: the server is unreachable, kept failing (5xx), gave no answer within 30 s or stopped or cut short its body, through the retries; answered out of protocol; or the object changed while it was read (its ETag).',
+      'A remote slide could not be read: the server is unreachable, kept failing (5xx), gave no answer within 30 s, stopped or cut short its body, or sent it slower than 64 KiB/s (after 30 s of slack), through the retries; answered out of protocol; or the object changed while it was read (its ETag).',
   },
   TILE_ERR_SLIDE_MPP_RANGE: {
     meaning:

@@ -12,8 +12,13 @@ const BACKOFF_MS = [200, 1000, 3000];
 
 /** How long a server may take to send an answer's headers, and may leave its body idle, before
  *  the request is tried again: undici's defaults (300 s each) held a run about 20 minutes, retries
- *  and all, on a server that stopped answering. */
-export const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 30_000 };
+ *  and all, on a server that stopped answering. An answer must also come whole, after its headers,
+ *  within bodyTimeout plus its bytes at minBytesPerSecond: the idle timeout alone bounds only the
+ *  gap between pieces, so a server sending a byte every 29 s held a request forever. 64 KiB/s
+ *  (0.5 Mbit/s) is far below any link a slide is read over (a 64 KiB block: 31 s; the largest
+ *  request, a few MiB of a level's tiles, a minute or two), and the bodyTimeout of slack lets a
+ *  body pause once as long as the idle timeout allows. */
+export const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 30_000, minBytesPerSecond: 64 * 1024 };
 export type Timeouts = typeof TIMEOUTS;
 
 type Answer = Dispatcher.ResponseData;
@@ -29,7 +34,7 @@ export class HttpTransport implements RangeTransport {
   ) {}
 
   static async open(url: string, timeouts = TIMEOUTS): Promise<HttpTransport> {
-    const { res, data } = await send(url, { range: `bytes=0-${BLOCK - 1}` }, timeouts, async (res) => {
+    const { res, data } = await send(url, { range: `bytes=0-${BLOCK - 1}` }, BLOCK, timeouts, async (res) => {
       if (res.statusCode === 200) {
         drop(res);
         throw new SlideError(
@@ -51,7 +56,7 @@ export class HttpTransport implements RangeTransport {
   async fetch(offset: number, length: number): Promise<Uint8Array> {
     const headers: Record<string, string> = { range: `bytes=${offset}-${offset + length - 1}` };
     if (this.etag) headers['if-match'] = this.etag;
-    return send(this.url, headers, this.timeouts, (res) => body(this.url, res, 206));
+    return send(this.url, headers, length, this.timeouts, (res) => body(this.url, res, 206));
   }
 
   close(): void {}
@@ -66,24 +71,40 @@ function failed(err: Error, timeouts: Timeouts): string {
   return code ?? err.message;
 }
 
-/** Requests `url` and reads its answer with `read`, retrying what may pass (no connection, a
- *  timeout, a body cut short, a 5xx); what `read` decides (a SlideError) is final. */
+/** How long an answer of `bytes` may take after its headers: bodyTimeout, then the bytes at the
+ *  least rate (TIMEOUTS). */
+const bodyDeadlineMs = (bytes: number, timeouts: Timeouts) =>
+  timeouts.bodyTimeout + Math.ceil((bytes / timeouts.minBytesPerSecond) * 1000);
+
+/** Requests `url` (`bytes` asked for) and reads its answer with `read`, retrying what may pass (no
+ *  connection, a timeout, a body too slow or cut short, a 5xx); what `read` decides (a SlideError)
+ *  is final. */
 async function send<T>(
   url: string,
   headers: Record<string, string>,
+  bytes: number,
   timeouts: Timeouts,
   read: (res: Answer) => Promise<T>,
 ): Promise<T> {
+  const { headersTimeout, bodyTimeout } = timeouts;
   for (let attempt = 0; ; attempt++) {
     let failure: string;
+    // One timer an attempt, set when the headers come: the body's deadline (TIMEOUTS).
+    const controller = new AbortController();
+    let deadline: NodeJS.Timeout | undefined;
     try {
-      const res = await request(url, { headers, ...timeouts });
+      const res = await request(url, { headers, headersTimeout, bodyTimeout, signal: controller.signal });
+      deadline = setTimeout(() => controller.abort(), bodyDeadlineMs(bytes, timeouts));
       if (res.statusCode < 500) return await read(res);
       drop(res);
       failure = `HTTP ${res.statusCode}`;
     } catch (err) {
       if (err instanceof SlideError) throw err;
-      failure = failed(err as Error, timeouts);
+      failure = controller.signal.aborted
+        ? `the answer came slower than ${timeouts.minBytesPerSecond / 1024} KiB/s (${bytes} bytes not whole ${bodyDeadlineMs(bytes, timeouts) / 1000} s after its headers)`
+        : failed(err as Error, timeouts);
+    } finally {
+      clearTimeout(deadline);
     }
     if (attempt === BACKOFF_MS.length)
       throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${failure} (after ${attempt} retries)`);
