@@ -3,11 +3,11 @@
 // byte at a time within the idle timeout, one that cuts its first answer short. Before, undici's
 // 300 s timeouts held a run about 20 minutes on the first two (the third forever, at any idle
 // timeout), and a body cut short failed the slide at once with "other side closed", no code, no URL.
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import t from 'tap';
 import { HttpTransport } from '../src/client/slide/remote/http-source.js';
 import { BLOCK } from '../src/client/slide/remote/source.js';
+import { misbehavingServer, trickle } from './helpers/misbehaving-server.js';
 
 const file = Buffer.from(Array.from({ length: 3 * BLOCK }, (_, i) => (i * 31) % 251));
 /** Requests seen, by path. */
@@ -23,25 +23,15 @@ function answer(req: IncomingMessage, res: ServerResponse): void {
   if (path === '/stall.tif') return; // never answers
   res.writeHead(206, head);
   if (path === '/stall-body.tif') return void res.write(part.subarray(0, 10));
-  if (path === '/trickle.tif') {
-    // A byte every 0.3 s, each within the 0.5 s idle timeout, never the whole answer.
-    let at = 0;
-    const drip = setInterval(() => res.write(part.subarray(at, ++at)), 300);
-    return void res.on('close', () => clearInterval(drip));
-  }
+  // A byte every 0.3 s, each within the 0.5 s idle timeout, never the whole answer.
+  if (path === '/trickle.tif') return trickle(res, part, 300);
   // The first answer ends 10 bytes early, its connection closed.
   if (path === '/cut-once.tif' && n === 1)
     return void res.end(part.subarray(0, part.length - 10), () => req.socket.destroy());
   res.end(part);
 }
 
-const server = createServer(answer);
-await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-t.teardown(() => {
-  server.closeAllConnections();
-  server.close();
-});
-const url = (path: string) => `http://127.0.0.1:${(server.address() as AddressInfo).port}${path}`;
+const url = await misbehavingServer((fn) => t.teardown(fn), answer);
 const timeouts = { headersTimeout: 500, bodyTimeout: 500, minBytesPerSecond: 64 * 1024 };
 
 t.test(

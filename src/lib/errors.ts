@@ -324,7 +324,7 @@ const REGISTRY = {
   },
   TILE_ERR_SLIDE_DICOMWEB_DOWN: {
     meaning:
-      'The DICOMweb server did not answer, answered 5xx, cut its answer short or stopped sending it for 30 s, through every retry (the line names the URL and the last reason).',
+      'The DICOMweb server did not answer, answered 5xx, cut its answer short, stopped sending it for 30 s or sent it slower than 64 KiB/s (after 30 s of slack), through every retry (the line names the URL and the last reason).',
   },
   TILE_ERR_SLIDE_DICOMWEB_REFUSED: {
     meaning:

@@ -158,7 +158,7 @@ t.test('frames that are not JPEG fail coded, naming the series and the level', a
 });
 
 t.test('a server that stops answering, before its headers or mid-body: timed out and retried', async (t) => {
-  const timeouts = { headersMs: 300, bodyMs: 300 };
+  const timeouts = { headersMs: 300, bodyMs: 300, minBytesPerSecond: 64 * 1024 };
   const url = `${(await seriesInstances(series))[0].url}/frames/1`;
   const accept = 'multipart/related; type="image/jpeg"; transfer-syntax=1.2.840.10008.1.2.4.50';
   for (const kind of ['stall', 'stall-body'] as const) {

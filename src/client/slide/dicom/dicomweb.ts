@@ -38,6 +38,14 @@ const failure = (code: CodesOf<'SLIDE'>, message: string) => new SlideError(code
  *  --deadline is the service's); a whole batch of 200 frames streams well within them. */
 export const HEADERS_TIMEOUT_MS = 30_000;
 export const BODY_TIMEOUT_MS = 30_000;
+/** The least rate of a body, after BODY_TIMEOUT_MS of slack: the idle timeout bounds only the gap
+ *  between pieces, so a server sending a byte every 29 s held a request forever. A body is cut when
+ *  a piece comes later than BODY_TIMEOUT_MS plus the bytes come so far at this rate after the
+ *  headers (a frames answer's size is known only once read: a Content-Length could lie), checked
+ *  as each piece comes, no timer more. 64 KiB/s (0.5 Mbit/s) is far below any link a slide is read
+ *  over: a batch of 200 frames of 50 KiB streams in seconds where this allows 2.5 minutes. */
+export const MIN_BYTES_PER_SECOND = 64 * 1024;
+export type Timeouts = { headersMs: number; bodyMs: number; minBytesPerSecond: number };
 
 /** A whole answer: its body, read within the timeouts, and its content type. */
 export interface Answer {
@@ -51,20 +59,36 @@ const reasonOf = (err: unknown) => {
   return cause?.code ?? cause?.message ?? (err as Error).message;
 };
 
-/** `response`'s body, failing when no piece of it comes for `idleMs` (`abort` ends the request). */
-async function readBody(response: Response, idleMs: number, abort: () => void): Promise<Buffer> {
+/** `response`'s body, failing when no piece of it comes for `timeouts.bodyMs` (`abort` ends the
+ *  request), or when a piece comes past the least rate (MIN_BYTES_PER_SECOND: `slow` says so and
+ *  ends the request). */
+async function readBody(
+  response: Response,
+  timeouts: Timeouts,
+  abort: () => void,
+  slow: (bytes: number, seconds: number) => void,
+): Promise<Buffer> {
   const chunks: Uint8Array[] = [];
   if (!response.body) return Buffer.alloc(0);
   const reader = response.body.getReader();
+  const started = performance.now();
+  let bytes = 0;
   let timer: NodeJS.Timeout | undefined;
   const idle = () => {
     clearTimeout(timer);
-    timer = setTimeout(abort, idleMs);
+    timer = setTimeout(abort, timeouts.bodyMs);
   };
   try {
     idle();
     for (let r = await reader.read(); !r.done; r = await reader.read()) {
       chunks.push(r.value);
+      bytes += r.value.length;
+      const ms = performance.now() - started;
+      if (ms > timeouts.bodyMs + (bytes / timeouts.minBytesPerSecond) * 1000) {
+        slow(bytes, ms / 1000);
+        await reader.cancel().catch(() => {});
+        throw new Error('too slow');
+      }
       idle();
     }
   } finally {
@@ -74,11 +98,15 @@ async function readBody(response: Response, idleMs: number, abort: () => void): 
 }
 
 /** GET with the Authorization header, its body read whole; retried on 5xx, connection errors, a
- *  body cut short and the timeouts (`timeouts`: tests give shorter ones). */
+ *  body cut short or too slow and the timeouts (`timeouts`: tests give shorter ones). */
 export async function get(
   url: string,
   accept: string,
-  timeouts = { headersMs: HEADERS_TIMEOUT_MS, bodyMs: BODY_TIMEOUT_MS },
+  timeouts: Timeouts = {
+    headersMs: HEADERS_TIMEOUT_MS,
+    bodyMs: BODY_TIMEOUT_MS,
+    minBytesPerSecond: MIN_BYTES_PER_SECOND,
+  },
 ): Promise<Answer> {
   const headers: Record<string, string> = { accept };
   const auth = process.env[AUTH_ENV];
@@ -88,6 +116,7 @@ export async function get(
     if (attempt) await new Promise((r) => setTimeout(r, BACKOFF_MS * 2 ** (attempt - 1)));
     const controller = new AbortController();
     let stalled = '';
+    let slow = '';
     const stall = (what: string) => () => {
       stalled = what;
       controller.abort();
@@ -105,13 +134,15 @@ export async function get(
     if (response.ok) {
       try {
         const contentType = response.headers.get('content-type') ?? '';
-        return {
-          body: await readBody(response, timeouts.bodyMs, stall(`no body for ${timeouts.bodyMs / 1000} s`)),
-          contentType,
+        const tooSlow = (bytes: number, seconds: number) => {
+          slow = `its body came slower than ${timeouts.minBytesPerSecond / 1024} KiB/s (${bytes} bytes in ${seconds.toFixed(1)} s after its headers, ${timeouts.bodyMs / 1000} s of them slack)`;
+          controller.abort();
         };
+        const idle = stall(`no body for ${timeouts.bodyMs / 1000} s`);
+        return { body: await readBody(response, timeouts, idle, tooSlow), contentType };
       } catch (err) {
         const cause = (err as { cause?: Error }).cause;
-        last = `its body cut short: ${stalled || cause?.message || (err as Error).message}`;
+        last = slow || `its body cut short: ${stalled || cause?.message || (err as Error).message}`;
         continue;
       }
     }

@@ -1,0 +1,25 @@
+// A local HTTP server for tests of a client against a server that misbehaves (Node's own: no real
+// server stalls or trickles on demand), closed when the test ends.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/** Serves `answer` on 127.0.0.1 until `teardown`'s callback runs; gives the URL of a path. */
+export async function misbehavingServer(
+  teardown: (fn: () => void) => void,
+  answer: (req: IncomingMessage, res: ServerResponse) => void,
+): Promise<(path: string) => string> {
+  const server = createServer(answer);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  teardown(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  return (path) => `http://127.0.0.1:${(server.address() as AddressInfo).port}${path}`;
+}
+
+/** Writes `bytes` one byte every `everyMs`, never ending the answer, until the client goes. */
+export function trickle(res: ServerResponse, bytes: Uint8Array, everyMs: number): void {
+  let at = 0;
+  const drip = setInterval(() => res.write(bytes.subarray(at, ++at)), everyMs);
+  res.on('close', () => clearInterval(drip));
+}
