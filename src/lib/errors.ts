@@ -281,7 +281,7 @@ const REGISTRY = {
   },
   TILE_ERR_SLIDE_UNREADABLE: {
     meaning:
-      "A slide region cannot be read or decoded, or a TIFF's structure is damaged (a chain of directories that loops, a tag's count that is not the image's, more SubIFD levels than a pyramid has); the line names the file, directory and tag.",
+      "A slide region cannot be read or decoded, or a TIFF's structure is damaged (a chain of directories that loops, a tag's count that is not the image's or holds more bytes than the file, more SubIFD levels than a pyramid has); the line names the file, directory and tag.",
   },
   TILE_ERR_SLIDE_NO_MPP: { meaning: 'The slide records no microns per pixel: give it with --mpp.' },
   TILE_ERR_SLIDE_MISSING: {

@@ -13,7 +13,7 @@ import { openSlide } from '../../src/client/slide/open.js';
 import type { Slide } from '../../src/client/slide/slide.js';
 import { TiffSlide } from '../../src/client/slide/tiff-slide.js';
 import { startNginx } from '../../tools/remote-servers.js';
-import { loopDirectories, omeSubIfds, repeatSubIfds, setCount } from '../../tools/synthetic/tiff-tags.js';
+import { bigTiff, loopDirectories, omeSubIfds, repeatSubIfds, setCount } from '../../tools/synthetic/tiff-tags.js';
 import { writeSlide } from '../../tools/synthetic/slide.js';
 import { tempDir } from '../../tools/temp-dir.js';
 import { ROOT, startServer, type TestServer } from '../helpers/server.js';
@@ -89,6 +89,51 @@ t.test('a TileOffsets count of 2^30: the tag, the directory and the count expect
     message:
       /count\.tif: directory 0: TileOffsets \(tag 324\) lists 1073741824 values, expected one a tile: \d+ \(\d+x\d+ tiles of \d+x\d+\)/,
   });
+});
+
+t.test('BigTIFF counts of 2^33 and 2^40: the tag, the directory and the count, here and over HTTP', async (t) => {
+  bigTiff(at('big.tif'));
+  const good = await TiffSlide.open(at('big.tif'));
+  t.same(
+    good.levels.map((l) => [l.width, l.height]),
+    [[64, 64]],
+    'the file as tifffile wrote it opens',
+  );
+  await good.close();
+  // geotiff allocates an array of a tag's count as it parses the directory: before the walk
+  // checked them, each failed TILE_ERR_SLIDE_FORMAT "not a readable TIFF (Invalid array length)".
+  const cases = [
+    [
+      'offsets.tif',
+      'TileOffsets',
+      2 ** 33,
+      /directory 0: TileOffsets \(tag 324\) lists 8589934592 values, expected one a tile: 16 \(4x4 tiles of 16x16\)$/,
+    ],
+    [
+      'counts.tif',
+      'TileByteCounts',
+      2 ** 40,
+      /directory 0: TileByteCounts \(tag 325\) lists 1099511627776 values, expected one a tile: 16 \(4x4 tiles of 16x16\)$/,
+    ],
+    [
+      'text.tif',
+      'ImageDescription',
+      2 ** 40,
+      /directory 0: tag 270 \(type 2\) lists 1099511627776 values, 1099511627776 bytes, more than the file's \d+; expected its values to lie in the file$/,
+    ],
+  ] as const;
+  for (const [name, tag, count, message] of cases) {
+    const path = variant('big.tif', name, (p) => setCount(p, tag, count));
+    t.match(await openError(path, (p) => TiffSlide.open(p)), { code: 'TILE_ERR_SLIDE_UNREADABLE', message }, name);
+  }
+  t.match(
+    await openError(`${nginx.url}/offsets.tif`),
+    {
+      code: 'TILE_ERR_SLIDE_UNREADABLE',
+      message: new RegExp(`^${nginx.url}/offsets\\.tif: directory 0: TileOffsets \\(tag 324\\)`),
+    },
+    'over HTTP',
+  );
 });
 
 t.test("an OME-TIFF's SubIFDs: one level listed 2,000 times is one level; 33 levels are refused", async (t) => {

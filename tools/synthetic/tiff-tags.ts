@@ -68,3 +68,11 @@ export const omeSubIfds = (path: string, levels: number) =>
     path,
     String(levels),
   );
+
+/** A BigTIFF written by tifffile: 64x64 RGB pixels in 16x16 uncompressed tiles, 0.5 µm/px
+ *  (TileOffsets and TileByteCounts LONG8, as BigTIFF writes them). */
+export const bigTiff = (path: string) =>
+  tifffile(
+    'import numpy\nimage = numpy.full((64, 64, 3), 200, numpy.uint8)\ntifffile.imwrite(sys.argv[1], image, bigtiff=True, tile=(16, 16), photometric="rgb", resolution=(20000, 20000), resolutionunit="CENTIMETER")',
+    path,
+  );

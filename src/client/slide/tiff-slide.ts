@@ -96,10 +96,48 @@ const MAX_DIRECTORIES = 100_000;
 /** `length` bytes at `offset` of the file (fewer where it ends). */
 type ReadAt = (offset: number, length: number) => Promise<Uint8Array>;
 
+/** Bytes a value of each TIFF field type takes (TIFF 6.0, BigTIFF's 16 to 18); a type not
+ *  listed is taken as 1 byte. */
+const TYPE_BYTES: Record<number, number> = {
+  3: 2,
+  4: 4,
+  5: 8,
+  8: 2,
+  9: 4,
+  10: 8,
+  11: 4,
+  12: 8,
+  13: 4,
+  16: 8,
+  17: 8,
+  18: 8,
+};
+
+/** A tile count's check (TileOffsets, TileByteCounts): one a tile, up to one a tile and sample
+ *  (PlanarConfiguration 2), else an error naming the tag and what was expected. */
+function checkTileCount(
+  path: string,
+  where: string,
+  code: 324 | 325,
+  count: number,
+  grid: { across: number; down: number; width: number; height: number; samples: number },
+): void {
+  const tiles = grid.across * grid.down;
+  if (count >= tiles && count <= tiles * grid.samples) return;
+  throw new SlideError(
+    'TILE_ERR_SLIDE_UNREADABLE',
+    `${path}: ${where}: ${code === 324 ? 'TileOffsets' : 'TileByteCounts'} (tag ${code}) lists ${count} values, expected one a tile: ${tiles} (${grid.across}x${grid.down} tiles of ${grid.width}x${grid.height})`,
+  );
+}
+
 /** Walks the chain of directories by their header and next-directory offsets before geotiff,
  *  which follows a chain that loops without end (its image count never returns, memory grows):
- *  a loop, or a chain past MAX_DIRECTORIES, is an error. Returns where the file ends too soon (a
- *  directory past its end: a reader would stop there silently, with levels missing), or null. */
+ *  a loop, or a chain past MAX_DIRECTORIES, is an error. Each directory's tag counts are checked
+ *  on the way, before geotiff parses it (it allocates an array of each tag's count there: a
+ *  BigTIFF's LONG8 count of 2^33 failed with its bare 'Invalid array length'): TileOffsets and
+ *  TileByteCounts must be one a tile (as ranges() checks a SubIFD's), and no tag may hold more
+ *  bytes than the file has. Returns where the file ends too soon (a directory past its end: a
+ *  reader would stop there silently, with levels missing), or null. */
 async function walkDirectories(path: string, size: number, read: ReadAt): Promise<string | null> {
   const head = Buffer.from(await read(0, 16));
   const order = head.toString('latin1', 0, 2);
@@ -129,9 +167,12 @@ async function walkDirectories(path: string, size: number, read: ReadAt): Promis
       );
     seen.set(at, k);
     if (at + countBytes > size) return `directory ${k} starts at byte ${at}`;
-    const end = at + countBytes + u(await bytes(at, countBytes), 0, countBytes) * entryBytes + pointer;
+    const entries = u(await bytes(at, countBytes), 0, countBytes);
+    const end = at + countBytes + entries * entryBytes + pointer;
     if (end > size) return `directory ${k} ends at byte ${end}`;
-    at = u(await bytes(end - pointer, pointer), 0, pointer);
+    const dir = await bytes(at + countBytes, end - at - countBytes);
+    checkCounts(path, `directory ${k}`, size, dir, entries, big, u);
+    at = u(dir, end - at - countBytes - pointer, pointer);
     const back = seen.get(at);
     if (back !== undefined)
       throw new SlideError(
@@ -140,6 +181,51 @@ async function walkDirectories(path: string, size: number, read: ReadAt): Promis
       );
   }
   return null;
+}
+
+/** The tag counts of a directory's `entries` (`dir`, its entries from the first) against the tile
+ *  grid and the file's `size` (walkDirectories). */
+function checkCounts(
+  path: string,
+  where: string,
+  size: number,
+  dir: Buffer,
+  entries: number,
+  big: boolean,
+  u: (b: Buffer, at: number, bytes: number) => number,
+): void {
+  const [entryBytes, countAt, countBytes] = big ? [20, 4, 8] : [12, 4, 4];
+  const valueAt = countAt + countBytes;
+  /** Each tag's type, count and value where it is one SHORT, LONG or LONG8 (held in the entry). */
+  const tags = new Map<number, { type: number; count: number; value: number | null }>();
+  for (let i = 0; i < entries; i++) {
+    const e = i * entryBytes;
+    const type = u(dir, e + 2, 2);
+    const count = u(dir, e + countAt, countBytes);
+    const one = { 3: 2, 4: 4, 16: 8 }[type];
+    tags.set(u(dir, e, 2), { type, count, value: count === 1 && one ? u(dir, e + valueAt, one) : null });
+  }
+  const value = (tag: number) => tags.get(tag)?.value ?? null;
+  const [width, length, tileWidth, tileLength] = [256, 257, 322, 323].map(value);
+  for (const code of [324, 325] as const) {
+    const tag = tags.get(code);
+    if (tag && width && length && tileWidth && tileLength)
+      checkTileCount(path, where, code, tag.count, {
+        across: Math.ceil(width / tileWidth),
+        down: Math.ceil(length / tileLength),
+        width: tileWidth,
+        height: tileLength,
+        samples: value(277) ?? 1,
+      });
+  }
+  for (const [code, { type, count }] of tags) {
+    const bytes = count * (TYPE_BYTES[type] ?? 1);
+    if (bytes > size)
+      throw new SlideError(
+        'TILE_ERR_SLIDE_UNREADABLE',
+        `${path}: ${where}: tag ${code} (type ${type}) lists ${count} values, ${bytes} bytes, more than the file's ${size}; expected its values to lie in the file`,
+      );
+  }
 }
 
 /** ReadAt of a local file. */
@@ -505,19 +591,20 @@ export class TiffSlide implements Slide {
       const dir = l.image.fileDirectory;
       // The counts the tags declare, checked before their values are loaded: a count of 2^30 is
       // a 4 GB read (geotiff's own error then names neither the tag nor the directory).
-      const tiles = l.tilesAcross * l.tilesDown;
-      const most = tiles * l.image.getSamplesPerPixel(); // PlanarConfiguration 2: a tile per sample
-      for (const [tag, code] of [
-        ['TileOffsets', 324],
-        ['TileByteCounts', 325],
-      ] as const) {
-        const count = dir.deferredArrays.get(code)?.length ?? (dir.actualizedFields.get(code) as unknown[]).length;
-        if (count < tiles || count > most)
-          throw new SlideError(
-            'TILE_ERR_SLIDE_UNREADABLE',
-            `${this.path}: ${where(l)}: ${tag} (tag ${code}) lists ${count} values, expected one a tile: ${tiles} (${l.tilesAcross}x${l.tilesDown} tiles of ${l.tileWidth}x${l.tileHeight})`,
-          );
-      }
+      for (const code of [324, 325] as const)
+        checkTileCount(
+          this.path,
+          where(l),
+          code,
+          dir.deferredArrays.get(code)?.length ?? (dir.actualizedFields.get(code) as unknown[]).length,
+          {
+            across: l.tilesAcross,
+            down: l.tilesDown,
+            width: l.tileWidth,
+            height: l.tileHeight,
+            samples: l.image.getSamplesPerPixel(),
+          },
+        );
       const offsets = (await dir.loadValue('TileOffsets')) as ArrayLike<number | bigint>;
       const counts = (await dir.loadValue('TileByteCounts')) as ArrayLike<number | bigint>;
       if (offsets.length < l.tilesAcross * l.tilesDown || counts.length !== offsets.length)
