@@ -51,10 +51,14 @@ export function omeMpp(xml: string, path: string): { mpp: number; error: null } 
   return checkedMpp(x.microns, `the OME-XML's ${said}`, path);
 }
 
-/** Reduced levels a pyramid may have: each halves (or more) the level above, and TIFF sizes
- *  are 32-bit, so a pyramid down to one pixel has at most 32 below full resolution. A SubIFDs tag
- *  listing more is refused, not parsed level by level (20,000 entries took 21 s and 640 MB). */
-export const MAX_REDUCED_LEVELS = 32;
+/** Reduced levels a pyramid may have. A pyramid whose levels each halve has at most 32 below
+ *  TIFF's 2^32 pixels (bfconvert's -pyramid-scale is an integer, so it halves or more), but
+ *  writers take gentler steps: QuPath's OMEPyramidWriter takes any downsamples or a scale such as
+ *  1.1 (a 200,000 px slide down to its 512 px tile then has 62 reduced levels), tifffile any
+ *  count of SubIFDs. 64 keeps those and still bounds the cost (a level is a directory parsed and
+ *  a tile grid, a few ms): a SubIFDs tag listing more is refused, not parsed level by level
+ *  (20,000 entries took 21 s and 640 MB). */
+export const MAX_REDUCED_LEVELS = 64;
 
 /** The SubIFDs of `image` (its reduced levels), as images; an offset listed twice is one level. */
 export async function subImages(tiff: GeoTIFF, image: GeoTIFFImage, path: string): Promise<GeoTIFFImage[]> {
@@ -65,7 +69,7 @@ export async function subImages(tiff: GeoTIFF, image: GeoTIFFImage, path: string
   if (offsets.length > MAX_REDUCED_LEVELS)
     throw new SlideError(
       'TILE_ERR_SLIDE_UNREADABLE',
-      `${path}: directory 0's SubIFDs (tag 330) lists ${offsets.length} reduced levels, expected at most ${MAX_REDUCED_LEVELS} (a pyramid halving from TIFF's largest size, 2^32 pixels, to one pixel has 32)`,
+      `${path}: directory 0's SubIFDs (tag 330) lists ${offsets.length} reduced levels, expected at most ${MAX_REDUCED_LEVELS} (a pyramid halving from TIFF's largest size, 2^32 pixels, to one pixel has 32; one of gentler steps a few more)`,
     );
   return Promise.all(
     offsets.map(
