@@ -135,6 +135,11 @@ t.test('an added --heatmap is drawn from the kept results without posting a tile
     /finished before/,
     'then skipped',
   );
+  // Redone under another plan without it: the old plan's heatmap goes with it.
+  const redone = await tileInfer(slide([path], out, ['--min-tissue', '0.9'], 'gene-expr'));
+  t.equal(redone.code, 0, redone.stderr);
+  t.notOk(existsSync(join(out, 'heatmaps_gene-expr/heat_ESR1.png')), "no heatmap of the old plan's tiles");
+  t.ok(existsSync(join(out, 'predictions_gene-expr/heat.h5')), "the new plan's predictions");
 });
 
 t.test('a different file under a known name is refused, however little of it differs', async (t) => {

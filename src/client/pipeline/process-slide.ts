@@ -3,6 +3,7 @@
 // write the outputs. Everything is resumable: a finished slide is skipped from its done record when
 // its content and plan are the same, an output added since is made from the kept results, the
 // tissue mask is written first and reread on a rerun, and tile results come from the journal.
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import sharp from 'sharp';
 import type { ModelMetadataBody, TileClient } from '../tile-client.js';
@@ -119,6 +120,11 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
       );
     // Not done as now asked until it is: a kill from here on leaves no record to skip it by.
     records.undone();
+    // What the old plan wrote goes with its record, the tissue mask kept (a checkpoint the new plan
+    // reuses when its tissue plan is the same): the new plan need not write it all again, and an
+    // old --heatmap stayed beside the new features (an attack session).
+    if (changes.length)
+      for (const file of finished.files) if (file !== maskPath && file !== geojsonPath) rmSync(file, { force: true });
   }
   const started = performance.now();
 
