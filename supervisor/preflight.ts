@@ -35,6 +35,13 @@ function tryListen(host: string, port: number): Promise<void> {
 /** Resolves the host and binds, then releases, each address fastify will listen on. */
 export async function checkListenAddress(config: ServiceConfig, env: NodeJS.ProcessEnv = process.env): Promise<void> {
   const host = settingSource('host', env);
+  // dns.lookup('') answers no address (and a deprecation warning), so nothing was bound here and
+  // fastify then listened on every interface. The schema refuses it; this keeps the check whole.
+  if (!config.host.trim())
+    throw new ConfigError(
+      'TILE_ERR_LISTEN_HOST',
+      `${host} is ${JSON.stringify(config.host)}, which names no address, expected an IP address or a hostname of this machine (0.0.0.0 or :: for every interface)`,
+    );
   let addresses: { address: string }[];
   try {
     addresses = await lookup(config.host, { all: true });

@@ -39,8 +39,10 @@ const range = (s: Schema) =>
         ? ` <= ${s.maximum}`
         : '';
 
-/** What a schema accepts, in words. */
+/** What a schema accepts, in words: its own `expected` annotation (where a pattern would say
+ *  nothing to a person), or one built from its keywords. */
 export function expected(s: Schema): string {
+  if (typeof s.expected === 'string') return s.expected;
   if (s.const !== undefined) return JSON.stringify(s.const);
   if (s.anyOf) return (s.anyOf as Schema[]).map(expected).join(' or ');
   switch (s.type) {
@@ -104,6 +106,16 @@ export function describeErrors(
   }
   if (s.type === 'array' && Array.isArray(value))
     return value.flatMap((item, i) => describeErrors(s.items, item, where, `${path}/${i}`));
+  // A list where the only list a union takes has a wrong entry: name the entry ("gpus[1] is
+  // \"999x\""), not the whole union. A list wrong as a whole (too short, repeated entries) falls
+  // through to the union's sentence.
+  const lists = ((s.anyOf ?? []) as Schema[]).filter((b) => b.type === 'array');
+  if (lists.length === 1 && Array.isArray(value) && !Value.Check(schema, value)) {
+    const entries = (value as unknown[]).flatMap((item, i) =>
+      describeErrors(lists[0].items, item, where, `${path}/${i}`),
+    );
+    if (entries.length) return entries;
+  }
   if (Value.Check(schema, value)) return [];
   const hint = typeof value === 'string' ? suggest(value, literals(s)) : undefined;
   return [

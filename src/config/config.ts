@@ -18,6 +18,28 @@ export const timerMs = (ms: number): number => Math.min(ms, MAX_TIMER_MS);
 const MAX_PROCESSES = 256;
 /** Threads per worker pool: as decode_threads, a multiple of the largest hosts' cores. */
 const MAX_THREADS = 1024;
+/** A request body: a tile request carries a few tiles (a 4096x4096 RGBA PNG is at most 64 MiB),
+ *  and gRPC's message limit (an int32) and V8's longest string (~512 MiB, a JSON body) end near
+ *  here; 1e18 passed before and admitted bodies no front can hold. */
+export const MAX_BODY_BYTES = 1024 ** 3;
+/** Request bytes one front holds: far above the default 256 MiB and any host's need, and well
+ *  under what a 64-bit Buffer or a sum of byte counts (exact to 2^53) can take. */
+export const MAX_INFLIGHT_BYTES = 256 * 1024 ** 3;
+/** Requests outstanding for a model: 2^20, more than any client keeps open (each holds a
+ *  connection or a gRPC call, themselves bounded by the open-file limit and
+ *  front.max_inflight_bytes); a bound for a value that sizes queues and shares. */
+export const MAX_QUEUE = 2 ** 20;
+/** Usage entries kept in memory for /diagnostics?categories=usage: each is a few hundred bytes
+ *  in the supervisor's heap and in that answer, so 100,000 is tens of MB. */
+export const MAX_RECENT_ENTRIES = 100_000;
+/** A host setting: an IP address (v4, or v6 without brackets, a %zone allowed) or a host name;
+ *  whether it resolves to an address of this machine is preflight's check. An empty host
+ *  listened on every interface ("listening on http://:8000"). */
+const HOST_PATTERN = '^[A-Za-z0-9._:%-]+$';
+/** A model's GPU: nvidia-smi's index (CUDA_DEVICE_ORDER=PCI_BUS_ID makes it CUDA's too) or
+ *  its UUID; either is what CUDA_VISIBLE_DEVICES takes (a PCI bus id is not). */
+const GPU_PATTERN =
+  '^(0|[1-9][0-9]{0,3}|GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$';
 
 const Provider = Type.Union([Type.Literal('cuda'), Type.Literal('webgpu'), Type.Literal('cpu')]);
 
@@ -28,7 +50,19 @@ const ModelEntry = Type.Object(
     path: Type.Optional(Type.String()),
     instances: Type.Integer({ minimum: 1, maximum: MAX_PROCESSES, default: 1 }),
     /** GPU ids to pin instances to (round-robin), or "auto" to use those nvidia-smi lists. */
-    gpus: Type.Union([Type.Literal('auto'), Type.Array(Type.String())], { default: 'auto' }),
+    gpus: Type.Union(
+      [
+        Type.Literal('auto'),
+        Type.Array(
+          Type.String({
+            pattern: GPU_PATTERN,
+            expected:
+              'a GPU index as nvidia-smi numbers GPUs ("0", "1", ...) or a GPU UUID as nvidia-smi -L prints it ("GPU-" then 36 hex digits and dashes)',
+          }),
+        ),
+      ],
+      { default: 'auto' },
+    ),
     /** Execution providers: "auto" (cuda when its libraries load, else webgpu on a GPU that is not
      *  a software rasterizer, else cpu), or the ones to try, in order. */
     provider: Type.Union([Type.Literal('auto'), Type.Array(Provider, { minItems: 1, uniqueItems: true })], {
@@ -55,7 +89,7 @@ const ModelEntry = Type.Object(
      *  still form from what arrives while a batch runs. */
     max_queue_delay_ms: Type.Number({ minimum: 0, maximum: MAX_TIMER_MS, default: 0 }),
     /** Requests outstanding for the model (all instances) before new ones get 503. */
-    max_queue: Type.Integer({ minimum: 1, default: 64 }),
+    max_queue: Type.Integer({ minimum: 1, maximum: MAX_QUEUE, default: 64 }),
     request_timeout_ms: Type.Integer({ minimum: 1, maximum: MAX_TIMER_MS, default: 30000 }),
   },
   { additionalProperties: false },
@@ -63,12 +97,16 @@ const ModelEntry = Type.Object(
 
 export const ServiceConfig = Type.Object(
   {
-    host: Type.String({ default: '127.0.0.1' }),
+    host: Type.String({
+      pattern: HOST_PATTERN,
+      default: '127.0.0.1',
+      expected: 'an IP address or a host name of this machine (0.0.0.0 or :: for every interface)',
+    }),
     port: Type.Integer({ minimum: 0, maximum: 65535, default: 8000 }),
     /** The Open Inference Protocol's gRPC service (inference.GRPCInferenceService) on this port,
      *  beside HTTP; null: off. */
     grpc_port: Type.Union([Type.Integer({ minimum: 0, maximum: 65535 }), Type.Null()], { default: null }),
-    body_limit_bytes: Type.Integer({ minimum: 1024, default: 16 * 1024 * 1024 }),
+    body_limit_bytes: Type.Integer({ minimum: 1024, maximum: MAX_BODY_BYTES, default: 16 * 1024 * 1024 }),
     /** PNGs whose header declares more pixels than this are refused before inflating. */
     max_tile_pixels: Type.Integer({ minimum: 1, default: 4096 * 4096 }),
     model_repository: Type.String({ default: 'models' }),
@@ -95,7 +133,7 @@ export const ServiceConfig = Type.Object(
         max_connections: Type.Integer({ minimum: 0, default: 0 }),
         /** Request bytes (bodies being read or waiting for their answer) one front holds at once:
          *  past it, new model requests get 503 before their body is read. */
-        max_inflight_bytes: Type.Integer({ minimum: 1024, default: 256 * 1024 * 1024 }),
+        max_inflight_bytes: Type.Integer({ minimum: 1024, maximum: MAX_INFLIGHT_BYTES, default: 256 * 1024 * 1024 }),
         /** A client must send its headers within this time, and its whole request within
          *  body_timeout_ms, or the connection is closed (slow-loris). */
         headers_timeout_ms: Type.Integer({ minimum: 100, maximum: MAX_TIMER_MS, default: 10000 }),
@@ -139,7 +177,7 @@ export const ServiceConfig = Type.Object(
     usage: Type.Object(
       {
         max_file_bytes: Type.Integer({ minimum: 1024, default: 10 * 1024 * 1024 }),
-        recent_entries: Type.Integer({ minimum: 1, default: 200 }),
+        recent_entries: Type.Integer({ minimum: 1, maximum: MAX_RECENT_ENTRIES, default: 200 }),
       },
       { default: {}, additionalProperties: false },
     ),

@@ -73,13 +73,54 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       'an unknown provider',
       () => load({ models: [{ name: 'tissue-seg', provider: ['gpu'] }] }),
       ['TILE_ERR_CONFIG_VALUE'],
-      /models\[0\]\.provider is \["gpu"\], expected "auto" or a list of at least 1 \(each "cuda" or "webgpu" or "cpu"\)$/,
+      /models\[0\]\.provider\[0\] is "gpu", expected "cuda" or "webgpu" or "cpu" \(did you mean "cpu"\?\)$/,
+    ],
+    [
+      'a list wrong as a whole is named whole',
+      () => load({ models: [{ name: 'tissue-seg', provider: ['cpu', 'cpu'] }] }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /models\[0\]\.provider is \["cpu","cpu"\], expected "auto" or a list of at least 1 \(each "cuda" or "webgpu" or "cpu"\)$/,
+    ],
+    [
+      'an empty host (fastify listened on every interface)',
+      () => load({ ...good, host: '' }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /config-\d+\.json: host is "", expected an IP address or a host name of this machine \(0\.0\.0\.0 or :: for every interface\)$/,
+    ],
+    [
+      'a host in brackets, or with a space',
+      () => load({ ...good, host: '[::1]' }, { HOST: ' localhost' }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /^HOST is " localhost", expected an IP address or a host name/,
+    ],
+    [
+      'GPU ids that are neither an index nor a UUID, each named',
+      () =>
+        load({
+          models: [
+            { name: 'tissue-seg', gpus: ['../x', '999', 'GPU-5c2e7a41-9d0b-3f4e-8b7a-1f2e3d4c5b6a', '0000:3b:00.0'] },
+          ],
+        }),
+      ['TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE'],
+      /models\[0\]\.gpus\[0\] is "\.\.\/x", expected a GPU index as nvidia-smi numbers GPUs \("0", "1", \.\.\.\) or a GPU UUID .*; \S+ models\[0\]\.gpus\[3\] is "0000:3b:00\.0", expected a GPU index/,
+    ],
+    [
+      'sizes and counts no host needs (1e18 bytes of body passed)',
+      () =>
+        load({
+          body_limit_bytes: 1e18,
+          front: { max_inflight_bytes: 1e18 },
+          usage: { recent_entries: 1e9 },
+          models: [{ name: 'tissue-seg', max_queue: 1e9 }],
+        }),
+      ['TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE'],
+      /body_limit_bytes is 1000000000000000000, expected an integer from 1024 to 1073741824; .*front\.max_inflight_bytes is 1000000000000000000, expected an integer from 1024 to 274877906944; .*usage\.recent_entries is 1000000000, expected an integer from 1 to 100000; .*models\[0\]\.max_queue is 1000000000, expected an integer from 1 to 1048576$/,
     ],
     [
       'a batch shape of 0',
       () => load({ models: [{ name: 'tissue-seg', batch_shapes: [0] }] }),
       ['TILE_ERR_CONFIG_VALUE'],
-      /models\[0\]\.batch_shapes is \[0\], expected "auto" or "any" or a list of at least 1 \(each an integer from 1 to 4096\)$/,
+      /models\[0\]\.batch_shapes\[0\] is 0, expected an integer from 1 to 4096$/,
     ],
     [
       'a largest batch past the bound (a worker listed every size up to it)',
@@ -103,7 +144,7 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       'a misspelt value',
       () => load({ models: [{ name: 'tissue-seg', gpus: 'atuo' }] }),
       ['TILE_ERR_CONFIG_VALUE'],
-      /models\[0\]\.gpus is "atuo", expected "auto" or a list \(each a string\) \(did you mean "auto"\?\)$/,
+      /models\[0\]\.gpus is "atuo", expected "auto" or a list \(each a GPU index as nvidia-smi numbers GPUs \("0", "1", \.\.\.\) or a GPU UUID as nvidia-smi -L prints it \("GPU-" then 36 hex digits and dashes\)\) \(did you mean "auto"\?\)$/,
     ],
     [
       'a misspelt key and so a missing one',
@@ -310,4 +351,13 @@ t.test('describeService reads every package and loads its graph', async (t) => {
   );
   t.match(problems[0].message, /^model tissue-seg: \S+\/tissue-seg\/model\.onnx: ONNX Runtime cannot load the graph: /);
   t.match(problems[1].message, /^model gene-expr: .*missing\/manifest\.json: cannot read manifest/);
+});
+
+t.test('a host that names no address is refused, not listened on everywhere', async (t) => {
+  const err = await checkListenAddress({ ...load(good), host: '' }, {}).then(
+    () => new Error('accepted'),
+    (e) => e,
+  );
+  t.equal((err as ConfigError).code, 'TILE_ERR_LISTEN_HOST');
+  t.match(err.message, /host is "", which names no address, expected an IP address or a hostname of this machine/);
 });
