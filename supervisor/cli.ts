@@ -6,6 +6,7 @@ import { ConfigError, configFile, loadConfig, type ServiceConfig } from '../src/
 import { CodedError } from '../src/lib/errors.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { checkListenAddress, checkPaths } from './preflight.js';
+import { checkGpus } from './gpus.js';
 import { describeProviders } from './provider-check.js';
 import { PackageError, readPackage } from '../src/model-package/model-package.js';
 import { checkGraph } from '../src/model-package/graph-check.js';
@@ -20,7 +21,8 @@ Options:
                   model.onnx loaded by ONNX Runtime on the CPU and checked against the
                   manifest), the execution providers (CUDA provider libraries of the bundled
                   ONNX Runtime version, Vulkan devices), the listen address (HOST resolves,
-                  PORT is free) and that LOG_FILE and DATA_DIR can be written, print what
+                  PORT is free), the GPUs models list (where nvidia-smi runs)
+                  and that LOG_FILE and DATA_DIR can be written, print what
                   would be served, and exit:
                   0 when all is well, 2 otherwise.
   --help, -h      Print this help and exit.
@@ -105,12 +107,19 @@ export async function prepareStart(argv = process.argv.slice(2), env = process.e
   if (options['check-config']) {
     const service = await describeService(config);
     const providers = describeProviders(config);
-    const lines = [...service.lines, ...providers.lines];
+    const gpus = await checkGpus(config, env);
+    const lines = [...service.lines, ...providers.lines, ...gpus.lines];
     const listen = await checkListenAddress(config, env).then(
       () => [],
       (err) => (err instanceof ConfigError ? [err] : Promise.reject(err)),
     );
-    const problems = [...service.problems, ...providers.problems, ...listen, ...checkPaths(config, env)];
+    const problems = [
+      ...service.problems,
+      ...providers.problems,
+      ...gpus.problems,
+      ...listen,
+      ...checkPaths(config, env),
+    ];
     process.stdout.write(`${configFile(env)}: ${problems.length ? 'problems found' : 'ok'}\n${lines.join('\n')}\n`);
     for (const problem of problems) process.stderr.write(refusal(problem));
     process.exit(problems.length ? ExitCode.CONFIG : ExitCode.OK);

@@ -1,7 +1,35 @@
 // GPU discovery for "auto" placement, and the assignment of worker instances to GPUs.
 import type { Logger } from 'pino';
 import { queryGpus, type GpuInfo } from '../src/gpu/nvidia-smi.js';
-import type { ModelEntry, ServiceConfig } from '../src/config/config.js';
+import { ConfigError, settingSource, type ModelEntry, type ServiceConfig } from '../src/config/config.js';
+
+/** The host GPU a configured id (an index or a UUID, as the schema takes) names, if any. */
+export const hostGpu = (gpus: GpuInfo[], id: string | null): GpuInfo | undefined =>
+  id === null ? undefined : gpus.find((g) => g.index === id || g.uuid.toLowerCase() === id.toLowerCase());
+
+/** Each listed GPU id that names none of `gpus` (the host's, by nvidia-smi): its workers would
+ *  get a CUDA_VISIBLE_DEVICES that shows them no GPU, and run on the CPU or fail. */
+export function unknownGpus(
+  config: ServiceConfig,
+  gpus: GpuInfo[],
+  env: NodeJS.ProcessEnv = process.env,
+): ConfigError[] {
+  const present = gpus.length ? `nvidia-smi lists ${gpus.map((g) => g.index).join(', ')}` : 'nvidia-smi lists none';
+  return config.models.flatMap((model, m) =>
+    model.gpus === 'auto'
+      ? []
+      : model.gpus.flatMap((id, i) =>
+          hostGpu(gpus, id)
+            ? []
+            : [
+                new ConfigError(
+                  'TILE_ERR_CONFIG_GPU',
+                  `${settingSource(`models[${m}].gpus[${i}]`, env)} is ${JSON.stringify(id)}, not a GPU of this host (${present}), expected one of their indices or UUIDs`,
+                ),
+              ],
+        ),
+  );
+}
 
 /** The host's GPUs, for "auto" placement and for pinning listed GPUs; none (CPU) when
  *  nvidia-smi is missing or fails, or when no model is given a GPU. */
@@ -13,11 +41,34 @@ export async function discoverGpus(config: ServiceConfig, logger: Logger): Promi
       { gpus: gpus.map((g) => `${g.index}: ${g.name} (${g.pci_bus_id})`) },
       gpus.length ? 'GPUs found' : 'no GPU found; models run on CPU',
     );
+    // Served anyway (a GPU may be back after a reset), but said: its workers see no GPU.
+    for (const err of unknownGpus(config, gpus)) logger.warn({ errorCode: err.code }, err.message);
     return gpus;
   } catch (err) {
     logger.warn({ err }, 'GPU discovery failed; models run on CPU');
     return [];
   }
+}
+
+/** --check-config's GPU section: the GPU ids models list, checked against nvidia-smi's GPUs
+ *  where it runs; without it they cannot be checked, and the line says so. */
+export async function checkGpus(
+  config: ServiceConfig,
+  env: NodeJS.ProcessEnv = process.env,
+  query: () => Promise<GpuInfo[] | null> = () => queryGpus(),
+): Promise<{ lines: string[]; problems: ConfigError[] }> {
+  const listed = config.models.filter((m) => m.gpus !== 'auto' && m.gpus.length);
+  if (!listed.length) return { lines: [], problems: [] };
+  const names = listed.map((m) => `${m.name} ${JSON.stringify(m.gpus)}`).join(', ');
+  let gpus: GpuInfo[] | null;
+  try {
+    gpus = await query();
+  } catch (err) {
+    return { lines: [`GPUs: ${names} not checked: ${(err as Error).message}`], problems: [] };
+  }
+  if (gpus === null) return { lines: [`GPUs: ${names} not checked: nvidia-smi is not installed`], problems: [] };
+  const problems = unknownGpus(config, gpus, env);
+  return { lines: problems.length ? [] : [`GPUs: ${names} among those nvidia-smi lists`], problems };
 }
 
 /**

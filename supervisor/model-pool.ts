@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { ModelState, ModelView, WorkerInfo } from '../src/ipc/protocol.js';
 import type { ModelEntry, ServiceConfig } from '../src/config/config.js';
 import type { GpuInfo } from '../src/gpu/nvidia-smi.js';
+import { hostGpu } from './gpus.js';
 import { WorkerLifeCycle, type Outside, type WorkerExit } from './worker-life-cycle.js';
 
 export interface PoolOptions {
@@ -120,7 +121,7 @@ export class ModelPool {
       dir: entry.path!,
       instance,
       gpu,
-      gpuInfo: this.options.hostGpus.find((g) => g.index === gpu),
+      gpuInfo: hostGpu(this.options.hostGpus, gpu),
       provider: entry.provider,
       batchShapes: entry.batch_shapes,
       intraOpThreads: entry.intra_op_threads ?? this.options.intraOpThreads,

@@ -8,7 +8,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { ExitCode } from '../src/lib/exit-codes.js';
 import { ROOT, MODELS } from './helpers/server.js';
-import { copyPackage } from './helpers/packages.js';
+import { copyPackage, fakeNvidiaSmi } from './helpers/packages.js';
 import { cleanEnv as serviceEnv } from '../tools/service-process.js';
 import { tempDir } from '../tools/temp-dir.js';
 
@@ -62,20 +62,42 @@ const holder = createServer();
 await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
 const busy = (holder.address() as AddressInfo).port;
 // All at once: each is a Node start, seconds on a busy machine.
-const [badPort, unknownKey, portInUse, help, check, badOption, checkTruncated, cudaOnly, logFolder, checkDataFile] =
-  await Promise.all([
-    start(good, { PORT: 'abc' }),
-    start({ ...good, supervisor: { heartbeat_timout_ms: 5000 } }),
-    start({ ...good, port: busy }),
-    start(good, {}, ['--help']),
-    start(good, {}, ['--check-config']),
-    start(good, {}, ['--chek-config']),
-    start({ models: [{ name: 'tissue-seg' }, { name: 'gene-expr', path: truncated }] }, {}, ['--check-config']),
-    start({ models: [{ name: 'tissue-seg', gpus: [], provider: ['cuda'] }] }, {}, ['--check-config']),
-    // The logger's folder-as-file killed the supervisor with an unhandled EISDIR stack.
-    start(good, { LOG_FILE: dir }),
-    start({ ...good, data_dir: join(ROOT, 'package.json') }, {}, ['--check-config']),
-  ]);
+// Two GPUs, as nvidia-smi lists them.
+const twoGpus = fakeNvidiaSmi([
+  '0, NVIDIA H100 80GB HBM3, GPU-5c2e7a41-9d0b-3f4e-8b7a-1f2e3d4c5b6a, 00000000:18:00.0, 81559, 1024, 3, 550.54.15',
+  '1, NVIDIA H100 80GB HBM3, GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90, 00000000:3B:00.0, 81559, 2048, 7, 550.54.15',
+]);
+const [
+  badPort,
+  unknownKey,
+  portInUse,
+  help,
+  check,
+  badOption,
+  checkTruncated,
+  cudaOnly,
+  logFolder,
+  checkDataFile,
+  checkMissingGpu,
+] = await Promise.all([
+  start(good, { PORT: 'abc' }),
+  start({ ...good, supervisor: { heartbeat_timout_ms: 5000 } }),
+  start({ ...good, port: busy }),
+  start(good, {}, ['--help']),
+  start(good, {}, ['--check-config']),
+  start(good, {}, ['--chek-config']),
+  start({ models: [{ name: 'tissue-seg' }, { name: 'gene-expr', path: truncated }] }, {}, ['--check-config']),
+  start({ models: [{ name: 'tissue-seg', gpus: [], provider: ['cuda'] }] }, {}, ['--check-config']),
+  // The logger's folder-as-file killed the supervisor with an unhandled EISDIR stack.
+  start(good, { LOG_FILE: dir }),
+  start({ ...good, data_dir: join(ROOT, 'package.json') }, {}, ['--check-config']),
+  // A GPU index past the host's passed, and its workers saw no GPU.
+  start(
+    { models: [{ name: 'tissue-seg', gpus: ['1', '7'], provider: ['cpu'] }] },
+    { PATH: `${twoGpus}:${process.env.PATH}` },
+    ['--check-config'],
+  ),
+]);
 holder.close();
 
 t.test('refusals: exit 2, one line, nothing started', async (t) => {
@@ -142,5 +164,14 @@ t.test('--check-config loads each graph: a truncated model.onnx is a problem', a
   t.match(
     checkTruncated.stderr,
     /^configuration error \[TILE_ERR_MODEL_LOAD\]: model gene-expr: \S+\/gene-expr\/model\.onnx: ONNX Runtime cannot load the graph: .*\n$/,
+  );
+});
+
+t.test('--check-config: a GPU the host lacks (by nvidia-smi) is a problem', async (t) => {
+  t.equal(checkMissingGpu.code, ExitCode.CONFIG, 'exit status 2');
+  t.match(checkMissingGpu.stdout, /config-10\.json: problems found\n/);
+  t.match(
+    checkMissingGpu.stderr,
+    /^configuration error \[TILE_ERR_CONFIG_GPU\]: \S+config-10\.json: models\[0\]\.gpus\[1\] is "7", not a GPU of this host \(nvidia-smi lists 0, 1\), expected one of their indices or UUIDs\n$/,
   );
 });

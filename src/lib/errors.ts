@@ -172,6 +172,10 @@ const REGISTRY = {
   },
   TILE_ERR_CONFIG_UNKNOWN_MODEL: { meaning: 'MODELS names a model the configuration file does not list.' },
   TILE_ERR_CONFIG_NO_MODELS: { meaning: 'No model would be served: models is [] or MODELS is empty.' },
+  TILE_ERR_CONFIG_GPU: {
+    meaning:
+      "A model's gpus lists a GPU this host does not have (by nvidia-smi's indices and UUIDs): a --check-config problem, and a warning in the log at start, where its workers see no GPU.",
+  },
   TILE_ERR_CONFIG_PATH: {
     meaning:
       'log_file (LOG_FILE) or data_dir (DATA_DIR) cannot be written: a folder where a file goes, a file where a folder goes, or no permission.',

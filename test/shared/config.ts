@@ -9,6 +9,7 @@ import { ConfigError, loadConfig, MAX_TIMER_MS, ServiceConfig } from '../../src/
 import type { ConfigCode } from '../../src/config/config-errors.js';
 import { checkListenAddress, checkPaths } from '../../supervisor/preflight.js';
 import { describeService } from '../../supervisor/cli.js';
+import { checkGpus, hostGpu } from '../../supervisor/gpus.js';
 import { MODELS } from '../helpers/server.js';
 import { corruptPackage } from '../helpers/packages.js';
 import { tempDir } from '../../tools/temp-dir.js';
@@ -351,6 +352,61 @@ t.test('describeService reads every package and loads its graph', async (t) => {
   );
   t.match(problems[0].message, /^model tissue-seg: \S+\/tissue-seg\/model\.onnx: ONNX Runtime cannot load the graph: /);
   t.match(problems[1].message, /^model gene-expr: .*missing\/manifest\.json: cannot read manifest/);
+});
+
+t.test('--check-config checks listed GPUs against nvidia-smi, or says it cannot', async (t) => {
+  const gpu = (index: string, uuid: string) => ({
+    index,
+    name: 'NVIDIA H100',
+    uuid,
+    pci_bus_id: `00000000:1${index}:00.0`,
+    memory_total_mib: 81559,
+    memory_used_mib: 0,
+    utilization_pct: 0,
+    driver: '550.54.15',
+  });
+  const host = [
+    gpu('0', 'GPU-5c2e7a41-9d0b-3f4e-8b7a-1f2e3d4c5b6a'),
+    gpu('1', 'GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90'),
+  ];
+  const config = load({
+    models: [
+      { name: 'tissue-seg', gpus: ['1', 'GPU-A1B2C3D4-E5F6-0718-293A-4B5C6D7E8F90'] },
+      { name: 'gene-expr', gpus: ['0', '7'] },
+      { name: 'tile-embed' },
+    ],
+  });
+  const env = { CONFIG: '/etc/tile/config.json' };
+  const found = await checkGpus(config, env, async () => host);
+  t.same(found.lines, []);
+  t.same(
+    found.problems.map((p) => [p.code, p.message]),
+    [
+      [
+        'TILE_ERR_CONFIG_GPU',
+        '/etc/tile/config.json: models[1].gpus[1] is "7", not a GPU of this host (nvidia-smi lists 0, 1), expected one of their indices or UUIDs',
+      ],
+    ],
+    'an index past the host GPUs; a UUID in either case is found',
+  );
+  t.equal(hostGpu(host, 'GPU-A1B2C3D4-E5F6-0718-293A-4B5C6D7E8F90')?.index, '1', 'a UUID pins as its index does');
+  const ok = await checkGpus({ ...config, models: [config.models[0]] }, env, async () => host);
+  t.same(ok, {
+    lines: ['GPUs: tissue-seg ["1","GPU-A1B2C3D4-E5F6-0718-293A-4B5C6D7E8F90"] among those nvidia-smi lists'],
+    problems: [],
+  });
+  const absent = await checkGpus(config, env, async () => null);
+  t.same(absent.problems, []);
+  t.match(absent.lines, [/^GPUs: tissue-seg .*, gene-expr \["0","7"\] not checked: nvidia-smi is not installed$/]);
+  const failing = await checkGpus(config, env, async () => {
+    throw new Error('nvidia-smi failed: NVIDIA-SMI has failed');
+  });
+  t.match(failing.lines, [/not checked: nvidia-smi failed: NVIDIA-SMI has failed$/]);
+  t.same(
+    await checkGpus(load(good), env, async () => host),
+    { lines: [], problems: [] },
+    'nothing listed, nothing run',
+  );
 });
 
 t.test('a host that names no address is refused, not listened on everywhere', async (t) => {
