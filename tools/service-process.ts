@@ -31,6 +31,8 @@ export interface ServiceProcess {
   dir: string;
   /** Every line the supervisor printed, parsed when JSON. */
   lines: Record<string, unknown>[];
+  /** What it printed on stderr so far. */
+  stderr: () => string;
   exited: Promise<number | null>;
 }
 
@@ -94,7 +96,7 @@ export async function spawnService(
       reject(new Error(`server exited with ${code} before listening: ${crashReason(stderr) ?? ''}\n${stderr}`)),
     );
   });
-  return { url, proc, dir, lines, exited };
+  return { url, proc, dir, lines, stderr: () => stderr, exited };
 }
 
 export async function waitFor(predicate: () => Promise<boolean> | boolean, timeoutMs = 30000): Promise<void> {

@@ -172,6 +172,10 @@ const REGISTRY = {
   },
   TILE_ERR_CONFIG_UNKNOWN_MODEL: { meaning: 'MODELS names a model the configuration file does not list.' },
   TILE_ERR_CONFIG_NO_MODELS: { meaning: 'No model would be served: models is [] or MODELS is empty.' },
+  TILE_ERR_LOG_FILE: {
+    meaning:
+      'log_file cannot be written after the start (its folder removed or replaced, the disk full, a folder where the file was): said once on stderr; the service serves on, every line still on stdout, and writes the file again once it can (SIGUSR2 reopens it).',
+  },
   TILE_ERR_CONFIG_GPU: {
     meaning:
       "A model's gpus lists a GPU this host does not have (by nvidia-smi's indices and UUIDs): a --check-config problem, and a warning in the log at start, where its workers see no GPU.",

@@ -1,7 +1,7 @@
 // The service log: LOG_LEVEL honoured on every stream, readable lines on a terminal, JSON lines
 // otherwise, and LOG_FILE reopened on SIGUSR2 after logrotate moved it.
 import t from 'tap';
-import { existsSync, readFileSync, renameSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import { createLogger } from '../../src/lib/logger.js';
@@ -58,3 +58,49 @@ t.test('LOG_FILE is reopened on SIGUSR2 (logrotate)', async (t) => {
   t.notMatch(readFileSync(file, 'utf8'), /before rotation/);
   t.notMatch(readFileSync(`${file}.1`, 'utf8'), /after rotation/, 'the rotated file is left alone');
 });
+
+t.test('a LOG_FILE that cannot be written is said once, and logging goes on (the disk full)', async (t) => {
+  const { out, text } = capture(false);
+  const errors = capture(false);
+  // Every write to /dev/full fails with ENOSPC; sonic-boom's unhandled 'error' killed the process.
+  const logger = createLogger({ log_file: '/dev/full', log_level: 'info' }, out, errors.out);
+  for (let i = 0; i < 3; i++) {
+    logger.info(`line ${i}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await waitFor(() => errors.text().includes('TILE_ERR_LOG_FILE') && text().includes('line 2'));
+  await new Promise((r) => setTimeout(r, 50));
+  t.match(
+    errors.text(),
+    /^logging error \[TILE_ERR_LOG_FILE\] \/dev\/full: ENOSPC: .*; serving on: lines may be missing from the file until it can be written again \(SIGUSR2 reopens it\), stdout has them all\n$/,
+    'one line, once',
+  );
+});
+
+t.test(
+  'a LOG_FILE whose folder was replaced by one with a folder at its path: said once, reopened later',
+  async (t) => {
+    const root = tempDir('log');
+    const logs = join(root, 'logs');
+    const file = join(logs, 'service.log');
+    const { out, text } = capture(false);
+    const errors = capture(false);
+    const logger = createLogger({ log_file: file, log_level: 'info' }, out, errors.out);
+    logger.info('before');
+    await waitFor(() => existsSync(file) && readFileSync(file, 'utf8').includes('before'));
+    renameSync(logs, `${logs}.old`);
+    mkdirSync(file, { recursive: true });
+    process.kill(process.pid, 'SIGUSR2');
+    await waitFor(() => errors.text().includes('TILE_ERR_LOG_FILE'));
+    t.match(errors.text(), /^logging error \[TILE_ERR_LOG_FILE\] \S+\/logs\/service\.log: EISDIR: /);
+    logger.info('while it cannot be reopened');
+    await waitFor(() => text().includes('while it cannot be reopened'));
+    // The mistake undone: the next SIGUSR2 reopens the file.
+    rmSync(file, { recursive: true });
+    process.kill(process.pid, 'SIGUSR2');
+    await waitFor(() => existsSync(file));
+    logger.info('after');
+    await waitFor(() => readFileSync(file, 'utf8').includes('after'));
+    t.equal(errors.text().split('\n').filter(Boolean).length, 1, `said once: ${errors.text()}`);
+  },
+);
