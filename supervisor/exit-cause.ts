@@ -1,12 +1,13 @@
 // Why a worker process ended, decided in one place: from what the life cycle knew before the exit
 // (its verdict) and what the OS reports. Everything else (the error shown, whether requests in
 // flight were innocent, the exit record) reads the cause, never the text of a reason.
+import type { ErrorCode } from '../src/lib/errors.js';
 
 /** What the life cycle learnt before the process exited: it reported a device fault, it reported
  *  that its package cannot load, or the life cycle killed it for hanging. */
 export type Verdict =
   | { kind: 'device-fault'; reason: string }
-  | { kind: 'load-failed'; reason: string }
+  | { kind: 'load-failed'; reason: string; code: ErrorCode }
   | { kind: 'hung'; reason: string };
 
 export type ExitCause =
@@ -42,7 +43,7 @@ export function describeExit(cause: ExitCause): string {
     case 'device-fault':
       return `device fault: ${cause.reason}`;
     case 'load-failed':
-      return `load failed: ${cause.reason}`;
+      return `load failed [${cause.code}]: ${cause.reason}`;
     case 'hung':
       return cause.reason;
     case 'stopped':

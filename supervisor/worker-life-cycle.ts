@@ -347,7 +347,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
         this.faultKill = this.clock.setTimeout(() => this.child?.kill('SIGKILL'), FAULT_EXIT_MS);
         return;
       case 'load-failed':
-        this.verdict = { kind: 'load-failed', reason: message.reason };
+        this.verdict = { kind: 'load-failed', reason: message.reason, code: message.code };
         this.packageFault = message.packageFault;
         this.loadErrorCode = message.code;
         return;
@@ -381,7 +381,9 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     this.#restarts++;
     if (this.packageFault) return this.fail();
     if (diedLoading && ++this.loadDeaths >= LOAD_DEATHS_TO_FAIL) {
-      this.loadDeathsReason = `${this.#lastError} while loading, ${this.loadDeaths} times in a row and never ready`;
+      // A load failure too, without the worker's word: named as one, with the load's code.
+      this.loadErrorCode = 'TILE_ERR_MODEL_LOAD';
+      this.loadDeathsReason = `load failed [${this.loadErrorCode}]: ${this.#lastError} while loading, ${this.loadDeaths} times in a row and never ready`;
       this.describeLoadDeaths();
       return this.fail();
     }

@@ -6,3 +6,4 @@ import './worker/model-exports.js';
 import './worker/png.js';
 import './worker/preprocess.js';
 import './worker/bulk.js';
+import './worker/load-failure.js';

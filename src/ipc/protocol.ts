@@ -135,7 +135,7 @@ export type WorkerReport =
   /** `packageFault`: the package itself cannot load (manifest, graph, signature): retrying the
    *  same files cannot help, so the model is `failed` rather than restarted at once. `code`: the
    *  error's (TILE_ERR_PACKAGE_*, TILE_ERR_MODEL_LOAD), null for an error without one. */
-  | { type: 'load-failed'; reason: string; packageFault: boolean; code: ErrorCode | null }
+  | { type: 'load-failed'; reason: string; packageFault: boolean; code: ErrorCode }
   | { type: 'heartbeat' }
   /** A run failed with a device error: the worker stops serving and exits to be restarted. */
   | { type: 'device-fault'; reason: string }

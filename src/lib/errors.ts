@@ -213,7 +213,8 @@ const REGISTRY = {
       "At warm-up, an output's runtime shape does not fit its role (the graph's symbolic dimensions hid it at load).",
   },
   TILE_ERR_MODEL_LOAD: {
-    meaning: 'ONNX Runtime cannot load model.onnx (a corrupt graph, an unsupported operator, out of memory).',
+    meaning:
+      'ONNX Runtime cannot load model.onnx (a corrupt graph, an unsupported operator, out of memory), or the load failed otherwise without a more precise code (a warm-up batch that cannot be allocated; a worker that died while loading, 3 times in a row): the reason, "load failed [CODE]: ...", always names a code.',
   },
   TILE_ERR_MODEL_NO_PROVIDER: {
     meaning:

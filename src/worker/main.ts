@@ -7,20 +7,16 @@ import ort from '../lib/onnxruntime.js';
 import type { ChannelRequest, WarmupReport, WorkerControl, WorkerMessage, WorkerReport } from '../ipc/protocol.js';
 import { readWorkerConfig } from '../ipc/fork-config.js';
 import { Channel } from '../ipc/channel.js';
-import { CodedError } from '../lib/errors.js';
 import { ExitCode } from '../lib/exit-codes.js';
-import { PackageError, readPackage, type ModelPackage } from '../model-package/model-package.js';
+import { readPackage, type ModelPackage } from '../model-package/model-package.js';
 import { ModelSession } from './model-session.js';
 import { FrontHearing, type LoadBeat, reportLoad } from './load-reports.js';
 import { ModelWorker, type Reply } from './model-worker.js';
-import { NoProviderError } from './providers.js';
+import { loadFailure } from './load-failure.js';
 
 const config = readWorkerConfig();
 const send = (message: WorkerReport, done?: () => void) => process.send!(message, undefined, undefined, done);
 
-/** Load errors that retrying with the same files may cure (memory, the GPU); any other load
- *  error is the package's own. */
-const TRANSIENT = /out of memory|cuda|cudnn|bad_alloc|ENOMEM|EMFILE/i;
 /** After a device fault, how long the worker lingers once it has answered what it held. */
 const FAULT_EXIT_DELAY_MS = 200;
 
@@ -149,10 +145,8 @@ async function main(): Promise<void> {
     rmSync(config.socket, { force: true });
     await new Promise<void>((resolve, reject) => server.once('error', reject).listen(config.socket, resolve));
   } catch (err) {
-    const reason = (err as Error).message;
-    const packageFault = err instanceof PackageError || err instanceof NoProviderError || !TRANSIENT.test(reason);
-    const code = err instanceof CodedError ? err.code : null;
-    console.error(`model ${config.model} failed to load${code ? ` [${code}]` : ''}: ${reason}`);
+    const { reason, packageFault, code } = loadFailure(err);
+    console.error(`model ${config.model} failed to load [${code}]: ${reason}`);
     send({ type: 'load-failed', reason, packageFault, code }, () => process.exit(ExitCode.LOAD_FAILED));
     return;
   }

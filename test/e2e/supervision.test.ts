@@ -113,7 +113,8 @@ t.test(
     t.equal(seg.status, 503);
     t.match(seg.headers.get('retry-after'), /^\d+$/);
     t.match(await seg.json(), {
-      detail: /^model tissue-seg failed to load: load failed: .*(protobuf|ONNX|onnx|parse|Load model)/i,
+      detail:
+        /^model tissue-seg failed to load: load failed \[TILE_ERR_MODEL_LOAD\]: .*(protobuf|ONNX|onnx|parse|Load model)/i,
     });
     t.equal(seg.headers.get('x-error-code'), 'TILE_ERR_MODEL_FAILED');
     const failure = (model: string) =>

@@ -67,7 +67,12 @@ t.test("the model's state follows its instances", async (t) => {
   t.equal(models.state, 'ready');
   fail(outside.forked[1]);
   t.equal(models.state, 'failed', 'every instance failed');
-  t.match(models.view(), { name: 'gene-expr', state: 'failed', reason: 'load failed: bad graph', info: null });
+  t.match(models.view(), {
+    name: 'gene-expr',
+    state: 'failed',
+    reason: 'load failed [TILE_ERR_MODEL_LOAD]: bad graph',
+    info: null,
+  });
   await models.stop(1000);
   t.equal(models.state, 'stopped');
 });
@@ -115,7 +120,7 @@ t.test('a replacement that fails to load leaves the old instance serving, and sa
   await reload;
   t.equal(models.workers[0], before[0], 'slot 0 kept its worker');
   t.equal(before[0].state, 'ready');
-  t.equal(before[0].lastError, 'reload failed: load failed: bad graph');
+  t.equal(before[0].lastError, 'reload failed: load failed [TILE_ERR_MODEL_LOAD]: bad graph');
   t.equal(models.workers[1].pid, outside.forked[3].pid, 'the next slot was still replaced');
   t.same(events, ['fork p0', 'fork p1', 'fork p2', 'exit p2', 'fork p3', 'stop p1', 'exit p1']);
   t.equal(exits.length, 2);

@@ -192,7 +192,7 @@ t.test('a package that cannot load is failed until its files change, the slow re
   };
   loadFails(true);
   t.equal(worker.state, 'failed');
-  t.equal(worker.lastError, 'load failed: manifest.json: not JSON');
+  t.equal(worker.lastError, 'load failed [TILE_ERR_PACKAGE_MANIFEST_UNREADABLE]: manifest.json: not JSON');
   t.equal(worker.restarts, 1);
   clock.advance(60000);
   t.equal(outside.forked.length, 1, 'the same files are not tried again at once');
@@ -243,7 +243,7 @@ t.test(
     t.equal(worker.state, 'failed');
     t.equal(
       worker.lastError,
-      'exited with signal SIGABRT while loading, 3 times in a row and never ready; stderr: FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory',
+      'load failed [TILE_ERR_MODEL_LOAD]: exited with signal SIGABRT while loading, 3 times in a row and never ready; stderr: FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory',
     );
     t.equal(worker.view().lastError, worker.lastError, 'the reason readiness and /api/models give');
     clock.advance(60000);
@@ -259,7 +259,7 @@ t.test(
     t.equal(worker.state, 'failed', 'still dying: failed again at once');
     t.match(
       worker.lastError,
-      /^exited with code 134 while loading, 4 times in a row and never ready; stderr: Error: late line$/,
+      /^load failed \[TILE_ERR_MODEL_LOAD\]: exited with code 134 while loading, 4 times in a row and never ready; stderr: Error: late line$/,
     );
 
     // A load that gets through resets the count; a worker that was ready is restarted as before.
@@ -324,5 +324,8 @@ t.test('classifyExit: the verdict first, then a stop, then the signal', async (t
   t.same(classifyExit(null, false, null, 'SIGSEGV'), { kind: 'crashed', code: null, signal: 'SIGSEGV' });
   t.same(classifyExit(null, false, 3, null), { kind: 'crashed', code: 3, signal: null });
   t.equal(describeExit({ kind: 'crashed', code: 3, signal: null }), 'exited with code 3');
-  t.equal(describeExit({ kind: 'load-failed', reason: 'bad graph' }), 'load failed: bad graph');
+  t.equal(
+    describeExit({ kind: 'load-failed', reason: 'bad graph', code: 'TILE_ERR_MODEL_LOAD' }),
+    'load failed [TILE_ERR_MODEL_LOAD]: bad graph',
+  );
 });
