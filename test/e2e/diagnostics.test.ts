@@ -94,7 +94,7 @@ t.test('log tails from the supervisor and the workers; empty without a log file'
   );
   const tail = body.logs.workers['tile-embed#0'];
   t.ok(
-    tail.some((l: string) => l.includes(' stderr ') && l.includes('failed to load: CUDA failure 700')),
+    tail.some((l: string) => l.includes(' stderr ') && /failed to load \[TILE_ERR_\w+\]: CUDA failure 700/.test(l)),
     'worker stderr tail',
   );
   t.ok(
