@@ -32,7 +32,7 @@ function answer(req: IncomingMessage, res: ServerResponse): void {
 }
 
 const url = await misbehavingServer((fn) => t.teardown(fn), answer);
-const timeouts = { headersTimeout: 500, bodyTimeout: 500, minBytesPerSecond: 64 * 1024 };
+const timeouts = { headersMs: 500, bodyMs: 500, minBytesPerSecond: 64 * 1024 };
 
 t.test(
   'no headers, a body that stops or one that trickles: retried, then TILE_ERR_SLIDE_REMOTE naming the URL',

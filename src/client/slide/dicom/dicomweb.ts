@@ -10,6 +10,7 @@ import { SlideError, type FrameBytes } from '../slide.js';
 import { jsonAttrs, type JsonDataSet } from './attributes.js';
 import { byInstance, type FrameAt, type FrameSource } from './dicom-slide.js';
 import { EXPLICIT_LE, JPEG_BASELINE, type Instance } from './pyramid.js';
+import { bodyDeadlineMs, REMOTE_TIMEOUTS, type RemoteTimeouts } from '../remote/source.js';
 
 export const AUTH_ENV = 'TILE_INFER_DICOMWEB_AUTHORIZATION';
 const URL_PATTERN = /^(https?:\/\/.+?)\/studies\/([^/?#]+)(?:\/series\/([^/?#]+))?\/?$/;
@@ -32,21 +33,6 @@ export const seriesUrl = (u: DicomWebUrl, series: string) => `${u.base}/studies/
 
 const failure = (code: CodesOf<'SLIDE'>, message: string) => new SlideError(code, message);
 
-/** The most a request waits for an answer's headers, and for the next piece of its body once they
- *  came: a server that stops answering is retried, then fails, instead of holding the slide (Node's
- *  fetch waits 300 s for each, then was tried 5 times). tile-infer has no option for these (its
- *  --deadline is the service's); a whole batch of 200 frames streams well within them. */
-export const HEADERS_TIMEOUT_MS = 30_000;
-export const BODY_TIMEOUT_MS = 30_000;
-/** The least rate of a body, after BODY_TIMEOUT_MS of slack: the idle timeout bounds only the gap
- *  between pieces, so a server sending a byte every 29 s held a request forever. A body is cut when
- *  a piece comes later than BODY_TIMEOUT_MS plus the bytes come so far at this rate after the
- *  headers (a frames answer's size is known only once read: a Content-Length could lie), checked
- *  as each piece comes, no timer more. 64 KiB/s (0.5 Mbit/s) is far below any link a slide is read
- *  over: a batch of 200 frames of 50 KiB streams in seconds where this allows 2.5 minutes. */
-export const MIN_BYTES_PER_SECOND = 64 * 1024;
-export type Timeouts = { headersMs: number; bodyMs: number; minBytesPerSecond: number };
-
 /** A whole answer: its body, read within the timeouts, and its content type. */
 export interface Answer {
   body: Buffer;
@@ -60,11 +46,12 @@ const reasonOf = (err: unknown) => {
 };
 
 /** `response`'s body, failing when no piece of it comes for `timeouts.bodyMs` (`abort` ends the
- *  request), or when a piece comes past the least rate (MIN_BYTES_PER_SECOND: `slow` says so and
- *  ends the request). */
+ *  request), or when a piece comes past its deadline (bodyDeadlineMs of the bytes come so far: a
+ *  frames answer's size is known only once read, a Content-Length could lie; `slow` says so and
+ *  ends the request), checked as each piece comes, no timer more. */
 async function readBody(
   response: Response,
-  timeouts: Timeouts,
+  timeouts: RemoteTimeouts,
   abort: () => void,
   slow: (bytes: number, seconds: number) => void,
 ): Promise<Buffer> {
@@ -84,7 +71,7 @@ async function readBody(
       chunks.push(r.value);
       bytes += r.value.length;
       const ms = performance.now() - started;
-      if (ms > timeouts.bodyMs + (bytes / timeouts.minBytesPerSecond) * 1000) {
+      if (ms > bodyDeadlineMs(bytes, timeouts)) {
         slow(bytes, ms / 1000);
         await reader.cancel().catch(() => {});
         throw new Error('too slow');
@@ -99,15 +86,7 @@ async function readBody(
 
 /** GET with the Authorization header, its body read whole; retried on 5xx, connection errors, a
  *  body cut short or too slow and the timeouts (`timeouts`: tests give shorter ones). */
-export async function get(
-  url: string,
-  accept: string,
-  timeouts: Timeouts = {
-    headersMs: HEADERS_TIMEOUT_MS,
-    bodyMs: BODY_TIMEOUT_MS,
-    minBytesPerSecond: MIN_BYTES_PER_SECOND,
-  },
-): Promise<Answer> {
+export async function get(url: string, accept: string, timeouts: RemoteTimeouts = REMOTE_TIMEOUTS): Promise<Answer> {
   const headers: Record<string, string> = { accept };
   const auth = process.env[AUTH_ENV];
   if (auth) headers.authorization = auth;

@@ -4,22 +4,11 @@
 // Later requests carry If-Match, so a file replaced mid-run fails instead of mixing versions.
 import { request, type Dispatcher } from 'undici';
 import { SlideError } from '../slide.js';
-import { BLOCK, type RangeTransport } from './source.js';
+import { BLOCK, bodyDeadlineMs, REMOTE_TIMEOUTS, type RangeTransport, type RemoteTimeouts } from './source.js';
 
 /** Retries of a request that failed to connect, timed out, was cut short or got a 5xx, after
  *  these pauses. */
 const BACKOFF_MS = [200, 1000, 3000];
-
-/** How long a server may take to send an answer's headers, and may leave its body idle, before
- *  the request is tried again: undici's defaults (300 s each) held a run about 20 minutes, retries
- *  and all, on a server that stopped answering. An answer must also come whole, after its headers,
- *  within bodyTimeout plus its bytes at minBytesPerSecond: the idle timeout alone bounds only the
- *  gap between pieces, so a server sending a byte every 29 s held a request forever. 64 KiB/s
- *  (0.5 Mbit/s) is far below any link a slide is read over (a 64 KiB block: 31 s; the largest
- *  request, a few MiB of a level's tiles, a minute or two), and the bodyTimeout of slack lets a
- *  body pause once as long as the idle timeout allows. */
-export const TIMEOUTS = { headersTimeout: 30_000, bodyTimeout: 30_000, minBytesPerSecond: 64 * 1024 };
-export type Timeouts = typeof TIMEOUTS;
 
 type Answer = Dispatcher.ResponseData;
 
@@ -30,10 +19,10 @@ export class HttpTransport implements RangeTransport {
     readonly etag: string,
     /** The first block, fetched to learn the size. */
     readonly first: Uint8Array,
-    private readonly timeouts: Timeouts,
+    private readonly timeouts: RemoteTimeouts,
   ) {}
 
-  static async open(url: string, timeouts = TIMEOUTS): Promise<HttpTransport> {
+  static async open(url: string, timeouts = REMOTE_TIMEOUTS): Promise<HttpTransport> {
     const { res, data } = await send(url, { range: `bytes=0-${BLOCK - 1}` }, BLOCK, timeouts, async (res) => {
       if (res.statusCode === 200) {
         drop(res);
@@ -63,18 +52,13 @@ export class HttpTransport implements RangeTransport {
 }
 
 /** What failed of a request, in words: undici's codes for the timeouts, else its own. */
-function failed(err: Error, timeouts: Timeouts): string {
+function failed(err: Error, timeouts: RemoteTimeouts): string {
   const code = (err as NodeJS.ErrnoException).code;
-  if (code === 'UND_ERR_HEADERS_TIMEOUT') return `no answer within ${timeouts.headersTimeout / 1000} s`;
-  if (code === 'UND_ERR_BODY_TIMEOUT') return `the answer stopped for ${timeouts.bodyTimeout / 1000} s mid-body`;
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return `no answer within ${timeouts.headersMs / 1000} s`;
+  if (code === 'UND_ERR_BODY_TIMEOUT') return `the answer stopped for ${timeouts.bodyMs / 1000} s mid-body`;
   if (code === 'UND_ERR_SOCKET') return `the connection closed before the answer was whole (${err.message})`;
   return code ?? err.message;
 }
-
-/** How long an answer of `bytes` may take after its headers: bodyTimeout, then the bytes at the
- *  least rate (TIMEOUTS). */
-const bodyDeadlineMs = (bytes: number, timeouts: Timeouts) =>
-  timeouts.bodyTimeout + Math.ceil((bytes / timeouts.minBytesPerSecond) * 1000);
 
 /** Requests `url` (`bytes` asked for) and reads its answer with `read`, retrying what may pass (no
  *  connection, a timeout, a body too slow or cut short, a 5xx); what `read` decides (a SlideError)
@@ -83,17 +67,21 @@ async function send<T>(
   url: string,
   headers: Record<string, string>,
   bytes: number,
-  timeouts: Timeouts,
+  timeouts: RemoteTimeouts,
   read: (res: Answer) => Promise<T>,
 ): Promise<T> {
-  const { headersTimeout, bodyTimeout } = timeouts;
   for (let attempt = 0; ; attempt++) {
     let failure: string;
-    // One timer an attempt, set when the headers come: the body's deadline (TIMEOUTS).
+    // One timer an attempt, set when the headers come: the body's deadline (REMOTE_TIMEOUTS).
     const controller = new AbortController();
     let deadline: NodeJS.Timeout | undefined;
     try {
-      const res = await request(url, { headers, headersTimeout, bodyTimeout, signal: controller.signal });
+      const res = await request(url, {
+        headers,
+        headersTimeout: timeouts.headersMs,
+        bodyTimeout: timeouts.bodyMs,
+        signal: controller.signal,
+      });
       deadline = setTimeout(() => controller.abort(), bodyDeadlineMs(bytes, timeouts));
       if (res.statusCode < 500) return await read(res);
       drop(res);

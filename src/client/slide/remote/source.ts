@@ -20,6 +20,23 @@ export interface RangeTransport {
   close(): void;
 }
 
+/** How long a remote slide's server (HTTP ranges, DICOMweb) may take before a request is tried
+ *  again: its answer's headers (headersMs), a pause in its body (bodyMs), and the whole body after
+ *  its headers, which must come within bodyMs plus its bytes at minBytesPerSecond (bodyDeadlineMs).
+ *  Undici's and fetch's defaults (300 s each) held a run 20 minutes and more, retries and all, on a
+ *  server that stopped answering, and the idle timeout alone bounds only the gap between pieces:
+ *  a server sending a byte every 29 s held a request forever. 64 KiB/s (0.5 Mbit/s) is far below
+ *  any link a slide is read over (a 64 KiB block: 31 s; a few MiB of a level's tiles, or a batch
+ *  of 200 DICOM frames, a minute or two), and bodyMs of slack lets a body pause once as long as the
+ *  idle timeout allows. No option of tile-infer sets them (its --deadline is the service's); tests
+ *  give shorter ones. */
+export const REMOTE_TIMEOUTS = { headersMs: 30_000, bodyMs: 30_000, minBytesPerSecond: 64 * 1024 };
+export type RemoteTimeouts = typeof REMOTE_TIMEOUTS;
+
+/** How long a body of `bytes` may take after its headers (REMOTE_TIMEOUTS). */
+export const bodyDeadlineMs = (bytes: number, timeouts: RemoteTimeouts): number =>
+  timeouts.bodyMs + Math.ceil((bytes / timeouts.minBytesPerSecond) * 1000);
+
 /** Reads below this are rounded out to aligned blocks of it (and cached). */
 export const BLOCK = 64 * 1024;
 /** Fetched bytes kept by default, per source (a slide's file; DICOM instances keep less). */
