@@ -367,7 +367,8 @@ async function fakeGrpc(
 t.test('the gRPC server reads calls with MessageDecoder: a batch in many frames is answered', async (t) => {
   const recorded: GrpcCall[] = [];
   const { backend, port, client } = await fakeGrpc(t, { record: (call) => recorded.push(call) });
-  const decoders = createRequire(import.meta.url)('@grpc/grpc-js/build/src/stream-decoder.js');
+  const require = createRequire(import.meta.url);
+  const decoders = require('@grpc/grpc-js/build/src/stream-decoder.js');
   t.equal(decoders.StreamDecoder, MessageDecoder, "grpc-js's calls construct ours");
   const stub = client();
   const pixels = Buffer.alloc(8 * 224 * 224 * 3, 5);

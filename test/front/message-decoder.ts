@@ -10,7 +10,8 @@ const gc = runInNewContext('gc') as () => void;
 
 type Decoder = { write(data: Buffer): Buffer[] };
 /** grpc-js's own decoder, which MessageDecoder stands in for. */
-const { StreamDecoder } = createRequire(import.meta.url)('@grpc/grpc-js/build/src/stream-decoder.js') as {
+const require = createRequire(import.meta.url);
+const { StreamDecoder } = require('@grpc/grpc-js/build/src/stream-decoder.js') as {
   StreamDecoder: new (max: number) => Decoder;
 };
 

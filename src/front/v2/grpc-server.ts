@@ -407,9 +407,10 @@ function boundHeaders(server: grpc.Server, ackMs: number): void {
  *  through grpc-js's module, from which each call constructs its decoder (a grpc-js that moved
  *  it keeps its own). */
 function decodeWhole(): void {
+  const require = createRequire(import.meta.url);
   let decoders: { StreamDecoder?: unknown };
   try {
-    decoders = createRequire(import.meta.url)('@grpc/grpc-js/build/src/stream-decoder.js');
+    decoders = require('@grpc/grpc-js/build/src/stream-decoder.js');
   } catch {
     return;
   }
