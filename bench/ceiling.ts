@@ -10,7 +10,7 @@ import { rmSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { spawnService, waitFor, ROOT } from '../tools/service-process.js';
-import { encodePng, cellularTile, slideTile, type SyntheticTile } from '../tools/synthetic/tissue.js';
+import { encodePng, cellularTile, rgbOf, slideTile, type SyntheticTile } from '../tools/synthetic/tissue.js';
 import { cpuByRole, cpuOfTree, type Role } from './cpu.js';
 import { errorCount, fire, warmUp, type BenchBody, type Span } from './load.js';
 import { writeNullPackages } from './null-models.js';
@@ -64,11 +64,9 @@ function bodiesFor(size: 224 | 512, count: number): Record<BodyType, BenchBody[]
     const query = new URLSearchParams(
       Object.entries(fields).map(([k, v]): [string, string] => [k, String(v)]),
     ).toString();
-    const rgb = Buffer.alloc(size * size * 3);
-    for (let p = 0; p < size * size; p++) tile.rgba.copy(rgb, p * 3, p * 4, p * 4 + 3);
     bodies.json.push(JSON.stringify({ image_data: png.toString('base64'), ...fields }));
     bodies.png.push({ type: 'image/png', body: png, query });
-    bodies.raw.push({ type: 'application/octet-stream', body: rgb, query });
+    bodies.raw.push({ type: 'application/octet-stream', body: rgbOf(tile), query });
   }
   return bodies;
 }

@@ -15,14 +15,15 @@ import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import pidusage from 'pidusage';
 import { readPackage, type ModelPackage } from '../src/model-package/model-package.js';
-import { cellularTile, encodePng, slideTile } from '../tools/synthetic/tissue.js';
+import { benchTile, encodePng, rgbOf, type SyntheticTile } from '../tools/synthetic/tissue.js';
 import { maskJson, outputTensor, tileResponseJson } from '../src/front/response-writer.js';
 import { shippedConfig, spawnService, waitFor, ROOT } from '../tools/service-process.js';
 import { frontCount, loadConfig } from '../src/config/config.js';
 import { measureFloor } from './floor.js';
 import { ceilingMarkdown, measureCeiling, type CeilingRow } from './ceiling.js';
 import type { SlideBench } from './slide.js';
-import { drive, type Span } from './load.js';
+import { drive, type BenchBody, type Span } from './load.js';
+import { tileQuery } from '../src/client/tile-body.js';
 import { benchOverload, overloadMarkdown, type OverloadBench } from './overload.js';
 import { benchV2, v2Markdown, type V2Row } from './v2.js';
 import { median, medianMs, medianOf } from './stats.js';
@@ -65,31 +66,38 @@ interface Target {
   size: 224 | 512;
   /** The answer asked for: the output tensor (binary) instead of the JSON ModelResponse. */
   tensor?: boolean;
+  /** The tile as raw RGB (application/octet-stream, the fields in the query), as tile-infer sends
+   *  it, instead of the contract's JSON with a base64 PNG. */
+  rgb?: boolean;
 }
 const TARGETS: Target[] = [
   { model: 'tissue-seg', path: '/api/predict/tissue-seg', size: 512 },
   { model: 'tissue-seg', path: '/api/predict/tissue-seg', size: 512, tensor: true },
   { model: 'gene-expr', path: '/api/predict/gene-expr', size: 224 },
+  { model: 'gene-expr', path: '/api/predict/gene-expr', size: 224, rgb: true },
   { model: 'gene-expr', path: '/api/embed/gene-expr', size: 224 },
+  { model: 'gene-expr', path: '/api/embed/gene-expr', size: 224, rgb: true },
   { model: 'tile-embed', path: '/api/embed/tile-embed', size: 224 },
+  { model: 'tile-embed', path: '/api/embed/tile-embed', size: 224, rgb: true },
 ];
 
-function tiles(size: 224 | 512, count: number): Buffer[] {
-  return Array.from({ length: count }, (_, i) =>
-    encodePng(
-      size === 224
-        ? cellularTile(1000 + i)
-        : slideTile({
-            size: 512,
-            seed: 2000 + i,
-            stain: i % 3 ? 'he' : 'ihc',
-            tissue: 0.3 + (i % 5) * 0.1,
-            pale: 0.4,
-            fat: 0.2,
-            dust: 20,
-          }),
-    ),
-  );
+function tiles(size: 224 | 512, count: number): SyntheticTile[] {
+  return Array.from({ length: count }, (_, i) => benchTile(size === 224 ? 1000 : 2000, i, size, size === 224));
+}
+
+/** A tile's raw RGB body, its fields in the query. */
+function rgbBody(tile: SyntheticTile, i: number): BenchBody {
+  const { width, height } = tile;
+  const query = tileQuery({
+    slide_name: 'bench-slide',
+    x: i * width,
+    y: 0,
+    width,
+    height,
+    patch_idx: i,
+    resolution: 0.5,
+  });
+  return { type: 'application/octet-stream', body: rgbOf(tile), query };
 }
 
 function body(png: Buffer, i: number, size: number): string {
@@ -105,12 +113,15 @@ function body(png: Buffer, i: number, size: number): string {
   });
 }
 
-const label = (t: Target) => `${t.path}${t.tensor ? ' (tensor answer)' : ''}`;
+const label = (t: Target) => `${t.path}${t.tensor ? ' (tensor answer)' : ''}${t.rgb ? ' (raw RGB body)' : ''}`;
 
 async function main(): Promise<void> {
   const count = smoke ? 4 : 32;
-  const pngs = { 224: tiles(224, count), 512: tiles(512, smoke ? 4 : 16) };
+  const pixels = { 224: tiles(224, count), 512: tiles(512, smoke ? 4 : 16) };
+  const pngs = { 224: pixels[224].map(encodePng), 512: pixels[512].map(encodePng) };
   const bodies = { 224: pngs[224].map((p, i) => body(p, i, 224)), 512: pngs[512].map((p, i) => body(p, i, 512)) };
+  const rgbBodies = pixels[224].map(rgbBody);
+  const bodiesOf = (target: Target): BenchBody[] => (target.rgb ? rgbBodies : bodies[target.size]);
 
   const mask = Uint8Array.from({ length: 512 * 512 }, (_, i) => (((i >> 9) + (i & 511)) % 7 < 3 ? 1 : 0));
   // A 512x512 mask's answer: written by the front, read by a client, as JSON or as the tensor.
@@ -228,7 +239,7 @@ async function main(): Promise<void> {
       // Each round a run and its floor: the row keeps the round of the median ratio.
       const rounds = [];
       for (let round = 0; round < modelRounds; round++) {
-        const run = await drive(server.url, target.model, target.path, bodies[target.size], c, span, accept);
+        const run = await drive(server.url, target.model, target.path, bodiesOf(target), c, span, accept);
         const runFloor = await floorFor(target.model, run.meanBatch);
         const bestBatch = await bestBatchOf(target.model);
         const other = bestBatch === runFloor.batch ? runFloor : await floorAt(target.model, bestBatch);
@@ -249,9 +260,9 @@ async function main(): Promise<void> {
       const floor = kept.floor;
       for (let turn = 0; baseline && turn < (smoke ? 1 : 2); turn++) {
         turns.before.push(
-          (await drive(baseline.url, target.model, target.path, bodies[target.size], c, span, accept)).tilesPerSec,
+          (await drive(baseline.url, target.model, target.path, bodiesOf(target), c, span, accept)).tilesPerSec,
         );
-        if (turn > 0) r = await drive(server.url, target.model, target.path, bodies[target.size], c, span, accept);
+        if (turn > 0) r = await drive(server.url, target.model, target.path, bodiesOf(target), c, span, accept);
         turns.after.push(r.tilesPerSec);
       }
       const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;

@@ -8,7 +8,7 @@ import http2 from 'node:http2';
 import { join } from 'node:path';
 import * as protoLoader from '@grpc/proto-loader';
 import { spawnService, waitFor } from '../tools/service-process.js';
-import { cellularTile } from '../tools/synthetic/tissue.js';
+import { cellularTile, rgbOf } from '../tools/synthetic/tissue.js';
 import { LOADER_OPTIONS, PROTO_FILE } from '../src/front/v2/grpc-server.js';
 import { cpuByRole } from './cpu.js';
 import { errorCount, fire, warmUp, type BenchBody, type Span } from './load.js';
@@ -35,12 +35,7 @@ const MODEL = 'null-224';
 const BATCHES = [1, 8, 32];
 
 function rgbTiles(count: number): Buffer[] {
-  return Array.from({ length: count }, (_, i) => {
-    const tile = cellularTile(1000 + i);
-    const rgb = Buffer.alloc(SIZE * SIZE * 3);
-    for (let p = 0; p < SIZE * SIZE; p++) tile.rgba.copy(rgb, p * 3, p * 4, p * 4 + 3);
-    return rgb;
-  });
+  return Array.from({ length: count }, (_, i) => rgbOf(cellularTile(1000 + i)));
 }
 
 /** A v2 binary request of `tiles` and its JSON header's length. */

@@ -36,6 +36,11 @@ t.test('npm run bench -- --smoke', { timeout: 7 * 60 * 1000 }, async (t) => {
     report.runs.some((r: { tensor?: boolean }) => r.tensor),
     'tissue-seg with the tensor answer too',
   );
+  t.same(
+    [...new Set(report.runs.filter((r: { rgb?: boolean }) => r.rgb).map((r: { path: string }) => r.path))],
+    ['/api/predict/gene-expr', '/api/embed/gene-expr', '/api/embed/tile-embed'],
+    'gene-expr and tile-embed with raw RGB bodies too',
+  );
   t.ok(
     report.serialization.clientParseMs.json > 0 && report.serialization.responseBytes.tensor === 512 * 512,
     'the mask answer as JSON and as the tensor',

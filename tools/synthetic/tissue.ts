@@ -218,6 +218,21 @@ export function cellularTile(seed: number, size = 224): SyntheticTile {
   return { width: size, height: size, rgba, truth: new Uint8Array(n).fill(1) };
 }
 
+/** The benchmarks' tile i of a set: cellular texture (high resolution), or a slide's tissue and
+ *  glass (low), its stain and tissue share varying with i. */
+export function benchTile(seed: number, i: number, size: number, cellular: boolean): SyntheticTile {
+  if (cellular) return cellularTile(seed + i, size);
+  const tissue = 0.3 + (i % 5) * 0.1;
+  return slideTile({ size, seed: seed + i, stain: i % 3 ? 'he' : 'ihc', tissue, pale: 0.4, fat: 0.2, dust: 20 });
+}
+
+/** A tile's pixels as uint8 RGB, row-major: the raw-body route's body. */
+export function rgbOf({ rgba, width, height }: Pick<SyntheticTile, 'width' | 'height' | 'rgba'>): Buffer {
+  const rgb = Buffer.allocUnsafe(width * height * 3);
+  for (let p = 0; p < width * height; p++) rgba.copy(rgb, p * 3, p * 4, p * 4 + 3);
+  return rgb;
+}
+
 /** RGB PNG bytes of a tile. */
 export function encodePng(tile: Pick<SyntheticTile, 'width' | 'height' | 'rgba'>): Buffer {
   const png = new PNG({ width: tile.width, height: tile.height, colorType: 2, inputColorType: 6 });
