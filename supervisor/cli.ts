@@ -57,7 +57,7 @@ export async function describeService(
   const problems: Pick<CodedError, 'code' | 'message'>[] = [];
   for (const model of config.models) {
     try {
-      const pkg = readPackage(model.path!);
+      const pkg = readPackage(model.path!, { folder: config.data_dir, readOnly: true });
       await checkGraph(pkg);
       const { manifest, sha256 } = pkg;
       const endpoints = endpointsFor(model.name, manifest.tasks).filter((e) => e.startsWith('POST'));

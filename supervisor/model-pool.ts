@@ -132,6 +132,7 @@ export class ModelPool {
       // the bound itself.
       maxHeld: Math.max(1, Math.ceil(entry.max_queue / this.options.gpus.length)),
       socketPath: (generation) => `${socketDir}/${entry.name}-${instance}-${reload}-${generation}.sock`,
+      dataDir: config.data_dir,
       config: config.supervisor,
       logger: this.options.logger,
       autoRestart,

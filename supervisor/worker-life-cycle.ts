@@ -84,6 +84,8 @@ export interface WorkerLifeCycleOptions {
   maxHeld: number;
   /** The Unix socket path this instance listens on (one per generation). */
   socketPath: (generation: number) => string;
+  /** The service's data_dir: the worker keeps its package's per-file sha256s there. */
+  dataDir: string;
   config: ServiceConfig['supervisor'];
   logger: Logger;
   /** Restart after an exit; off for a reload candidate until it proves it loads. */
@@ -218,6 +220,7 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
       provider: this.options.provider,
       batchShapes: this.options.batchShapes,
       socket,
+      dataDir: this.options.dataDir,
     };
     const child = this.outside.fork({
       ...process.env,

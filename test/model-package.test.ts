@@ -10,6 +10,7 @@ import {
   readdirSync,
   rmSync,
   symlinkSync,
+  utimesSync,
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
@@ -204,4 +205,84 @@ t.test('a read failure names the file that failed, not model.onnx', async (t) =>
     code: 'TILE_ERR_PACKAGE_FILE_UNREADABLE',
     message: `${join(dir, 'data')}: cannot read: EISDIR: illegal operation on a directory, read`,
   });
+});
+
+/** A copy of tissue-seg for the digest cache, with whole-second mtimes (utimes can set those back
+ *  exactly), once its ctimes are old enough to be cached (the cache skips files changed < 1 s ago). */
+async function cachedPackage() {
+  const dir = copyPackage('tissue-seg');
+  for (const file of packageFiles(dir)) utimesSync(join(dir, file), 1_700_000_000, 1_700_000_000);
+  await new Promise((r) => setTimeout(r, 1100));
+  const folder = temp();
+  const warnings: string[] = [];
+  const cache = { folder, warn: (m: string) => warnings.push(m) };
+  const cacheFile = () => join(folder, 'package-digests', readdirSync(join(folder, 'package-digests'))[0]);
+  return { dir, cache, cacheFile, warnings };
+}
+
+t.test('the digest cache gives the digest computed without it, and is what answers once written', async (t) => {
+  const { dir, cache, cacheFile, warnings } = await cachedPackage();
+  const uncached = packageDigest(dir);
+  t.equal(uncached, shellDigest(dir));
+  t.equal(readPackage(dir, cache).sha256, uncached, 'first load: every file hashed');
+  const written = JSON.parse(readFileSync(cacheFile(), 'utf8'));
+  t.same(Object.keys(written.files), ['manifest.json', 'model.onnx'], 'each file cached');
+  t.equal(written.files['model.onnx'].sha256, sha(join(dir, 'model.onnx')));
+  t.equal(packageDigest(dir, cache), uncached, 'second load: from the cache');
+  // Proof that the second load reads the cache, not the file: a sum edited in it is believed.
+  written.files['model.onnx'].sha256 = '0'.repeat(64);
+  writeFileSync(cacheFile(), JSON.stringify(written));
+  t.not(packageDigest(dir, cache), uncached, 'an unchanged file is not read again');
+  t.same(warnings, []);
+});
+
+t.test('a file changed in place, same size and mtime set back, is hashed again (its ctime moved)', async (t) => {
+  const { dir, cache, cacheFile } = await cachedPackage();
+  const before = packageDigest(dir, cache);
+  const file = join(dir, 'manifest.json');
+  const text = readFileSync(file, 'utf8');
+  const edited = text.replace('"tissue-seg"', '"tissue-seX"');
+  t.equal(edited.length, text.length);
+  writeFileSync(file, edited);
+  utimesSync(file, 1_700_000_000, 1_700_000_000);
+  const after = packageDigest(dir, cache);
+  t.not(after, before);
+  t.equal(after, shellDigest(dir), 'the edited file hashed again');
+  t.notOk(JSON.parse(readFileSync(cacheFile(), 'utf8')).files['manifest.json'], 'changed < 1 s ago: not cached yet');
+  t.equal(packageDigest(dir, cache), after);
+});
+
+t.test('a corrupt or foreign cache file, or an unwritable folder, is ignored: every file hashed', async (t) => {
+  const { dir, cache, cacheFile, warnings } = await cachedPackage();
+  const uncached = packageDigest(dir);
+  packageDigest(dir, cache);
+  const good = JSON.parse(readFileSync(cacheFile(), 'utf8'));
+  const wrong = (files: Record<string, { sha256: string }>) =>
+    Object.fromEntries(Object.entries(files).map(([f, e]) => [f, { ...e, sha256: '0'.repeat(64) }]));
+  const cases: [string, string, RegExp][] = [
+    ['torn', JSON.stringify(good).slice(0, 100), /ignored \(.*JSON/],
+    [
+      'another format',
+      JSON.stringify({ ...good, format: 'other/1', files: wrong(good.files) }),
+      /ignored \(not one of/,
+    ],
+    [
+      'another folder',
+      JSON.stringify({ ...good, dir: '/elsewhere', files: wrong(good.files) }),
+      /ignored \(not one of/,
+    ],
+    ['a sum not hex', JSON.stringify({ ...good, files: { 'model.onnx': { stat: '1', sha256: 'x' } } }), /ignored/],
+  ];
+  for (const [name, text, warning] of cases) {
+    warnings.length = 0;
+    writeFileSync(cacheFile(), text);
+    t.equal(packageDigest(dir, cache), uncached, name);
+    t.match(warnings, [warning], name);
+    t.same(JSON.parse(readFileSync(cacheFile(), 'utf8')), good, `${name}: written anew`);
+  }
+  warnings.length = 0;
+  const file = join(temp(), 'a-file');
+  writeFileSync(file, '');
+  t.equal(packageDigest(dir, { ...cache, folder: file }), uncached, 'a file where the folder goes');
+  t.match(warnings, [/package digest cache .* not written \(.*\): the next load hashes again/]);
 });

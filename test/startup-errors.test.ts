@@ -3,7 +3,7 @@
 // in process by test/shared/config.ts; these few spawns prove the wiring.)
 import t from 'tap';
 import { execFile } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { ExitCode } from '../src/lib/exit-codes.js';
@@ -11,6 +11,7 @@ import { ROOT, MODELS } from './helpers/server.js';
 import { copyPackage, fakeNvidiaSmi } from './helpers/packages.js';
 import { cleanEnv as serviceEnv } from '../tools/service-process.js';
 import { tempDir } from '../tools/temp-dir.js';
+import { packageDigest } from '../src/model-package/package-digest.js';
 
 interface Run {
   code: number | null;
@@ -58,6 +59,17 @@ const truncated = copyPackage('gene-expr');
 const graph = readFileSync(join(truncated, 'model.onnx'));
 writeFileSync(join(truncated, 'model.onnx'), graph.subarray(0, graph.length / 10));
 
+// A digest cache as the workers leave it in data_dir (the shipped files are old enough to be
+// cached), its sums for tissue-seg then altered: --check-config's sha256 shows it read them.
+const cachedData = join(tempDir('startup'), 'data');
+packageDigest(join(MODELS, 'tissue-seg'), { folder: cachedData });
+const [cacheName] = readdirSync(join(cachedData, 'package-digests'));
+const cacheFile = join(cachedData, 'package-digests', cacheName);
+const altered = JSON.parse(readFileSync(cacheFile, 'utf8'));
+for (const entry of Object.values<{ sha256: string }>(altered.files)) entry.sha256 = '0'.repeat(64);
+writeFileSync(cacheFile, JSON.stringify(altered));
+const alteredDigest = packageDigest(join(MODELS, 'tissue-seg'), { folder: cachedData, readOnly: true });
+
 const holder = createServer();
 await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
 const busy = (holder.address() as AddressInfo).port;
@@ -79,6 +91,7 @@ const [
   logFolder,
   checkDataFile,
   checkMissingGpu,
+  checkCached,
 ] = await Promise.all([
   start(good, { PORT: 'abc' }),
   start({ ...good, supervisor: { heartbeat_timout_ms: 5000 } }),
@@ -97,6 +110,7 @@ const [
     { PATH: `${twoGpus}:${process.env.PATH}` },
     ['--check-config'],
   ),
+  start({ ...good, data_dir: cachedData }, {}, ['--check-config']),
 ]);
 holder.close();
 
@@ -174,4 +188,13 @@ t.test('--check-config: a GPU the host lacks (by nvidia-smi) is a problem', asyn
     checkMissingGpu.stderr,
     /^configuration error \[TILE_ERR_CONFIG_GPU\]: \S+config-10\.json: models\[0\]\.gpus\[1\] is "7", not a GPU of this host \(nvidia-smi lists 0, 1\), expected one of their indices or UUIDs\n$/,
   );
+});
+
+t.test('--check-config reads the package digest cache in data_dir and writes nothing', async (t) => {
+  t.equal(checkCached.code, 0, checkCached.stderr);
+  t.not(alteredDigest, packageDigest(join(MODELS, 'tissue-seg')));
+  t.match(checkCached.stdout, `tissue-seg 1.0.0: segmentation; `);
+  t.match(checkCached.stdout, `; sha256 ${alteredDigest.slice(0, 12)}; `, 'the cached sums used');
+  t.match(checkCached.stdout, `; sha256 ${packageDigest(join(MODELS, 'gene-expr')).slice(0, 12)}; `);
+  t.same(readdirSync(join(cachedData, 'package-digests')), [cacheName], 'no cache written for gene-expr');
 });

@@ -32,6 +32,8 @@ export interface WorkerConfig {
   batchShapes: ModelEntry['batch_shapes'];
   /** Where to listen for fronts. */
   socket: string;
+  /** The service's data_dir, where the package's per-file sha256s are kept between loads. */
+  dataDir: string;
 }
 
 const FRONT_VARIABLE = 'TILE_FRONT';

@@ -6,6 +6,7 @@ import { basename, join, resolve } from 'node:path';
 import { Value } from 'typebox/value';
 import { Manifest, taskOutput, type ImageInput } from './manifest.js';
 import { manifestErrors } from './manifest-errors.js';
+import type { DigestCacheOptions } from './digest-cache.js';
 import { packageDigest } from './package-digest.js';
 import { PackageError } from './package-error.js';
 
@@ -75,7 +76,9 @@ export function readManifest(dir: string): Manifest {
   return manifest;
 }
 
-export function readPackage(dir: string): ModelPackage {
+/** `digestCache`: where the service keeps each file's sha256 between loads (its data_dir); the
+ *  tools, which know no such folder, hash every file. */
+export function readPackage(dir: string, digestCache?: DigestCacheOptions): ModelPackage {
   const manifest = readManifest(dir);
   const modelPath = join(dir, 'model.onnx');
   try {
@@ -87,7 +90,7 @@ export function readPackage(dir: string): ModelPackage {
     );
   }
   // Its own errors name the file they concern (TILE_ERR_PACKAGE_FILE_UNREADABLE), not model.onnx.
-  return { dir, manifest, modelPath, sha256: packageDigest(dir) };
+  return { dir, manifest, modelPath, sha256: packageDigest(dir, digestCache) };
 }
 
 /** What the checks need of an ONNX Runtime session (InferenceSession satisfies it). */

@@ -4,8 +4,9 @@
 // must be in its hash. Reproducible from a shell:
 //   (cd models/<name> && find -L . -type f | cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum)
 import { createHash } from 'node:crypto';
-import { closeSync, openSync, readdirSync, readSync, statSync, type Stats } from 'node:fs';
+import { closeSync, fstatSync, openSync, readdirSync, readSync, statSync, type Stats } from 'node:fs';
 import { join, relative } from 'node:path';
+import { DigestCache, type CachedFile, type DigestCacheOptions } from './digest-cache.js';
 import { PackageError } from './package-error.js';
 
 const unreadable = (path: string, what: string): never => {
@@ -56,26 +57,35 @@ export function packageFiles(dir: string): string[] {
 /** Files are hashed in chunks: readFileSync stops at 2 GiB, and external-data weights pass that. */
 const CHUNK = 4 * 1024 * 1024;
 
-/** sha256 of one file, read in chunks; a failure names the file. */
-export function fileDigest(path: string): string {
+/** sha256 of one file, read in chunks; a failure names the file. With a cache, the stat of the
+ *  file opened (not of the path, which may be replaced meanwhile) decides whether it is read. */
+export function fileDigest(path: string, cached?: CachedFile): string {
   const hash = createHash('sha256');
-  const chunk = Buffer.allocUnsafe(CHUNK);
   let fd: number | undefined;
   try {
     fd = openSync(path, 'r');
+    const opened = cached && fstatSync(fd, { bigint: true });
+    const known = opened && cached.get(opened);
+    if (known) return known;
+    const chunk = Buffer.allocUnsafe(CHUNK);
     for (let n: number; (n = readSync(fd, chunk, 0, CHUNK, null)) > 0; ) hash.update(chunk.subarray(0, n));
+    const sha256 = hash.digest('hex');
+    if (cached && opened) cached.set(opened, fstatSync(fd, { bigint: true }), sha256);
+    return sha256;
   } catch (err) {
-    unreadable(path, `cannot read: ${(err as Error).message}`);
+    return unreadable(path, `cannot read: ${(err as Error).message}`);
   } finally {
     if (fd !== undefined) closeSync(fd);
   }
-  return hash.digest('hex');
 }
 
-/** sha256 of the lines "<sha256 of file>  <path>\n", as sha256sum prints them. */
-export function packageDigest(dir: string): string {
+/** sha256 of the lines "<sha256 of file>  <path>\n", as sha256sum prints them. With a cache
+ *  folder (the service's data_dir), files unchanged since they were last hashed are not read. */
+export function packageDigest(dir: string, cache?: DigestCacheOptions): string {
+  const sums = cache && new DigestCache(dir, cache);
   const listing = packageFiles(dir)
-    .map((file) => `${fileDigest(join(dir, file))}  ${file}\n`)
+    .map((file) => `${fileDigest(join(dir, file), sums?.entry(file))}  ${file}\n`)
     .join('');
+  sums?.save();
   return createHash('sha256').update(listing).digest('hex');
 }

@@ -111,7 +111,10 @@ async function main(): Promise<void> {
   setInterval(() => send({ type: 'heartbeat' }), config.heartbeatMs);
 
   try {
-    pkg = readPackage(config.dir);
+    pkg = readPackage(config.dir, {
+      folder: config.dataDir,
+      warn: (msg) => send({ type: 'log', level: 'warn', msg }),
+    });
     session = await ModelSession.open(pkg, config);
     const { provider, skipped } = session.choice;
     for (const s of skipped)

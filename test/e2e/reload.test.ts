@@ -2,10 +2,10 @@
 // replaced, reloads asked for in quick succession do not overlap, and a stop during a reload
 // leaves no process behind.
 import t from 'tap';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer } from '../helpers/server.js';
-import { copyPackage } from '../helpers/packages.js';
+import { copyPackage, shellDigest } from '../helpers/packages.js';
 import { load, pidOf, workers, type Json } from '../helpers/load.js';
 import { alive, childProcesses } from '../helpers/procs.js';
 import { cellularPng, tileRequest } from '../helpers/tiles.js';
@@ -49,6 +49,37 @@ t.test('SIGHUP reloads packages one worker at a time without dropping requests',
   t.equal(((await (await server.get('/api/metadata/gene-expr')).json()) as Json).description, 'reloaded package');
   t.not(await pidOf(server, 'gene-expr#0'), before, 'the worker was replaced');
 });
+
+t.test(
+  'a package file changed in place, size and mtime kept: after SIGHUP every answer names the new sha256',
+  async (t) => {
+    // The worker keeps each file's sum in data_dir between loads: the change must still be seen.
+    const dir = copyPackage('gene-expr');
+    const file = join(dir, 'manifest.json');
+    for (const name of ['manifest.json', 'model.onnx']) utimesSync(join(dir, name), 1_700_000_000, 1_700_000_000);
+    // Files changed less than 1 s before a load are not cached: these are, at the first load.
+    await new Promise((r) => setTimeout(r, 1100));
+    const server = await startServer({ models: [{ name: 'gene-expr', path: dir }], config: { fronts: 1 } });
+    t.teardown(() => server.stop());
+    const served = async () => {
+      const res = await server.post('/api/predict/gene-expr', tileRequest(tile));
+      const meta = (await (await server.get('/api/metadata/gene-expr')).json()) as Json;
+      return { status: res.status, header: res.headers.get('x-model-sha256'), metadata: meta.sha256 };
+    };
+    const before = shellDigest(dir);
+    t.same(await served(), { status: 200, header: before, metadata: before });
+    t.equal(readdirSync(join(server.dir, 'data', 'package-digests')).length, 1, 'sums cached in data_dir');
+    const manifest = JSON.parse(readFileSync(file, 'utf8'));
+    manifest.description = manifest.description.replace(/^./, (c: string) => (c === 'X' ? 'Y' : 'X'));
+    writeFileSync(file, JSON.stringify(manifest, null, 2));
+    utimesSync(file, 1_700_000_000, 1_700_000_000);
+    const after = shellDigest(dir);
+    t.not(after, before);
+    server.proc.kill('SIGHUP');
+    await server.waitFor(() => server.lines.some((l) => l.msg === 'reload done'), 30000);
+    t.same(await served(), { status: 200, header: after, metadata: after });
+  },
+);
 
 const workerProcesses = (supervisor: number) => childProcesses(supervisor, 'src/worker/main.js');
 

@@ -29,6 +29,7 @@ function started(t: Test, config: Partial<ServiceConfig['supervisor']> = {}) {
     maxDelayMs: 0,
     maxHeld: 64,
     socketPath: (generation) => `/tmp/gene-expr-0-${generation}.sock`,
+    dataDir: dir,
     config: { ...SUPERVISOR, ...config },
     logger: pino({ level: 'silent' }),
     autoRestart: true,
