@@ -251,6 +251,44 @@ t.test('every shipped model: outputs as the contract routes give them', async (t
   t.ok(same(s.outputs.get('mask')!.values, mask.output), 'tissue-seg mask');
 });
 
+/** A ModelInfer call as it ends: its error or answer, its initial metadata (none sent: empty),
+ *  and the trailers of its status. */
+function inferCall(request: Json) {
+  return new Promise<{ err: grpc.ServiceError | null; initial: grpc.Metadata; trailing: grpc.Metadata }>((resolve) => {
+    let initial = new grpc.Metadata();
+    let err: grpc.ServiceError | null = null;
+    const unary = stub.ModelInfer(request, (e: grpc.ServiceError | null) => (err = e));
+    unary.on('metadata', (m: grpc.Metadata) => (initial = m));
+    unary.on('status', (status: grpc.StatusObject) =>
+      setImmediate(() => resolve({ err, initial, trailing: status.metadata })),
+    );
+  });
+}
+
+t.test('ModelInfer sends x-model-sha256 in its initial metadata, as /api/metadata gives it', async (t) => {
+  for (const [model, size, resolution] of [
+    ['tile-embed', 224, '0.5'],
+    ['gene-expr', 224, '0.5'],
+    ['tissue-seg', 512, '8'],
+  ] as const) {
+    const { sha256 } = (await (await server.get(`/api/metadata/${model}`)).json()) as Json;
+    t.match(sha256, /^[0-9a-f]{64}$/, model);
+    const png = pngs([cellularPng(23, size)]);
+    const { err, initial, trailing } = await inferCall({
+      model_name: model,
+      inputs: [{ name: png.name, datatype: png.datatype, shape: png.shape }],
+      raw_input_contents: [tensorBytes(png)],
+      parameters: { resolution: { string_param: resolution } },
+    });
+    t.equal(err, null, model);
+    t.same(initial.get('x-model-sha256'), [sha256], `${model}: initial metadata`);
+    t.same(trailing.get('x-model-sha256'), [], `${model}: not repeated in the trailers`);
+  }
+  const refused = await inferCall({ model_name: 'tile-embed', inputs: [] });
+  t.equal(refused.err?.code, grpc.status.INVALID_ARGUMENT);
+  t.same(refused.initial.get('x-model-sha256'), [], 'no model answered a refused call');
+});
+
 t.test('a batch of 32 equals 32 singles, tile for tile', async (t) => {
   const rgb = await Promise.all(Array.from({ length: 32 }, (_, i) => pixels(cellularPng(300 + i))));
   const batch = Array.from((await infer('tile-embed-b32', [image(rgb, 224)])).outputs.get('embedding')!.values);

@@ -178,6 +178,33 @@ t.test("tissue-seg: mask and tissue_ratio as the contract's", async (t) => {
   }
 });
 
+t.test('every infer answer names the package that gave it (x-model-sha256), as /api/metadata does', async (t) => {
+  const seen = new Set<string>();
+  for (const [model, size, parameters] of [
+    ['tile-embed', 224, {}],
+    ['gene-expr', 224, { resolution: 0.5 }],
+    ['tissue-seg', 512, { resolution: 8 }],
+  ] as const) {
+    const { sha256 } = (await (await server.get(`/api/metadata/${model}`)).json()) as Json;
+    t.match(sha256, /^[0-9a-f]{64}$/, model);
+    seen.add(sha256);
+    const files = [cellularPng(5, size), cellularPng(6, size)];
+    for (const binary of [false, true]) {
+      const answer = await client.infer(model, [pngs(files)], {
+        binaryInputs: binary,
+        binaryOutputs: binary,
+        parameters,
+      });
+      t.equal(answer.status, 200, model);
+      t.equal(answer.headers.get('x-model-sha256'), sha256, `${model}, ${binary ? 'binary' : 'JSON'} body`);
+    }
+  }
+  t.equal(seen.size, 3, "each model's own");
+  const refused = await client.infer('tile-embed', [pngs([Buffer.from('not a PNG')])]);
+  t.equal(refused.status, 400);
+  t.equal(refused.headers.get('x-model-sha256'), null, 'no model answered a refused request');
+});
+
 t.test('a batch of 32 equals 32 single requests and the contract route, tile for tile', async (t) => {
   const files = Array.from({ length: 32 }, (_, i) => cellularPng(100 + i));
   const rgb = await Promise.all(files.map(pixels));

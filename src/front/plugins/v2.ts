@@ -138,6 +138,8 @@ export default async function v2(
           { ticket, signal, spent: binaryBody(request.body) },
         );
         const { body, headerLength } = writeResponse(response, binaryOutputs(request.body));
+        // Which model answered, as the contract's routes say it (tile-handler.ts).
+        reply.header('x-model-sha256', response.sha256);
         if (headerLength === null) return reply.type('application/json').send(body);
         return reply.header(HEADER_LENGTH, String(headerLength)).type('application/octet-stream').send(body);
       },

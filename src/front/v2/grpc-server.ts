@@ -278,6 +278,12 @@ export async function startGrpc(
           signal: cancelled.signal,
           spent: messageBuffer(r[MESSAGE]),
         });
+        // Which model answered, as REST's header: in the initial metadata, HTTP/2's response
+        // headers, which clients read before the message (the trailers are the status's and
+        // x-error-code's, sent whether or not there is an answer).
+        const metadata = new grpc.Metadata();
+        metadata.set('x-model-sha256', response.sha256);
+        call.sendMetadata(metadata);
         return {
           model_name: response.model_name,
           model_version: response.model_version,

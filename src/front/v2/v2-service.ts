@@ -16,6 +16,7 @@ import {
   type Ticket,
   type Upload,
 } from '../backend.js';
+import type { InferResult } from '../../ipc/protocol.js';
 import { assemble, planJobs, type InferRequest } from './inference.js';
 import { modelMetadata } from './model-tensors.js';
 import type { OutputTensor } from './tensor-data.js';
@@ -31,6 +32,10 @@ export interface InferResponse {
    *  every answer as the contract's metadata says it: outputs of untrained weights mean nothing. */
   parameters: { trained: boolean };
   outputs: OutputTensor[];
+  /** The package digest of the model that answered, sent beside the body as the contract's routes
+   *  send it (x-model-sha256: a REST header, gRPC initial metadata). A request's tiles run on one
+   *  worker; only tiles retried on another during a reload can name two, listed in tile order. */
+  sha256: string;
 }
 
 export class V2Service {
@@ -124,12 +129,15 @@ export class V2Service {
     if (!manifest) throw errors.modelLoading(name);
     const plan = planJobs(manifest, request, this.config.max_tile_pixels);
     const results = await this.backend.inferBatch(name, plan.jobs, options);
+    const outputs = assemble(manifest, results, plan.outputs);
     return {
       model_name: name,
       model_version: manifest.version,
       ...(request.id !== undefined && { id: request.id }),
       parameters: { trained: manifest.provenance.trained },
-      outputs: assemble(manifest, results, plan.outputs),
+      outputs,
+      // Every tile is a result here: assemble answered the first that failed instead.
+      sha256: [...new Set(results.map((r) => (r as InferResult).sha256))].join(', '),
     };
   }
 }
