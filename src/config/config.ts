@@ -7,6 +7,7 @@ import { Type, type Static } from 'typebox';
 import { Value } from 'typebox/value';
 import { CodedError } from '../lib/errors.js';
 import { MAX_BATCH } from '../lib/batch-bound.js';
+import { MAX_TILE_SIDE } from '../lib/tile-bound.js';
 import { describeErrors, fieldName, suggest, type ConfigCode, type ConfigProblem } from './config-errors.js';
 
 /** Node runs a timer longer than this (2^31 - 1 ms, about 24.8 days) after 1 ms instead: every
@@ -32,6 +33,21 @@ export const MAX_QUEUE = 2 ** 20;
 /** Usage entries kept in memory for /diagnostics?categories=usage: each is a few hundred bytes
  *  in the supervisor's heap and in that answer, so 100,000 is tens of MB. */
 export const MAX_RECENT_ENTRIES = 100_000;
+/** A tile's pixels: a tile must be its model's size, whose side a manifest bounds at
+ *  MAX_TILE_SIDE, so a PNG declaring more than MAX_TILE_SIDE^2 (2^28) is refused whatever the
+ *  limit; a larger limit only let such headers past this check. */
+export const MAX_TILE_PIXELS = MAX_TILE_SIDE ** 2;
+/** Connections one front holds on a port: each is a file descriptor, and Linux's default
+ *  fs.nr_open (2^20) caps a process's open-file limit, the default's source (connectionLimit). */
+export const MAX_CONNECTIONS = 2 ** 20;
+/** A front's used heap past which under-pressure answers 503: V8 takes any
+ *  --max-old-space-size, but its default limit is ~4 GiB and a front's requests are mostly
+ *  Buffers outside the heap, so 1 TiB is past any heap a host gives a front; 1e18 passed before. */
+export const MAX_HEAP_USED_BYTES = 1024 ** 4;
+/** Usage log size before rotation: the supervisor reads usage.jsonl and usage.jsonl.1 whole at
+ *  start for the recent entries, as strings, which V8 bounds at 2^29 - 24 characters (~512 MiB;
+ *  past it they were lost without a word); 256 MiB leaves room for the split lines. */
+export const MAX_USAGE_FILE_BYTES = 256 * 1024 ** 2;
 /** A host setting: an IP address (v4, or v6 without brackets, a %zone allowed) or a host name;
  *  whether it resolves to an address of this machine is preflight's check. An empty host
  *  listened on every interface ("listening on http://:8000"). */
@@ -108,7 +124,7 @@ export const ServiceConfig = Type.Object(
     grpc_port: Type.Union([Type.Integer({ minimum: 0, maximum: 65535 }), Type.Null()], { default: null }),
     body_limit_bytes: Type.Integer({ minimum: 1024, maximum: MAX_BODY_BYTES, default: 16 * 1024 * 1024 }),
     /** PNGs whose header declares more pixels than this are refused before inflating. */
-    max_tile_pixels: Type.Integer({ minimum: 1, default: 4096 * 4096 }),
+    max_tile_pixels: Type.Integer({ minimum: 1, maximum: MAX_TILE_PIXELS, default: 4096 * 4096 }),
     model_repository: Type.String({ default: 'models' }),
     data_dir: Type.String({ default: 'data' }),
     log_file: Type.Union([Type.String(), Type.Null()], { default: null }),
@@ -130,7 +146,7 @@ export const ServiceConfig = Type.Object(
     front: Type.Object(
       {
         /** Connections one front holds at once; 0 derives it from the process's open-file limit. */
-        max_connections: Type.Integer({ minimum: 0, default: 0 }),
+        max_connections: Type.Integer({ minimum: 0, maximum: MAX_CONNECTIONS, default: 0 }),
         /** Request bytes (bodies being read or waiting for their answer) one front holds at once:
          *  past it, new model requests get 503 before their body is read. */
         max_inflight_bytes: Type.Integer({ minimum: 1024, maximum: MAX_INFLIGHT_BYTES, default: 256 * 1024 * 1024 }),
@@ -169,14 +185,14 @@ export const ServiceConfig = Type.Object(
     pressure: Type.Object(
       {
         max_event_loop_delay_ms: Type.Integer({ minimum: 0, maximum: MAX_TIMER_MS, default: 1000 }),
-        max_heap_used_bytes: Type.Integer({ minimum: 0, default: 0 }),
+        max_heap_used_bytes: Type.Integer({ minimum: 0, maximum: MAX_HEAP_USED_BYTES, default: 0 }),
         retry_after_s: Type.Integer({ minimum: 1, default: 2 }),
       },
       { default: {}, additionalProperties: false },
     ),
     usage: Type.Object(
       {
-        max_file_bytes: Type.Integer({ minimum: 1024, default: 10 * 1024 * 1024 }),
+        max_file_bytes: Type.Integer({ minimum: 1024, maximum: MAX_USAGE_FILE_BYTES, default: 10 * 1024 * 1024 }),
         recent_entries: Type.Integer({ minimum: 1, maximum: MAX_RECENT_ENTRIES, default: 200 }),
       },
       { default: {}, additionalProperties: false },

@@ -2,6 +2,7 @@
 // model takes, which ONNX tensor plays which role, and how its weights were made.
 import { Type, type Static } from 'typebox';
 import { MAX_BATCH } from '../lib/batch-bound.js';
+import { MAX_TILE_SIDE } from '../lib/tile-bound.js';
 
 // Closed sets are enums, not unions of literals, so a wrong value is reported once with the
 // allowed values (manifest-errors.ts) instead of once per alternative.
@@ -32,11 +33,6 @@ export const ChannelValues = Type.Union(
 );
 export type ChannelValues = Static<typeof ChannelValues>;
 export const MaskRule = Type.Enum(['argmax', 'threshold']);
-
-/** Largest tile side. Pathology models take tiles of 224 to a few thousand px; a 16384 px tile is
- *  768 MiB of RGB and 3 GiB as float32 before any batching, so a larger side is a typo (or 1e308),
- *  and the worker's buffers and the /docs example are sized from it. */
-export const MAX_TILE_SIDE = 16384;
 
 export const Manifest = Type.Object({
   name: Name,

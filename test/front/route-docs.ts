@@ -3,7 +3,8 @@ import t from 'tap';
 import { PNG } from 'pngjs';
 import { describeBodies, EXAMPLE_MAX_PIXELS, exampleRequest, requestDocs } from '../../src/front/route-docs.js';
 import { readManifest } from '../../src/model-package/model-package.js';
-import { MAX_TILE_SIDE, type Manifest } from '../../src/model-package/manifest.js';
+import type { Manifest } from '../../src/model-package/manifest.js';
+import { MAX_TILE_SIDE } from '../../src/lib/tile-bound.js';
 import { MODELS } from '../helpers/server.js';
 
 const tissueSeg = readManifest(`${MODELS}/tissue-seg`);

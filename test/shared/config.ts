@@ -118,6 +118,19 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       /body_limit_bytes is 1000000000000000000, expected an integer from 1024 to 1073741824; .*front\.max_inflight_bytes is 1000000000000000000, expected an integer from 1024 to 274877906944; .*usage\.recent_entries is 1000000000, expected an integer from 1 to 100000; .*models\[0\]\.max_queue is 1000000000, expected an integer from 1 to 1048576$/,
     ],
     [
+      'tile pixels, connections, heap and a usage file past any host (1e18 passed)',
+      () =>
+        load({
+          ...good,
+          max_tile_pixels: 1e18,
+          front: { max_connections: 1e9 },
+          pressure: { max_heap_used_bytes: 1e18 },
+          usage: { max_file_bytes: 1e12 },
+        }),
+      ['TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE'],
+      /config-\d+\.json: max_tile_pixels is 1000000000000000000, expected an integer from 1 to 268435456; .*front\.max_connections is 1000000000, expected an integer from 0 to 1048576; .*pressure\.max_heap_used_bytes is 1000000000000000000, expected an integer from 0 to 1099511627776; .*usage\.max_file_bytes is 1000000000000, expected an integer from 1024 to 268435456$/,
+    ],
+    [
       'a batch shape of 0',
       () => load({ models: [{ name: 'tissue-seg', batch_shapes: [0] }] }),
       ['TILE_ERR_CONFIG_VALUE'],
@@ -230,6 +243,13 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
     t.notOk(err.message.includes('\n'), `${name}: one line`);
   }
   t.equal(load(good, { LOG_LEVEL: 'debug', PORT: '8123' }).log_level, 'debug', 'LOG_LEVEL sets the level');
+  const bounds = {
+    max_tile_pixels: 16384 ** 2,
+    front: { max_connections: 2 ** 20 },
+    pressure: { max_heap_used_bytes: 1024 ** 4 },
+    usage: { max_file_bytes: 256 * 1024 ** 2 },
+  };
+  t.match(load({ ...good, ...bounds }), bounds, 'each bound itself is taken');
 });
 
 /** Every object schema in `schema`, with its dotted place ("models[]" for a list's items). */

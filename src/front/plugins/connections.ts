@@ -9,7 +9,7 @@ import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import { errors } from '../../lib/errors.js';
 import type { ConnectionShare } from '../connection-share.js';
-import type { ServiceConfig } from '../../config/config.js';
+import { MAX_CONNECTIONS, type ServiceConfig } from '../../config/config.js';
 
 /** Descriptors kept for everything but client connections: worker sockets, files, the IPC pipe. */
 const RESERVED_FDS = 128;
@@ -34,7 +34,7 @@ export function openFileLimit(): number {
 export function connectionLimit(config: Pick<ServiceConfig, 'front' | 'grpc_port'>): number {
   if (config.front.max_connections) return config.front.max_connections;
   const listeners = config.grpc_port === null ? 1 : 2;
-  return Math.max(16, Math.floor((Math.min(openFileLimit(), 1 << 20) - RESERVED_FDS) / listeners));
+  return Math.max(16, Math.floor((Math.min(openFileLimit(), MAX_CONNECTIONS) - RESERVED_FDS) / listeners));
 }
 
 export interface ConnectionsOptions {
