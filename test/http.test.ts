@@ -935,16 +935,16 @@ t.test(
 
 t.test('an upload whose client stops sending gives way when the budget is needed', async (t) => {
   const budget = 4 << 20;
-  const { app, backend } = await fakeService({ front: { max_inflight_bytes: budget } });
+  const { app, backend } = await fakeService({ body_limit_bytes: budget, front: { max_inflight_bytes: budget } });
   await app.listen({ port: 0, host: '127.0.0.1' });
   t.teardown(() => app.close());
   const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1');
   socket.on('error', () => {});
   let closed = false;
   socket.once('close', () => (closed = true));
-  // 3 MB of an 8 MB body, then nothing.
+  // 3 MB of a 4 MB body, then nothing.
   socket.write(
-    'POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 8000000\r\n\r\n',
+    'POST /api/embed/tile-embed HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 4000000\r\n\r\n',
   );
   socket.write(`{"image_data": "${'A'.repeat(3_000_000)}`);
   await waitFor(() => {

@@ -337,7 +337,11 @@ async function fakeGrpc(
     headersMs?: number;
   },
 ) {
-  const { backend, config } = await fakeService({ front: { max_inflight_bytes: budget } });
+  // The gRPC server here takes maxMessageBytes below; the config's body limit only has to fit the budget.
+  const { backend, config } = await fakeService({
+    body_limit_bytes: Math.min(budget, 16 << 20),
+    front: { max_inflight_bytes: budget },
+  });
   const { server, port } = await startGrpc(new V2Service(backend, config), {
     host: '127.0.0.1',
     port: 0,

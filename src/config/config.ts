@@ -294,6 +294,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
       `${where('/front/headers_timeout_ms')} is ${headers}, longer than front.body_timeout_ms (${body}), within which the whole request must arrive: expected at most ${body}`,
     );
 
+  // A body's bytes are held against its front's budget as they arrive (front/queue-share.ts):
+  // one larger than the budget could never be read whole, and its client was answered 503
+  // TILE_ERR_FRONT_BUSY, "retry later", however often it retried, on an idle service.
+  const { body_limit_bytes: bodyLimit } = config;
+  const { max_inflight_bytes: budget } = config.front;
+  if (bodyLimit > budget)
+    throw new ConfigError(
+      'TILE_ERR_CONFIG_VALUE',
+      `${where('/body_limit_bytes')} is ${bodyLimit}, more than front.max_inflight_bytes (${budget}), the request bytes a front holds at once, so a body that large could never be read: expected at most ${budget} (or a larger front.max_inflight_bytes)`,
+    );
+
   // HTTP and gRPC each bind the port in every front: the same one passes the listen check (one
   // at a time) and then every front dies binding the second.
   if (config.grpc_port !== null && config.grpc_port !== 0 && config.grpc_port === config.port)

@@ -452,6 +452,7 @@ function budgetedShare(t: Test, now?: () => number): QueueShare {
   const root = t.testdir({
     'config.json': JSON.stringify({
       models: [{ name: 'gene-expr', max_queue: 8 }],
+      body_limit_bytes: 2000,
       front: { max_inflight_bytes: 2000 },
     }),
   });

@@ -149,6 +149,12 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       /config-\d+\.json: front\.headers_timeout_ms is 10000, longer than front\.body_timeout_ms \(3000\), .*expected at most 3000$/,
     ],
     [
+      'a body limit past the bytes a front holds (such a body was a 503 "retry later" for ever)',
+      () => load({ ...good, body_limit_bytes: 32 << 20, front: { max_inflight_bytes: 16 << 20 } }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /config-\d+\.json: body_limit_bytes is 33554432, more than front\.max_inflight_bytes \(16777216\), the request bytes a front holds at once, so a body that large could never be read: expected at most 16777216 \(or a larger front\.max_inflight_bytes\)$/,
+    ],
+    [
       'no models',
       () => load({ models: [] }),
       ['TILE_ERR_CONFIG_NO_MODELS'],
@@ -250,6 +256,8 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
     usage: { max_file_bytes: 256 * 1024 ** 2 },
   };
   t.match(load({ ...good, ...bounds }), bounds, 'each bound itself is taken');
+  const equal = { body_limit_bytes: 4096, front: { max_inflight_bytes: 4096 } };
+  t.match(load({ ...good, ...equal }), equal, 'a body limit of the whole budget is taken');
 });
 
 /** Every object schema in `schema`, with its dotted place ("models[]" for a list's items). */
