@@ -75,10 +75,14 @@ await new Promise<void>((r) => holder.listen(0, '127.0.0.1', r));
 const busy = (holder.address() as AddressInfo).port;
 // All at once: each is a Node start, seconds on a busy machine.
 // Two GPUs, as nvidia-smi lists them.
-const twoGpus = fakeNvidiaSmi([
+const hostGpus = [
   '0, NVIDIA H100 80GB HBM3, GPU-5c2e7a41-9d0b-3f4e-8b7a-1f2e3d4c5b6a, 00000000:18:00.0, 81559, 1024, 3, 550.54.15',
   '1, NVIDIA H100 80GB HBM3, GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90, 00000000:3B:00.0, 81559, 2048, 7, 550.54.15',
-]);
+];
+const twoGpus = fakeNvidiaSmi(hostGpus);
+// The same, GPU 1 in MIG mode with one MIG device (nvidia-smi -L lists it under GPU 1).
+const MIG = 'MIG-0e6b6e4c-7d3a-5b8e-9f10-2a3b4c5d6e7f';
+const migGpus = fakeNvidiaSmi(hostGpus, null, { 1: [MIG] });
 const [
   badPort,
   unknownKey,
@@ -91,6 +95,7 @@ const [
   logFolder,
   checkDataFile,
   checkMissingGpu,
+  checkMig,
   checkCached,
 ] = await Promise.all([
   start(good, { PORT: 'abc' }),
@@ -108,6 +113,11 @@ const [
   start(
     { models: [{ name: 'tissue-seg', gpus: ['1', '7'], provider: ['cpu'] }] },
     { PATH: `${twoGpus}:${process.env.PATH}` },
+    ['--check-config'],
+  ),
+  start(
+    { models: [{ name: 'tissue-seg', gpus: [MIG, 'MIG-11111111-2222-3333-4444-555555555555'], provider: ['cpu'] }] },
+    { PATH: `${migGpus}:${process.env.PATH}` },
     ['--check-config'],
   ),
   start({ ...good, data_dir: cachedData }, {}, ['--check-config']),
@@ -197,4 +207,16 @@ t.test('--check-config reads the package digest cache in data_dir and writes not
   t.match(checkCached.stdout, `; sha256 ${alteredDigest.slice(0, 12)}; `, 'the cached sums used');
   t.match(checkCached.stdout, `; sha256 ${packageDigest(join(MODELS, 'gene-expr')).slice(0, 12)}; `);
   t.same(readdirSync(join(cachedData, 'package-digests')), [cacheName], 'no cache written for gene-expr');
+});
+
+t.test('--check-config: MIG devices are checked against nvidia-smi -L', async (t) => {
+  t.equal(checkMig.code, ExitCode.CONFIG, 'exit status 2');
+  t.match(checkMig.stdout, /config-11\.json: problems found\n/);
+  t.match(
+    checkMig.stderr,
+    new RegExp(
+      `^configuration error \\[TILE_ERR_CONFIG_GPU\\]: \\S+config-11\\.json: models\\[0\\]\\.gpus\\[1\\] is "MIG-11111111-2222-3333-4444-555555555555", not a MIG device of this host \\(nvidia-smi -L lists ${MIG} on GPU 1\\), expected one of their UUIDs\\n$`,
+    ),
+    'the one it lists passes; the other is the only problem',
+  );
 });

@@ -52,10 +52,12 @@ export const MAX_USAGE_FILE_BYTES = 256 * 1024 ** 2;
  *  whether it resolves to an address of this machine is preflight's check. An empty host
  *  listened on every interface ("listening on http://:8000"). */
 const HOST_PATTERN = '^[A-Za-z0-9._:%-]+$';
-/** A model's GPU: nvidia-smi's index (CUDA_DEVICE_ORDER=PCI_BUS_ID makes it CUDA's too) or
- *  its UUID; either is what CUDA_VISIBLE_DEVICES takes (a PCI bus id is not). */
-const GPU_PATTERN =
-  '^(0|[1-9][0-9]{0,3}|GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$';
+const UUID = '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}';
+/** A model's GPU: nvidia-smi's index (CUDA_DEVICE_ORDER=PCI_BUS_ID makes it CUDA's too), its
+ *  UUID, or a MIG device's as nvidia-smi -L prints it: "MIG-<uuid>", or with drivers before R470
+ *  "MIG-GPU-<uuid>/<GPU instance>/<compute instance>". Each is what CUDA_VISIBLE_DEVICES takes
+ *  (a PCI bus id is not). */
+const GPU_PATTERN = `^(0|[1-9][0-9]{0,3}|GPU-${UUID}|MIG-${UUID}|MIG-GPU-${UUID}/(0|[1-9][0-9]{0,2})/(0|[1-9][0-9]{0,2}))$`;
 
 const Provider = Type.Union([Type.Literal('cuda'), Type.Literal('webgpu'), Type.Literal('cpu')]);
 
@@ -65,7 +67,8 @@ const ModelEntry = Type.Object(
     /** Package folder; default <model_repository>/<name>. */
     path: Type.Optional(Type.String()),
     instances: Type.Integer({ minimum: 1, maximum: MAX_PROCESSES, default: 1 }),
-    /** GPU ids to pin instances to (round-robin), or "auto" to use those nvidia-smi lists. */
+    /** GPU ids (or MIG devices) to pin instances to (round-robin), or "auto" to use the GPUs
+     *  nvidia-smi lists. */
     gpus: Type.Union(
       [
         Type.Literal('auto'),
@@ -73,7 +76,7 @@ const ModelEntry = Type.Object(
           Type.String({
             pattern: GPU_PATTERN,
             expected:
-              'a GPU index as nvidia-smi numbers GPUs ("0", "1", ...) or a GPU UUID as nvidia-smi -L prints it ("GPU-" then 36 hex digits and dashes)',
+              'a GPU index as nvidia-smi numbers GPUs ("0", "1", ...), or a GPU or MIG device UUID as nvidia-smi -L prints it ("GPU-" or "MIG-" then 36 hex digits and dashes; before driver R470, MIG-GPU-<uuid>/<gi>/<ci>)',
           }),
         ),
       ],

@@ -1,5 +1,5 @@
-// nvidia-smi: the GPUs of the host, for placement (supervisor) and /diagnostics, and the GPU
-// memory each process holds.
+// nvidia-smi: the GPUs of the host, for placement (supervisor) and /diagnostics, their MIG
+// devices, and the GPU memory each process holds.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
@@ -18,18 +18,36 @@ export interface GpuInfo {
   driver: string;
 }
 
+/** A MIG device (a slice of a GPU in MIG mode) as `nvidia-smi -L` lists it under its GPU; the
+ *  query options list whole GPUs only. */
+export interface MigDevice {
+  /** "MIG-…" (drivers before R470: "MIG-GPU-…/<gi>/<ci>"): what CUDA_VISIBLE_DEVICES takes. */
+  uuid: string;
+  /** Its GPU's index. */
+  gpu: string;
+  /** "MIG 1g.10gb Device 0". */
+  name: string;
+}
+
+/** Whether a configured GPU id names a MIG device (config.ts's forms), which only
+ *  `nvidia-smi -L` lists, and on which only CUDA runs. */
+export const isMigDevice = (id: string): boolean => id.startsWith('MIG-');
+
 const GPU_FIELDS = 'index,name,uuid,pci.bus_id,memory.total,memory.used,utilization.gpu,driver_version';
 
 /** stdout of `nvidia-smi args`; null when nvidia-smi is not installed. Throws when it fails. */
 async function nvidiaSmi(args: string[], timeoutMs: number): Promise<string | null> {
   try {
-    return (await run('nvidia-smi', [...args, '--format=csv,noheader,nounits'], { timeout: timeoutMs })).stdout;
+    return (await run('nvidia-smi', args, { timeout: timeoutMs })).stdout;
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     if ((err as { killed?: boolean }).killed) throw new Error(`nvidia-smi did not answer within ${timeoutMs} ms`);
     throw new Error(`nvidia-smi failed: ${(err as Error).message.split('\n')[0]}`);
   }
 }
+
+/** A query's rows (-L takes no --format). */
+const query = (fields: string, timeoutMs: number) => nvidiaSmi([fields, '--format=csv,noheader,nounits'], timeoutMs);
 
 const rows = (csv: string) =>
   csv
@@ -59,6 +77,20 @@ export function parseGpus(csv: string): GpuInfo[] {
     }));
 }
 
+/** The MIG devices in `nvidia-smi -L` output, each under the "GPU <index>: … (UUID: GPU-…)" line
+ *  of its GPU: "  MIG 1g.10gb     Device  0: (UUID: MIG-…)". Other lines are not devices. */
+export function parseMigDevices(list: string): MigDevice[] {
+  const devices: MigDevice[] = [];
+  let gpu: string | null = null;
+  for (const line of list.split('\n')) {
+    const parent = /^GPU (\d+): .*\(UUID: GPU-[^)]+\)\s*$/.exec(line);
+    if (parent) gpu = parent[1];
+    const mig = /^\s+(MIG\s.*?Device\s+\d+):\s*\(UUID: (MIG-[^)\s]+)\)\s*$/.exec(line);
+    if (mig && gpu !== null) devices.push({ uuid: mig[2], gpu, name: mig[1].replace(/\s+/g, ' ') });
+  }
+  return devices;
+}
+
 /** `--query-compute-apps=pid,used_memory` output: MiB per pid, summed over GPUs ("[N/A]" counts
  *  as unknown and is left out). */
 export function parseComputeApps(csv: string): Map<number, number> {
@@ -85,18 +117,25 @@ export function parseGpuProcesses(csv: string): { pid: number; gpu_uuid: string;
 
 /** Which GPU each process with a compute context holds memory on; null without nvidia-smi. */
 export async function queryGpuProcesses(timeoutMs = 2000): Promise<ReturnType<typeof parseGpuProcesses> | null> {
-  const csv = await nvidiaSmi(['--query-compute-apps=pid,gpu_uuid,used_memory'], timeoutMs);
+  const csv = await query('--query-compute-apps=pid,gpu_uuid,used_memory', timeoutMs);
   return csv === null ? null : parseGpuProcesses(csv);
 }
 
 /** GPUs as nvidia-smi lists them; null when nvidia-smi is not installed. Throws when it fails. */
 export async function queryGpus(timeoutMs = 2000): Promise<GpuInfo[] | null> {
-  const csv = await nvidiaSmi([`--query-gpu=${GPU_FIELDS}`], timeoutMs);
+  const csv = await query(`--query-gpu=${GPU_FIELDS}`, timeoutMs);
   return csv === null ? null : parseGpus(csv);
+}
+
+/** The MIG devices of the host's GPUs, by `nvidia-smi -L`; null when nvidia-smi is not
+ *  installed. Throws when it fails. */
+export async function queryMigDevices(timeoutMs = 2000): Promise<MigDevice[] | null> {
+  const list = await nvidiaSmi(['-L'], timeoutMs);
+  return list === null ? null : parseMigDevices(list);
 }
 
 /** GPU memory (MiB) held by each process with a compute context; null without nvidia-smi. */
 export async function queryGpuMemory(timeoutMs = 2000): Promise<Map<number, number> | null> {
-  const csv = await nvidiaSmi(['--query-compute-apps=pid,used_memory'], timeoutMs);
+  const csv = await query('--query-compute-apps=pid,used_memory', timeoutMs);
   return csv === null ? null : parseComputeApps(csv);
 }

@@ -1,7 +1,9 @@
 // Pinning a worker process to its GPU, for every execution provider, through its environment at
 // fork (nothing else reaches the drivers before they enumerate devices):
 // - CUDA: CUDA_VISIBLE_DEVICES. CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER is
-//   PCI_BUS_ID, while nvidia-smi (and so the config's GPU ids) numbers them in PCI order.
+//   PCI_BUS_ID, while nvidia-smi (and so the config's GPU ids) numbers them in PCI order. A MIG
+//   device is pinned by its UUID there too, and only there (nvidia-smi's GPU rows, whence the
+//   PCI address below, are whole GPUs; MIG runs no Vulkan).
 // - WebGPU: Dawn requests a high-performance adapter and takes the first device the Vulkan loader
 //   lists after sorting by type (discrete, integrated, ..., CPU last); it has no device index and
 //   onnxruntime-node passes none. On a host of identical GPUs it would take the same one in every

@@ -178,7 +178,7 @@ const REGISTRY = {
   },
   TILE_ERR_CONFIG_GPU: {
     meaning:
-      "A model's gpus lists a GPU this host does not have (by nvidia-smi's indices and UUIDs): a --check-config problem, and a warning in the log at start, where its workers see no GPU.",
+      "A model's gpus lists a GPU this host does not have (by nvidia-smi's indices and UUIDs, and the MIG devices nvidia-smi -L lists): a --check-config problem, and a warning in the log at start, where its workers see no GPU.",
   },
   TILE_ERR_CONFIG_PATH: {
     meaning:

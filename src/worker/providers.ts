@@ -9,6 +9,7 @@ import type { ProviderName } from '../config/config.js';
 import type { SkippedProvider } from '../ipc/protocol.js';
 import { bundledVersion, CUDA_LIBRARY, installRecordProblem, runtimeDir } from '../gpu/cuda-provider.js';
 import { deviceLabel, vulkanDevices, type VulkanDevice } from '../gpu/vulkan.js';
+import { isMigDevice } from '../gpu/nvidia-smi.js';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -53,6 +54,10 @@ function cudaPrecheck(target: ProviderTarget): string | null {
 /** The Vulkan device Dawn will take, or why webgpu cannot be tried. */
 function webgpuPrecheck(target: ProviderTarget, auto: boolean): { adapter: VulkanDevice | null } | { skip: string } {
   if (auto && target.gpu === null) return { skip: NO_GPU };
+  // MIG supports no graphics APIs (OpenGL, Vulkan: NVIDIA's MIG user guide); a Vulkan device
+  // listed would be the whole GPU, not this slice.
+  if (target.gpu !== null && isMigDevice(target.gpu))
+    return { skip: `${target.gpu} is a MIG device, which Vulkan (and so webgpu) cannot use: only cuda runs on it` };
   let devices: VulkanDevice[] | null;
   try {
     devices = vulkanDevices();

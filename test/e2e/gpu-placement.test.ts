@@ -8,17 +8,20 @@ import { fakeNvidiaSmi } from '../helpers/packages.js';
 type Json = Record<string, any>;
 
 t.test('workers are pinned, fall back to cpu saying why, and report their GPU memory', async (t) => {
+  // GPU 1 has a MIG device (nvidia-smi -L lists it; the GPU query lists whole GPUs only).
+  const mig = 'MIG-0e6b6e4c-7d3a-5b8e-9f10-2a3b4c5d6e7f';
   const bin = fakeNvidiaSmi(
     [
       '0, NVIDIA H100 80GB HBM3, GPU-5c2e7a41-9d0b-3f4e-8b7a-1f2e3d4c5b6a, 00000000:18:00.0, 81559, 1024, 3, 550.54.15',
       '1, NVIDIA H100 80GB HBM3, GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90, 00000000:3B:00.0, 81559, 2048, 7, 550.54.15',
     ],
     1234,
+    { 1: [mig] },
   );
   const server = await startServer({
     models: [
       { name: 'gene-expr', instances: 2, gpus: 'auto' },
-      { name: 'tile-embed', gpus: ['5'] },
+      { name: 'tile-embed', instances: 2, gpus: ['5', mig] },
       { name: 'tissue-seg', gpus: [] },
     ],
     env: { PATH: `${bin}:${process.env.PATH}` },
@@ -51,6 +54,26 @@ t.test('workers are pinned, fall back to cpu saying why, and report their GPU me
     provider: 'cpu',
     provider_skipped: [notInstalled, { provider: 'webgpu', reason: /only software Vulkan devices|no Vulkan/ }],
   });
+  t.match(byId['tile-embed#1'], {
+    gpu: mig,
+    cuda_visible_devices: mig,
+    provider: 'cpu',
+    provider_skipped: [
+      notInstalled,
+      {
+        provider: 'webgpu',
+        reason: `${mig} is a MIG device, which Vulkan (and so webgpu) cannot use: only cuda runs on it`,
+      },
+    ],
+  });
+  t.ok(
+    diag.logs.service.some((l: string) => l.includes('gpus[0] is \\"5\\", not a GPU of this host')),
+    'a GPU nvidia-smi does not list is warned of',
+  );
+  t.notOk(
+    diag.logs.service.some((l: string) => l.includes(mig) && l.includes('not a')),
+    'a MIG device nvidia-smi -L lists is not',
+  );
   t.match(byId['tissue-seg#0'], {
     gpu: null,
     cuda_visible_devices: '',

@@ -27,18 +27,33 @@ export function corruptPackage(model: string): string {
 }
 
 /** A folder on PATH with a fake nvidia-smi that prints `lines` for --query-gpu (or hangs when
- *  lines is null), and for --query-compute-apps `appMib` MiB for every model worker process
- *  running on the machine (none when appMib is null). */
-export function fakeNvidiaSmi(lines: string[] | null, appMib: number | null = null): string {
+ *  lines is null), for --query-compute-apps `appMib` MiB for every model worker process
+ *  running on the machine (none when appMib is null), and for -L each GPU of `lines` with the
+ *  MIG devices `mig` gives its index, in the form of NVIDIA's MIG user guide. */
+export function fakeNvidiaSmi(
+  lines: string[] | null,
+  appMib: number | null = null,
+  mig: Record<string, string[]> = {},
+): string {
   const dir = tempDir('bin');
-  const gpus = lines === null ? 'sleep 30' : lines.map((l) => `echo "${l}"`).join('\n');
+  const echo = (out: string[]) => (lines === null ? 'sleep 30' : out.map((l) => `echo "${l}"`).join('\n'));
+  const gpus = echo(lines ?? []);
+  const list = echo(
+    (lines ?? []).flatMap((l) => {
+      const [index, name, uuid] = l.split(', ');
+      return [
+        `GPU ${index}: ${name} (UUID: ${uuid})`,
+        ...(mig[index] ?? []).map((id, i) => `  MIG 1g.10gb     Device  ${i}: (UUID: ${id})`),
+      ];
+    }),
+  );
   const apps =
     appMib === null
       ? ':'
       : `grep -l -s worker/main.js /proc/[0-9]*/cmdline | sed 's#/proc/\\([0-9]*\\)/cmdline#\\1, ${appMib}#'; exit 0`;
   writeFileSync(
     join(dir, 'nvidia-smi'),
-    `#!/bin/sh\ncase "$1" in\n--query-compute-apps=*)\n${apps}\n;;\n*)\n${gpus}\n;;\nesac\n`,
+    `#!/bin/sh\ncase "$1" in\n--query-compute-apps=*)\n${apps}\n;;\n-L)\n${list}\n;;\n*)\n${gpus}\n;;\nesac\n`,
     { mode: 0o755 },
   );
   return dir;

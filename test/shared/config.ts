@@ -103,7 +103,28 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
           ],
         }),
       ['TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE'],
-      /models\[0\]\.gpus\[0\] is "\.\.\/x", expected a GPU index as nvidia-smi numbers GPUs \("0", "1", \.\.\.\) or a GPU UUID .*; \S+ models\[0\]\.gpus\[3\] is "0000:3b:00\.0", expected a GPU index/,
+      /models\[0\]\.gpus\[0\] is "\.\.\/x", expected a GPU index as nvidia-smi numbers GPUs \("0", "1", \.\.\.\), or a GPU or MIG device UUID .*; \S+ models\[0\]\.gpus\[3\] is "0000:3b:00\.0", expected a GPU index/,
+    ],
+    [
+      'MIG device ids: a UUID, or a GPU UUID with its two instances (drivers before R470), not less',
+      () =>
+        load({
+          models: [
+            {
+              name: 'tissue-seg',
+              gpus: [
+                'MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f',
+                'MIG-GPU-e91edf3b-b297-37c1-a2a7-7601c98c2c8c/1/0',
+                'MIG-c6d4f1ef',
+                'MIG-GPU-e91edf3b-b297-37c1-a2a7-7601c98c2c8c/1',
+                'MIG-GPU-e91edf3b-b297-37c1-a2a7-7601c98c2c8c/1/0/2',
+                'MIG-1',
+              ],
+            },
+          ],
+        }),
+      ['TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE', 'TILE_ERR_CONFIG_VALUE'],
+      /models\[0\]\.gpus\[2\] is "MIG-c6d4f1ef", expected .* \("GPU-" or "MIG-" then 36 hex digits and dashes; before driver R470, MIG-GPU-<uuid>\/<gi>\/<ci>\); .*gpus\[3\] is .*gpus\[4\] is .*gpus\[5\] is "MIG-1", expected /,
     ],
     [
       'sizes and counts no host needs (1e18 bytes of body passed)',
@@ -164,7 +185,7 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       'a misspelt value',
       () => load({ models: [{ name: 'tissue-seg', gpus: 'atuo' }] }),
       ['TILE_ERR_CONFIG_VALUE'],
-      /models\[0\]\.gpus is "atuo", expected "auto" or a list \(each a GPU index as nvidia-smi numbers GPUs \("0", "1", \.\.\.\) or a GPU UUID as nvidia-smi -L prints it \("GPU-" then 36 hex digits and dashes\)\) \(did you mean "auto"\?\)$/,
+      /models\[0\]\.gpus is "atuo", expected "auto" or a list \(each a GPU index as nvidia-smi numbers GPUs \("0", "1", \.\.\.\), or a GPU or MIG device UUID as nvidia-smi -L prints it \("GPU-" or "MIG-" then 36 hex digits and dashes; before driver R470, MIG-GPU-<uuid>\/<gi>\/<ci>\)\) \(did you mean "auto"\?\)$/,
     ],
     [
       'a misspelt key and so a missing one',
@@ -434,6 +455,79 @@ t.test('--check-config checks listed GPUs against nvidia-smi, or says it cannot'
     await checkGpus(load(good), env, async () => host),
     { lines: [], problems: [] },
     'nothing listed, nothing run',
+  );
+  let listAsked = false;
+  await checkGpus(
+    config,
+    env,
+    async () => host,
+    async () => ((listAsked = true), []),
+  );
+  t.notOk(listAsked, 'no MIG device listed: nvidia-smi -L not run');
+
+  // MIG devices are checked against nvidia-smi -L, GPUs still against the query.
+  const mig = [
+    { uuid: 'MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f', gpu: '0', name: 'MIG 3g.20gb Device 0' },
+    { uuid: 'MIG-GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90/1/0', gpu: '1', name: 'MIG 3g.20gb Device 0' },
+  ];
+  const migConfig = load({
+    models: [
+      {
+        name: 'tissue-seg',
+        gpus: ['MIG-C6D4F1EF-42E4-5DE3-91C7-45D71C87EB3F', 'MIG-GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90/1/0', '1'],
+      },
+      { name: 'gene-expr', gpus: ['MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb', '7'] },
+    ],
+  });
+  const migFound = await checkGpus(
+    migConfig,
+    env,
+    async () => host,
+    async () => mig,
+  );
+  t.same(
+    migFound.problems.map((p) => [p.code, p.message]),
+    [
+      [
+        'TILE_ERR_CONFIG_GPU',
+        '/etc/tile/config.json: models[1].gpus[0] is "MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb", not a MIG device of this host (nvidia-smi -L lists MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f on GPU 0, MIG-GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90/1/0 on GPU 1), expected one of their UUIDs',
+      ],
+      [
+        'TILE_ERR_CONFIG_GPU',
+        '/etc/tile/config.json: models[1].gpus[1] is "7", not a GPU of this host (nvidia-smi lists 0, 1), expected one of their indices or UUIDs',
+      ],
+    ],
+    'a MIG device -L does not list; those it lists, in either form and case, are found',
+  );
+  t.match(
+    (
+      await checkGpus(
+        migConfig,
+        env,
+        async () => host,
+        async () => [],
+      )
+    ).problems.map((p) => p.message),
+    [
+      /gpus\[0\] is "MIG-C6D4.*not a MIG device of this host \(nvidia-smi -L lists none\)/,
+      /gpus\[1\]/,
+      /gpus\[0\]/,
+      /gpus\[1\]/,
+    ],
+    'a host without MIG devices',
+  );
+  t.match(
+    (
+      await checkGpus(
+        migConfig,
+        env,
+        async () => host,
+        async () => {
+          throw new Error('nvidia-smi did not answer within 2000 ms');
+        },
+      )
+    ).lines,
+    [/^GPUs: .* not checked: nvidia-smi did not answer within 2000 ms$/],
   );
 });
 

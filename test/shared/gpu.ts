@@ -7,7 +7,14 @@ import type autocannon from 'autocannon';
 import { execFile } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseComputeApps, parseGpuProcesses, parseGpus, queryGpus } from '../../src/gpu/nvidia-smi.js';
+import {
+  parseComputeApps,
+  parseGpuProcesses,
+  parseGpus,
+  parseMigDevices,
+  queryGpus,
+  queryMigDevices,
+} from '../../src/gpu/nvidia-smi.js';
 import { pciAddress, pinningEnv } from '../../src/gpu/pinning.js';
 import { isDeviceFault } from '../../src/gpu/device-faults.js';
 import {
@@ -23,6 +30,7 @@ import { crashReason } from '../../src/lib/stderr-error.js';
 import { install } from '../../tools/cuda-install.js';
 import { errorCount, errorKinds } from '../../bench/load.js';
 import { ROOT } from '../helpers/server.js';
+import { fakeNvidiaSmi } from '../helpers/packages.js';
 import { tempDir } from '../../tools/temp-dir.js';
 
 // Recorded on a 2 x H100 host (nvidia-smi 550.54.15), with the service's query options.
@@ -74,6 +82,43 @@ t.test('nvidia-smi: GPUs with their identity, memory per process', async (t) => 
   );
 });
 
+// nvidia-smi -L on hosts with MIG devices, in the forms of NVIDIA's MIG user guide: drivers from
+// R470 name a MIG device by its own UUID; R450 and R460 by its GPU's and its instances.
+const MIG_LIST = `GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)
+  MIG 3g.20gb     Device  0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)
+  MIG 2g.10gb     Device  1: (UUID: MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb)
+GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90)
+`;
+const MIG_LIST_R450 = `GPU 0: A100-SXM4-40GB (UUID: GPU-e91edf3b-b297-37c1-a2a7-7601c98c2c8c)
+  MIG 3g.20gb Device 0: (UUID: MIG-GPU-e91edf3b-b297-37c1-a2a7-7601c98c2c8c/1/0)
+`;
+
+t.test('nvidia-smi -L: MIG devices under their GPU', async (t) => {
+  t.same(parseMigDevices(MIG_LIST), [
+    { uuid: 'MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f', gpu: '0', name: 'MIG 3g.20gb Device 0' },
+    { uuid: 'MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb', gpu: '0', name: 'MIG 2g.10gb Device 1' },
+  ]);
+  t.same(parseMigDevices(MIG_LIST_R450), [
+    { uuid: 'MIG-GPU-e91edf3b-b297-37c1-a2a7-7601c98c2c8c/1/0', gpu: '0', name: 'MIG 3g.20gb Device 0' },
+  ]);
+  t.same(parseMigDevices(`No devices were found\n${GPUS}`), [], 'lines that are no GPU list: no device');
+  t.same(
+    parseMigDevices('  MIG 1g.10gb Device 0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)\n'),
+    [],
+    'a MIG line under no GPU is not taken',
+  );
+  // The real call, through a fake nvidia-smi on PATH (the test helper's -L answer).
+  const bin = fakeNvidiaSmi(GPUS.trim().split('\n'), null, { 1: ['MIG-0e6b6e4c-7d3a-5b8e-9f10-2a3b4c5d6e7f'] });
+  const path = process.env.PATH;
+  process.env.PATH = `${bin}:${path}`;
+  t.teardown(() => {
+    process.env.PATH = path;
+  });
+  t.same(await queryMigDevices(), [
+    { uuid: 'MIG-0e6b6e4c-7d3a-5b8e-9f10-2a3b4c5d6e7f', gpu: '1', name: 'MIG 1g.10gb Device 0' },
+  ]);
+});
+
 t.test('pinning: CUDA in PCI order, Vulkan through the PCI address', async (t) => {
   t.equal(pciAddress('00000000:3B:00.0'), '0000:3b:00.0');
   t.equal(pciAddress('garbage'), null);
@@ -93,6 +138,11 @@ t.test('pinning: CUDA in PCI order, Vulkan through the PCI address', async (t) =
     pinningEnv('5', undefined),
     { CUDA_VISIBLE_DEVICES: '5', CUDA_DEVICE_ORDER: 'PCI_BUS_ID' },
     'a GPU nvidia-smi does not list: CUDA only',
+  );
+  t.same(
+    pinningEnv('MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f', undefined),
+    { CUDA_VISIBLE_DEVICES: 'MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f', CUDA_DEVICE_ORDER: 'PCI_BUS_ID' },
+    'a MIG device: CUDA, by its UUID',
   );
 });
 
