@@ -337,7 +337,7 @@ const REGISTRY = {
   },
   TILE_ERR_SLIDE_DICOMWEB_REFUSED: {
     meaning:
-      'The DICOMweb server answered another 4xx, or not what WADO-RS gives (the line names the URL and what came).',
+      'The DICOMweb server answered another 4xx, or not what WADO-RS gives, or more bytes than what was asked for may take (the line names the URL and what came).',
   },
   TILE_ERR_SLIDE_NO_TISSUE: { meaning: 'No tile of the grid has --min-tissue of tissue.' },
   TILE_ERR_SLIDE_TRUNCATED: {

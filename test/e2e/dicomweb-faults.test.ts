@@ -1,23 +1,32 @@
 // The DICOMweb reader against a real Orthanc (its DICOMweb plugin) serving OrthancWSIDicomizer's
 // output, through a proxy that misbehaves as servers and the gateways before them do: metadata that
 // is a JSON object, a study search answered with a login page, frames cut mid-body, frames of
-// garbage, and a server that stops answering (before its headers, or mid-body). Each fails coded,
-// naming the URL, or is retried and read.
+// garbage, a server that stops answering (before its headers, or mid-body), and metadata or frames
+// whose body pours on without end. Each fails coded, naming the URL, or is retried and read.
 import { once } from 'node:events';
 import { createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { get, seriesInstances } from '../../src/client/slide/dicom/dicomweb.js';
+import { get, METADATA_LIMIT, seriesInstances } from '../../src/client/slide/dicom/dicomweb.js';
 import { expandStudy } from '../../src/client/slide/dicom/open-dicom.js';
 import { openSlide } from '../../src/client/slide/open.js';
 import { writeSlide } from '../../tools/synthetic/slide.js';
 import { dicomize, startOrthanc, uidsOf, type Orthanc } from '../../tools/orthanc.js';
 import { tempDir } from '../../tools/temp-dir.js';
+import { pour } from '../helpers/misbehaving-server.js';
 
 const dir = tempDir('dicomweb-faults');
-type Fault = 'meta-object' | 'study-html' | 'frames-cut' | 'frames-garbage' | 'stall' | 'stall-body';
+type Fault =
+  | 'meta-object'
+  | 'study-html'
+  | 'frames-cut'
+  | 'frames-garbage'
+  | 'stall'
+  | 'stall-body'
+  | 'meta-endless'
+  | 'frames-endless';
 /** The fault the proxy plays, on how many more requests it applies to (Infinity: all). */
 let fault: { kind: Fault; times: number } | null = null;
 
@@ -46,6 +55,13 @@ function misbehave(upstream: string) {
       return res.end('<html>login</html>');
     }
     if (applies('stall', frames)) return; // never answers
+    if (applies('meta-endless', url.endsWith('/metadata')) || applies('frames-endless', frames))
+      // Past the metadata's limit (256 MiB) before it is cut.
+      return pour(
+        res,
+        frames ? 'multipart/related; type="image/jpeg"; boundary=endless' : 'application/dicom+json',
+        320,
+      );
     const [cut, garbage, stallBody] = [
       applies('frames-cut', frames),
       applies('frames-garbage', frames),
@@ -163,15 +179,36 @@ t.test('a server that stops answering, before its headers or mid-body: timed out
   const accept = 'multipart/related; type="image/jpeg"; transfer-syntax=1.2.840.10008.1.2.4.50';
   for (const kind of ['stall', 'stall-body'] as const) {
     fault = { kind, times: 1 };
-    const { body } = await get(url, accept, timeouts);
+    const { body } = await get(url, accept, METADATA_LIMIT, timeouts);
     t.ok(body.length > 100, `${kind} once: retried, ${body.length} bytes`);
     fault = { kind, times: Infinity };
     const started = performance.now();
-    await t.rejects(get(url, accept, timeouts), {
+    await t.rejects(get(url, accept, METADATA_LIMIT, timeouts), {
       code: 'TILE_ERR_SLIDE_DICOMWEB_DOWN',
       message: `${url}: the DICOMweb server did not answer after 5 tries (${kind === 'stall' ? 'no answer in 0.3 s' : 'its body cut short: no body for 0.3 s'})`,
     });
     const seconds = (performance.now() - started) / 1000;
     t.ok(seconds < 10, `${kind}: given up after ${seconds.toFixed(1)} s (5 tries of 0.3 s, 3 s of backoff)`);
   }
+});
+
+t.test('metadata or frames whose body never ends: cut at what was asked for, refused naming the URL', async (t) => {
+  fault = { kind: 'meta-endless', times: 100 };
+  await t.rejects(openSlide(series), {
+    code: 'TILE_ERR_SLIDE_DICOMWEB_REFUSED',
+    message: new RegExp(
+      `^${series}/metadata: its answer came to \\d+ bytes and on, more than the ${METADATA_LIMIT.bytes} bytes a DICOM JSON answer may take; not read further$`,
+    ),
+  });
+  t.equal(fault.times, 99, 'one try: not retried');
+  fault = { kind: 'frames-endless', times: Infinity };
+  const started = performance.now();
+  await t.rejects(region(series), {
+    code: 'TILE_ERR_SLIDE_DICOMWEB_REFUSED',
+    message: new RegExp(
+      `^${series}/instances/[0-9.]+/frames/[0-9,]+: its answer came to \\d+ bytes and on, more than the \\d+ bytes \\d+ frames? of \\d+ bytes of pixels each may take; not read further$`,
+    ),
+  });
+  const seconds = (performance.now() - started) / 1000;
+  t.ok(seconds < 10, `frames refused in ${seconds.toFixed(1)} s`);
 });

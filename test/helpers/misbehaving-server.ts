@@ -23,3 +23,21 @@ export function trickle(res: ServerResponse, bytes: Uint8Array, everyMs: number)
   const drip = setInterval(() => res.write(bytes.subarray(at, ++at)), everyMs);
   res.on('close', () => clearInterval(drip));
 }
+
+/** Answers 200 with `type` and a body that pours on, 1 MiB pieces as fast as the client takes them,
+ *  never ending; cut after `mib` MiB, so that a client without a limit fails (its body cut short)
+ *  instead of filling memory. */
+export function pour(res: ServerResponse, type: string, mib: number): void {
+  if (!res.headersSent) res.writeHead(200, { 'content-type': type });
+  const piece = Buffer.alloc(1 << 20, 0x20);
+  let sent = 0;
+  const more = () => {
+    while (sent < mib && !res.destroyed) {
+      sent++;
+      if (!res.write(piece)) return;
+    }
+    if (sent >= mib) res.destroy();
+  };
+  res.on('drain', more);
+  more();
+}

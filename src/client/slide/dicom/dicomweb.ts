@@ -9,7 +9,7 @@ import type { CodesOf } from '../../../lib/errors.js';
 import { SlideError, type FrameBytes } from '../slide.js';
 import { jsonAttrs, type JsonDataSet } from './attributes.js';
 import { byInstance, type FrameAt, type FrameSource } from './dicom-slide.js';
-import { EXPLICIT_LE, JPEG_BASELINE, type Instance } from './pyramid.js';
+import { EXPLICIT_LE, frameBytes, JPEG_BASELINE, type Instance } from './pyramid.js';
 import { bodyDeadlineMs, REMOTE_TIMEOUTS, type RemoteTimeouts } from '../remote/source.js';
 
 export const AUTH_ENV = 'TILE_INFER_DICOMWEB_AUTHORIZATION';
@@ -33,6 +33,25 @@ export const seriesUrl = (u: DicomWebUrl, series: string) => `${u.base}/studies/
 
 const failure = (code: CodesOf<'SLIDE'>, message: string) => new SlideError(code, message);
 
+/** The most an answer may hold (`bytes`), and what it was asked for, in words (`what`): a server
+ *  whose body never ends, or far outgrows what was asked, is cut there, not buffered without end. */
+export interface AnswerLimit {
+  bytes: number;
+  what: string;
+}
+
+/** A metadata or search answer's limit: V8's longest string is 2^29 - 24 characters, so a larger
+ *  one could not be parsed as JSON anyway. */
+export const METADATA_LIMIT: AnswerLimit = { bytes: 256 * 1024 * 1024, what: 'a DICOM JSON answer' };
+
+/** A frames answer's limit: each frame at twice its pixels' bytes (a compressed frame is smaller
+ *  than its pixels, JPEG of noise at quality 100 near them) plus 4 KiB (its part's headers, JPEG
+ *  markers and tables), and 64 KiB more for the whole. */
+export const framesLimit = (frames: number, instance: Instance): AnswerLimit => ({
+  bytes: frames * (2 * frameBytes(instance) + 4096) + 64 * 1024,
+  what: `${frames} frame${frames > 1 ? 's' : ''} of ${frameBytes(instance)} bytes of pixels each`,
+});
+
 /** A whole answer: its body, read within the timeouts, and its content type. */
 export interface Answer {
   body: Buffer;
@@ -48,15 +67,28 @@ const reasonOf = (err: unknown) => {
 /** `response`'s body, failing when no piece of it comes for `timeouts.bodyMs` (`abort` ends the
  *  request), or when a piece comes past its deadline (bodyDeadlineMs of the bytes come so far: a
  *  frames answer's size is known only once read, a Content-Length could lie; `slow` says so and
- *  ends the request), checked as each piece comes, no timer more. */
+ *  ends the request), checked as each piece comes, no timer more; and at once, not retried, when it
+ *  runs past `limit` (a server's mistake, not a passing fault). */
 async function readBody(
+  url: string,
   response: Response,
+  limit: AnswerLimit,
   timeouts: RemoteTimeouts,
   abort: () => void,
   slow: (bytes: number, seconds: number) => void,
 ): Promise<Buffer> {
   const chunks: Uint8Array[] = [];
   if (!response.body) return Buffer.alloc(0);
+  const tooLarge = (said: string) =>
+    failure(
+      'TILE_ERR_SLIDE_DICOMWEB_REFUSED',
+      `${url}: its answer ${said}, more than the ${limit.bytes} bytes ${limit.what} may take; not read further`,
+    );
+  const length = Number(response.headers.get('content-length') ?? 0);
+  if (length > limit.bytes) {
+    await response.body.cancel().catch(() => {});
+    throw tooLarge(`is ${length} bytes (its Content-Length)`);
+  }
   const reader = response.body.getReader();
   const started = performance.now();
   let bytes = 0;
@@ -70,6 +102,10 @@ async function readBody(
     for (let r = await reader.read(); !r.done; r = await reader.read()) {
       chunks.push(r.value);
       bytes += r.value.length;
+      if (bytes > limit.bytes) {
+        await reader.cancel().catch(() => {});
+        throw tooLarge(`came to ${bytes} bytes and on`);
+      }
       const ms = performance.now() - started;
       if (ms > bodyDeadlineMs(bytes, timeouts)) {
         slow(bytes, ms / 1000);
@@ -84,9 +120,15 @@ async function readBody(
   return Buffer.concat(chunks);
 }
 
-/** GET with the Authorization header, its body read whole; retried on 5xx, connection errors, a
- *  body cut short or too slow and the timeouts (`timeouts`: tests give shorter ones). */
-export async function get(url: string, accept: string, timeouts: RemoteTimeouts = REMOTE_TIMEOUTS): Promise<Answer> {
+/** GET with the Authorization header, its body read whole up to `limit`; retried on 5xx,
+ *  connection errors, a body cut short or too slow and the timeouts (`timeouts`: tests give
+ *  shorter ones). */
+export async function get(
+  url: string,
+  accept: string,
+  limit: AnswerLimit,
+  timeouts: RemoteTimeouts = REMOTE_TIMEOUTS,
+): Promise<Answer> {
   const headers: Record<string, string> = { accept };
   const auth = process.env[AUTH_ENV];
   if (auth) headers.authorization = auth;
@@ -118,8 +160,9 @@ export async function get(url: string, accept: string, timeouts: RemoteTimeouts 
           controller.abort();
         };
         const idle = stall(`no body for ${timeouts.bodyMs / 1000} s`);
-        return { body: await readBody(response, timeouts, idle, tooSlow), contentType };
+        return { body: await readBody(url, response, limit, timeouts, idle, tooSlow), contentType };
       } catch (err) {
+        if (err instanceof SlideError) throw err;
         const cause = (err as { cause?: Error }).cause;
         last = slow || `its body cut short: ${stalled || cause?.message || (err as Error).message}`;
         continue;
@@ -152,7 +195,7 @@ export async function get(url: string, accept: string, timeouts: RemoteTimeouts 
 
 /** A DICOM JSON answer (PS3.18 F.2): an array of data sets, else refused, naming what came. */
 async function dataSets(url: string): Promise<JsonDataSet[]> {
-  const { body, contentType } = await get(url, 'application/dicom+json');
+  const { body, contentType } = await get(url, 'application/dicom+json', METADATA_LIMIT);
   const refused = (what: string) =>
     failure('TILE_ERR_SLIDE_DICOMWEB_REFUSED', `${url}: answered ${contentType || 'no content type'}: ${what}`);
   let sets: unknown;
@@ -287,7 +330,7 @@ export class DicomWebFrames implements FrameSource {
       [...byInstance(at)].map(async ([instance, ks]) => {
         const url = `${this.instances[instance].url}/frames/${ks.map((k) => at[k].frame + 1).join(',')}`;
         const accept = acceptFor(this.instances[instance].transferSyntax!);
-        const { body, contentType } = await get(url, accept);
+        const { body, contentType } = await get(url, accept, framesLimit(ks.length, this.instances[instance]));
         const parts = multipartParts(body, contentType, url);
         if (parts.length !== ks.length)
           throw failure(

@@ -370,6 +370,14 @@ export function buildPyramid(label: string, instances: Instance[]): Pyramid {
   return { series: seriesOf(instances[0]), levels, associated, ...mppOf(instances[base.members[0]], label) };
 }
 
+/** Bytes of one frame's pixels, uncompressed (Rows x Columns x SamplesPerPixel x BitsAllocated;
+ *  RGB of 8 bits where absent): what a compressed frame stays under (dicomweb.ts' framesLimit). */
+export function frameBytes(i: Instance): number {
+  const a = i.attrs;
+  const [rows, columns] = [a.number(TAG.rows) ?? 0, a.number(TAG.columns) ?? 0];
+  return rows * columns * (a.number(TAG.samples) ?? 3) * Math.ceil((a.number(TAG.bitsAllocated) ?? 8) / 8);
+}
+
 /** Frames an instance says it holds (NumberOfFrames, 1 when absent): a whole number from 1, and
  *  as many as its per-frame functional groups where it has them (PS3.3 C.7.6.16), so that a damaged
  *  count fails here, naming it, before anything is sized by it. */
