@@ -4,7 +4,14 @@
 // Later requests carry If-Match, so a file replaced mid-run fails instead of mixing versions.
 import { request, type Dispatcher } from 'undici';
 import { SlideError } from '../slide.js';
-import { BLOCK, bodyDeadlineMs, REMOTE_TIMEOUTS, type RangeTransport, type RemoteTimeouts } from './source.js';
+import {
+  BLOCK,
+  bodyDeadlineMs,
+  REMOTE_TIMEOUTS,
+  timedOut,
+  type RangeTransport,
+  type RemoteTimeouts,
+} from './source.js';
 
 /** Retries of a request that failed to connect, timed out, was cut short or got a 5xx, after
  *  these pauses. */
@@ -54,8 +61,8 @@ export class HttpTransport implements RangeTransport {
 /** What failed of a request, in words: undici's codes for the timeouts, else its own. */
 function failed(err: Error, timeouts: RemoteTimeouts): string {
   const code = (err as NodeJS.ErrnoException).code;
-  if (code === 'UND_ERR_HEADERS_TIMEOUT') return `no answer within ${timeouts.headersMs / 1000} s`;
-  if (code === 'UND_ERR_BODY_TIMEOUT') return `the answer stopped for ${timeouts.bodyMs / 1000} s mid-body`;
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') return timedOut.headers(timeouts);
+  if (code === 'UND_ERR_BODY_TIMEOUT') return timedOut.idle(timeouts);
   if (code === 'UND_ERR_SOCKET') return `the connection closed before the answer was whole (${err.message})`;
   return code ?? err.message;
 }
@@ -88,9 +95,7 @@ async function send<T>(
       failure = `HTTP ${res.statusCode}`;
     } catch (err) {
       if (err instanceof SlideError) throw err;
-      failure = controller.signal.aborted
-        ? `the answer came slower than ${timeouts.minBytesPerSecond / 1024} KiB/s (${bytes} bytes not whole ${bodyDeadlineMs(bytes, timeouts) / 1000} s after its headers)`
-        : failed(err as Error, timeouts);
+      failure = controller.signal.aborted ? timedOut.slow(bytes, timeouts) : failed(err as Error, timeouts);
     } finally {
       clearTimeout(deadline);
     }

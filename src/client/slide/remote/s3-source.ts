@@ -4,29 +4,52 @@
 // path-style: bucket names are rarely in their DNS). Ranges carry IfMatch with the ETag the first
 // one saw, so an object replaced mid-run fails instead of mixing versions.
 import type { S3Client } from '@aws-sdk/client-s3';
+import type { Readable } from 'node:stream';
 import { SlideError } from '../slide.js';
-import { BLOCK, type RangeTransport } from './source.js';
+import {
+  BLOCK,
+  bodyDeadlineMs,
+  REMOTE_TIMEOUTS,
+  timedOut,
+  type RangeTransport,
+  type RemoteTimeouts,
+} from './source.js';
 
 type Sdk = typeof import('@aws-sdk/client-s3');
-let shared: Promise<{ sdk: Sdk; client: S3Client }> | null = null;
+/** A client by its timeouts: REMOTE_TIMEOUTS' alone in a run, a test's own beside it. */
+const clients = new Map<RemoteTimeouts, Promise<{ sdk: Sdk; client: S3Client }>>();
 
 /** One client for every slide: its connections and credentials are reused. The SDK loads with
- *  the first s3:// slide (160 ms, every tile-infer start otherwise). */
-function s3(): Promise<{ sdk: Sdk; client: S3Client }> {
-  shared ??= import('@aws-sdk/client-s3')
-    .then((sdk) => ({
-      sdk,
-      client: new sdk.S3Client({
-        forcePathStyle: Boolean(process.env.AWS_ENDPOINT_URL_S3 ?? process.env.AWS_ENDPOINT_URL),
-        followRegionRedirects: true,
-        maxAttempts: 4,
-      }),
-    }))
-    .catch((err: unknown) => {
-      // The next slide tries again.
-      shared = null;
-      throw err;
-    });
+ *  the first s3:// slide (160 ms, every tile-infer start otherwise). Its request handler keeps
+ *  REMOTE_TIMEOUTS as the HTTP range reader does (the SDK's own default waits without end): a
+ *  connection within headersMs, the answer's headers within headersMs of the request
+ *  (requestTimeout, cleared when they come; thrown, not only logged), and no pause of bodyMs on
+ *  the socket (socketTimeout); the SDK retries each as a TimeoutError. */
+function s3(timeouts: RemoteTimeouts): Promise<{ sdk: Sdk; client: S3Client }> {
+  let shared = clients.get(timeouts);
+  if (!shared) {
+    shared = import('@aws-sdk/client-s3')
+      .then((sdk) => ({
+        sdk,
+        client: new sdk.S3Client({
+          forcePathStyle: Boolean(process.env.AWS_ENDPOINT_URL_S3 ?? process.env.AWS_ENDPOINT_URL),
+          followRegionRedirects: true,
+          maxAttempts: 4,
+          requestHandler: {
+            connectionTimeout: timeouts.headersMs,
+            requestTimeout: timeouts.headersMs,
+            throwOnRequestTimeout: true,
+            socketTimeout: timeouts.bodyMs,
+          },
+        }),
+      }))
+      .catch((err: unknown) => {
+        // The next slide tries again.
+        clients.delete(timeouts);
+        throw err;
+      });
+    clients.set(timeouts, shared);
+  }
   return shared;
 }
 
@@ -38,28 +61,25 @@ export class S3Transport implements RangeTransport {
     readonly size: number,
     readonly etag: string,
     readonly first: Uint8Array,
+    private readonly timeouts: RemoteTimeouts,
   ) {}
 
-  static async open(url: string): Promise<S3Transport> {
+  /** `timeouts`: tests give shorter ones. */
+  static async open(url: string, timeouts = REMOTE_TIMEOUTS): Promise<S3Transport> {
     const { bucket, key } = parts(url);
-    const res = await get(url, bucket, key, `bytes=0-${BLOCK - 1}`);
+    const res = await get({ url, bucket, key, timeouts }, 0, BLOCK);
     const total = /\/(\d+)$/.exec(res.contentRange ?? '');
     if (!total)
       throw new SlideError(
         'TILE_ERR_SLIDE_REMOTE',
         `${url}: a ranged GetObject without the object's size (Content-Range ${res.contentRange})`,
       );
-    return new S3Transport(url, bucket, key, Number(total[1]), res.etag ?? '', res.body);
+    return new S3Transport(url, bucket, key, Number(total[1]), res.etag ?? '', res.body, timeouts);
   }
 
   async fetch(offset: number, length: number): Promise<Uint8Array> {
-    const res = await get(
-      this.url,
-      this.bucket,
-      this.key,
-      `bytes=${offset}-${offset + length - 1}`,
-      this.etag || undefined,
-    );
+    const { url, bucket, key, timeouts } = this;
+    const res = await get({ url, bucket, key, timeouts }, offset, length, this.etag || undefined);
     return res.body;
   }
 
@@ -76,7 +96,7 @@ export async function listS3Folder(url: string): Promise<string[]> {
   const urls: string[] = [];
   let token: string | undefined;
   do {
-    const page = await call(url, (sdk, client) =>
+    const page = await call(url, REMOTE_TIMEOUTS, (sdk, client) =>
       client.send(
         new sdk.ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, Delimiter: '/', ContinuationToken: token }),
       ),
@@ -99,30 +119,71 @@ function parts(url: string, folder = false): { bucket: string; key: string } {
   return { bucket: m[1], key: m[2] };
 }
 
-/** A ranged GetObject, its body read inside the call: a connection lost mid-body is a coded error
- *  naming the URL too. */
-const get = (url: string, bucket: string, key: string, range: string, etag?: string) =>
+/** A ranged GetObject of [offset, offset + length), its body read inside the call (a connection
+ *  lost mid-body is a coded error naming the URL too) within bodyDeadlineMs of its headers: the
+ *  socket's idle timeout alone let a server sending a byte a second hold a request forever. */
+const get = (
+  o: { url: string; bucket: string; key: string; timeouts: RemoteTimeouts },
+  offset: number,
+  length: number,
+  etag?: string,
+) =>
   call(
-    url,
+    o.url,
+    o.timeouts,
     async (sdk, client) => {
       const res = await client.send(
-        new sdk.GetObjectCommand({ Bucket: bucket, Key: key, Range: range, IfMatch: etag }),
+        new sdk.GetObjectCommand({
+          Bucket: o.bucket,
+          Key: o.key,
+          Range: `bytes=${offset}-${offset + length - 1}`,
+          IfMatch: etag,
+        }),
       );
-      return { contentRange: res.ContentRange, etag: res.ETag, body: await res.Body!.transformToByteArray() };
+      let slow = false;
+      const deadline = setTimeout(
+        () => {
+          slow = true;
+          (res.Body as Readable).destroy(new Error('too slow'));
+        },
+        bodyDeadlineMs(length, o.timeouts),
+      );
+      try {
+        return { contentRange: res.ContentRange, etag: res.ETag, body: await res.Body!.transformToByteArray() };
+      } catch (err) {
+        const why = slow
+          ? timedOut.slow(length, o.timeouts)
+          : (err as Error).name === 'TimeoutError'
+            ? timedOut.idle(o.timeouts)
+            : `the connection closed before the answer was whole (${(err as Error).message})`;
+        throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${o.url}: ${why}`);
+      } finally {
+        clearTimeout(deadline);
+      }
     },
     etag,
   );
 
 /** An S3 request, its failures as slide errors naming the URL. */
-async function call<T>(url: string, request: (sdk: Sdk, client: S3Client) => Promise<T>, etag?: string): Promise<T> {
+async function call<T>(
+  url: string,
+  timeouts: RemoteTimeouts,
+  request: (sdk: Sdk, client: S3Client) => Promise<T>,
+  etag?: string,
+): Promise<T> {
   let sdk: Sdk | null = null;
   try {
-    const s = await s3();
+    const s = await s3(timeouts);
     sdk = s.sdk;
     return await request(sdk, s.client);
   } catch (err) {
-    if (!sdk || !(err instanceof sdk.S3ServiceException))
-      throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${(err as Error).message}`);
+    if (err instanceof SlideError) throw err;
+    if (!sdk || !(err instanceof sdk.S3ServiceException)) {
+      // The request handler's timeouts, retried by the SDK: before the answer's headers.
+      const retries = ((err as { $metadata?: { attempts?: number } }).$metadata?.attempts ?? 1) - 1;
+      const why = (err as Error).name === 'TimeoutError' ? timedOut.headers(timeouts) : (err as Error).message;
+      throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${why}${retries ? ` (after ${retries} retries)` : ''}`);
+    }
     const status = err.$metadata.httpStatusCode;
     const said = `S3 ${err.name}${status ? ` (HTTP ${status})` : ''}: ${err.message}`;
     if (status === 404) throw new SlideError('TILE_ERR_SLIDE_MISSING', `${url}: not found (${said})`);

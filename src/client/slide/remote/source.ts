@@ -20,7 +20,7 @@ export interface RangeTransport {
   close(): void;
 }
 
-/** How long a remote slide's server (HTTP ranges, DICOMweb) may take before a request is tried
+/** How long a remote slide's server (HTTP ranges, S3, DICOMweb) may take before a request is tried
  *  again: its answer's headers (headersMs), a pause in its body (bodyMs), and the whole body after
  *  its headers, which must come within bodyMs plus its bytes at minBytesPerSecond (bodyDeadlineMs).
  *  Undici's and fetch's defaults (300 s each) held a run 20 minutes and more, retries and all, on a
@@ -36,6 +36,14 @@ export type RemoteTimeouts = typeof REMOTE_TIMEOUTS;
 /** How long a body of `bytes` may take after its headers (REMOTE_TIMEOUTS). */
 export const bodyDeadlineMs = (bytes: number, timeouts: RemoteTimeouts): number =>
   timeouts.bodyMs + Math.ceil((bytes / timeouts.minBytesPerSecond) * 1000);
+
+/** A remote read's timeouts as its errors say them (HTTP ranges, S3; DICOMweb says its own). */
+export const timedOut = {
+  headers: (t: RemoteTimeouts) => `no answer within ${t.headersMs / 1000} s`,
+  idle: (t: RemoteTimeouts) => `the answer stopped for ${t.bodyMs / 1000} s mid-body`,
+  slow: (bytes: number, t: RemoteTimeouts) =>
+    `the answer came slower than ${t.minBytesPerSecond / 1024} KiB/s (${bytes} bytes not whole ${bodyDeadlineMs(bytes, t) / 1000} s after its headers)`,
+};
 
 /** Reads below this are rounded out to aligned blocks of it (and cached). */
 export const BLOCK = 64 * 1024;
