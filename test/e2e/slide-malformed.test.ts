@@ -2,7 +2,7 @@
 // chain of directories that loops (geotiff followed it without end, memory growing, locally and
 // over HTTP), a TileOffsets count of 2^30 (geotiff's error named neither tag nor directory), and
 // an OME-TIFF's SubIFDs listing one level 2,000 times or 33 levels (each parsed as a level, 21 s
-// and 640 MB at 20,000). The reader says each with a TILE_ERR_* code, soon; in a cohort against
+// and 640 MB at 20,000), and a SubIFD's counts of 2^33 and 2^40 (geotiff's allocation failures). The reader says each with a TILE_ERR_* code, soon; in a cohort against
 // the real service, the looping slide fails alone, here and from nginx, and the others are done.
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, writeFileSync } from 'node:fs';
@@ -160,6 +160,52 @@ t.test(
       code: 'TILE_ERR_SLIDE_UNREADABLE',
       message: /many\.ome\.tif: directory 0's SubIFDs \(tag 330\) lists 65 reduced levels, expected at most 64/,
     });
+  },
+);
+
+t.test(
+  "counts of 2^33 and 2^40 in an OME-TIFF's SubIFD: the tag, the SubIFD and the count, here and over HTTP",
+  async (t) => {
+    // tifffile's BigTIFF OME-TIFF, one reduced level in a SubIFD of directory 0. Before the walk
+    // read SubIFDs, geotiff met these counts as it parsed the level: TILE_ERR_SLIDE_FORMAT "not a
+    // readable TIFF (Invalid array length)", and "(Array buffer allocation failed)".
+    omeSubIfds(at('sub.ome.tif'), 1, true);
+    const good = await TiffSlide.open(at('sub.ome.tif'));
+    t.same(
+      good.levels.map((l) => [l.width, l.height]),
+      [
+        [64, 64],
+        [32, 32],
+      ],
+      'the file as tifffile wrote it opens, its SubIFD a level',
+    );
+    await good.close();
+    const cases = [
+      [
+        'sub-offsets.ome.tif',
+        'TileOffsets',
+        2 ** 33,
+        /directory 0, SubIFD 0: TileOffsets \(tag 324\) lists 8589934592 values, expected one a tile: 4 \(2x2 tiles of 16x16\)$/,
+      ],
+      [
+        'sub-bits.ome.tif',
+        'BitsPerSample',
+        2 ** 40,
+        /directory 0, SubIFD 0: tag 258 \(type 3\) lists 1099511627776 values, 2199023255552 bytes, more than the file's \d+; expected its values to lie in the file$/,
+      ],
+    ] as const;
+    for (const [name, tag, count, message] of cases) {
+      const path = variant('sub.ome.tif', name, (p) => setCount(p, tag, count, 0, 0));
+      t.match(await openError(path, (p) => TiffSlide.open(p)), { code: 'TILE_ERR_SLIDE_UNREADABLE', message }, name);
+    }
+    t.match(
+      await openError(`${nginx.url}/sub-offsets.ome.tif`),
+      {
+        code: 'TILE_ERR_SLIDE_UNREADABLE',
+        message: new RegExp(`^${nginx.url}/sub-offsets\\.ome\\.tif: directory 0, SubIFD 0: TileOffsets \\(tag 324\\)`),
+      },
+      'over HTTP',
+    );
   },
 );
 

@@ -41,14 +41,16 @@ export const loopDirectories = (path: string) =>
     path,
   );
 
-/** Sets the count field of directory `page`'s `tag` (its values left where they are). */
-export const setCount = (path: string, tag: string, count: number, page = 0) =>
+/** Sets the count field of directory `page`'s `tag` (its values left where they are); of its
+ *  SubIFD `subifd` where one is given. */
+export const setCount = (path: string, tag: string, count: number, page = 0, subifd = -1) =>
   tifffile(
-    'import struct\nwith tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n t = f.tiff\n f.filehandle.seek(f.pages[int(sys.argv[3])].tags[sys.argv[2]].offset + 4)\n f.filehandle.write(struct.pack(t.offsetformat, int(sys.argv[4])))',
+    'import struct\nwith tifffile.TiffFile(sys.argv[1], mode="r+b") as f:\n t = f.tiff\n p = f.pages[int(sys.argv[3])]\n if int(sys.argv[5]) >= 0: p = p.pages[int(sys.argv[5])]\n f.filehandle.seek(p.tags[sys.argv[2]].offset + 4)\n f.filehandle.write(struct.pack(t.offsetformat, int(sys.argv[4])))',
     path,
     tag,
     String(page),
     String(count),
+    String(subifd),
   );
 
 /** Rewrites directory 0's SubIFDs as `copies` copies of its first entry (tifffile appends the
@@ -61,12 +63,13 @@ export const repeatSubIfds = (path: string, copies: number) =>
   );
 
 /** An OME-TIFF written by tifffile whose first image lists `levels` reduced levels in SubIFDs
- *  (64x64 pixels, 16x16 tiles, uncompressed), each its own directory. */
-export const omeSubIfds = (path: string, levels: number) =>
+ *  (64x64 pixels, 16x16 tiles, uncompressed), each its own directory; a BigTIFF where `big`. */
+export const omeSubIfds = (path: string, levels: number, big = false) =>
   tifffile(
-    'import numpy\nn = int(sys.argv[2])\nimage = numpy.full((64, 64, 3), 200, numpy.uint8)\nwith tifffile.TiffWriter(sys.argv[1], ome=True) as tif:\n tif.write(image, tile=(16, 16), photometric="rgb", subifds=n, metadata={"axes": "YXS", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5})\n for k in range(n): tif.write(image[:32, :32], tile=(16, 16), photometric="rgb", subfiletype=1, metadata=None)',
+    'import numpy\nn = int(sys.argv[2])\nimage = numpy.full((64, 64, 3), 200, numpy.uint8)\nwith tifffile.TiffWriter(sys.argv[1], ome=True, bigtiff=sys.argv[3] == "big") as tif:\n tif.write(image, tile=(16, 16), photometric="rgb", subifds=n, metadata={"axes": "YXS", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5})\n for k in range(n): tif.write(image[:32, :32], tile=(16, 16), photometric="rgb", subfiletype=1, metadata=None)',
     path,
     String(levels),
+    big ? 'big' : 'classic',
   );
 
 /** A BigTIFF written by tifffile: 64x64 RGB pixels in 16x16 uncompressed tiles, 0.5 µm/px

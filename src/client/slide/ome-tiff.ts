@@ -60,17 +60,24 @@ export function omeMpp(xml: string, path: string): { mpp: number; error: null } 
  *  (20,000 entries took 21 s and 640 MB). */
 export const MAX_REDUCED_LEVELS = 64;
 
-/** The SubIFDs of `image` (its reduced levels), as images; an offset listed twice is one level. */
-export async function subImages(tiff: GeoTIFF, image: GeoTIFFImage, path: string): Promise<GeoTIFFImage[]> {
-  const dir = image.fileDirectory;
-  if (!dir.hasTag('SubIFDs')) return [];
-  const listed = (await dir.loadValue('SubIFDs')) as ArrayLike<number | bigint>;
+/** The reduced levels a SubIFDs tag lists (`listed`, their offsets), an offset listed twice once:
+ *  more than MAX_REDUCED_LEVELS are refused, not parsed level by level (by subImages, and before
+ *  it by tiff-slide.ts' walk of the directories, which checks each one's tags). */
+export function reducedLevels(listed: ArrayLike<number | bigint>, path: string): number[] {
   const offsets = [...new Set(Array.from(listed, Number))];
   if (offsets.length > MAX_REDUCED_LEVELS)
     throw new SlideError(
       'TILE_ERR_SLIDE_UNREADABLE',
       `${path}: directory 0's SubIFDs (tag 330) lists ${offsets.length} reduced levels, expected at most ${MAX_REDUCED_LEVELS} (a pyramid halving from TIFF's largest size, 2^32 pixels, to one pixel has 32; one of gentler steps a few more)`,
     );
+  return offsets;
+}
+
+/** The SubIFDs of `image` (its reduced levels), as images. */
+export async function subImages(tiff: GeoTIFF, image: GeoTIFFImage, path: string): Promise<GeoTIFFImage[]> {
+  const dir = image.fileDirectory;
+  if (!dir.hasTag('SubIFDs')) return [];
+  const offsets = reducedLevels((await dir.loadValue('SubIFDs')) as ArrayLike<number | bigint>, path);
   return Promise.all(
     offsets.map(
       async (offset) =>

@@ -15,7 +15,7 @@ import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { fromFile, GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp from 'sharp';
 import { JPEG } from './bands.js';
-import { isOmeXml, omeMpp, subImages } from './ome-tiff.js';
+import { isOmeXml, omeMpp, reducedLevels, subImages } from './ome-tiff.js';
 import { openSlideLibrary } from './openslide-slide.js';
 import type { ByteSource } from './remote/source.js';
 import {
@@ -136,8 +136,10 @@ function checkTileCount(
  *  on the way, before geotiff parses it (it allocates an array of each tag's count there: a
  *  BigTIFF's LONG8 count of 2^33 failed with its bare 'Invalid array length'): TileOffsets and
  *  TileByteCounts must be one a tile (as ranges() checks a SubIFD's), and no tag may hold more
- *  bytes than the file has. Returns where the file ends too soon (a directory past its end: a
- *  reader would stop there silently, with levels missing), or null. */
+ *  bytes than the file has. So are directory 0's SubIFDs (an OME-TIFF's reduced levels, which
+ *  subImages parses; no other directory's SubIFDs are read), each once, at most
+ *  MAX_REDUCED_LEVELS of them (reducedLevels). Returns where the file ends too soon (a directory
+ *  past its end: a reader would stop there silently, with levels missing), or null. */
 async function walkDirectories(path: string, size: number, read: ReadAt): Promise<string | null> {
   const head = Buffer.from(await read(0, 16));
   const order = head.toString('latin1', 0, 2);
@@ -156,8 +158,21 @@ async function walkDirectories(path: string, size: number, read: ReadAt): Promis
           : b.readUInt16BE(at);
   const [countBytes, entryBytes, pointer] = big ? [8, 20, 8] : [2, 12, 4];
   const bytes = async (at: number, length: number) => Buffer.from(await read(at, length));
+  /** The directory at `at` (`where`, for messages), its tags checked: its tags, and its
+   *  next-directory offset; or where the file ends too soon. */
+  const directory = async (at: number, where: string) => {
+    if (at + countBytes > size) return `${where} starts at byte ${at}`;
+    const entries = u(await bytes(at, countBytes), 0, countBytes);
+    const end = at + countBytes + entries * entryBytes + pointer;
+    if (end > size) return `${where} ends at byte ${end}`;
+    const dir = await bytes(at + countBytes, end - at - countBytes);
+    const tags = tagsOf(dir, entries, big, u);
+    checkCounts(path, where, size, tags);
+    return { tags, next: u(dir, end - at - countBytes - pointer, pointer) };
+  };
   /** Each directory's offset, and its place in the chain. */
   const seen = new Map<number, number>();
+  let subIfds: Tag | undefined;
   let at = u(head, big ? 8 : 4, pointer);
   for (let k = 0; at !== 0; k++) {
     if (k === MAX_DIRECTORIES)
@@ -166,13 +181,10 @@ async function walkDirectories(path: string, size: number, read: ReadAt): Promis
         `${path}: the TIFF's chain of directories goes on past ${MAX_DIRECTORIES} (directory ${k} at byte ${at}); expected it to end (a next-directory offset of 0) well before`,
       );
     seen.set(at, k);
-    if (at + countBytes > size) return `directory ${k} starts at byte ${at}`;
-    const entries = u(await bytes(at, countBytes), 0, countBytes);
-    const end = at + countBytes + entries * entryBytes + pointer;
-    if (end > size) return `directory ${k} ends at byte ${end}`;
-    const dir = await bytes(at + countBytes, end - at - countBytes);
-    checkCounts(path, `directory ${k}`, size, dir, entries, big, u);
-    at = u(dir, end - at - countBytes - pointer, pointer);
+    const dir = await directory(at, `directory ${k}`);
+    if (typeof dir === 'string') return dir;
+    if (k === 0) subIfds = dir.tags.get(330);
+    at = dir.next;
     const back = seen.get(at);
     if (back !== undefined)
       throw new SlideError(
@@ -180,31 +192,62 @@ async function walkDirectories(path: string, size: number, read: ReadAt): Promis
         `${path}: directory ${k} points back to directory ${back} (its next-directory offset is ${at}): the TIFF's chain of directories loops; expected each to lead to a new directory or end with 0`,
       );
   }
+  if (!subIfds) return null;
+  // LONG or IFD offsets, or BigTIFF's LONG8 or IFD8; held in the entry where they fit.
+  const wide = subIfds.type === 16 || subIfds.type === 18 ? 8 : 4;
+  const listed =
+    subIfds.count * wide <= pointer ? subIfds.inline : await bytes(u(subIfds.inline, 0, pointer), subIfds.count * wide);
+  if (listed.length < subIfds.count * wide) return `directory 0's SubIFDs (tag 330) run past it`;
+  const offsets = reducedLevels(
+    Array.from({ length: subIfds.count }, (_, i) => u(listed, i * wide, wide)),
+    path,
+  );
+  for (const [j, offset] of offsets.entries()) {
+    // A SubIFD that is a directory of the chain was checked there; its own chain is not read.
+    if (seen.has(offset)) continue;
+    const dir = await directory(offset, `directory 0, SubIFD ${j}`);
+    if (typeof dir === 'string') return dir;
+  }
   return null;
 }
 
-/** The tag counts of a directory's `entries` (`dir`, its entries from the first) against the tile
- *  grid and the file's `size` (walkDirectories). */
-function checkCounts(
-  path: string,
-  where: string,
-  size: number,
+/** A directory entry: its type, count, its value where it is one SHORT, LONG or LONG8, and its
+ *  value field's bytes (the values where they fit, else their offset). */
+interface Tag {
+  type: number;
+  count: number;
+  value: number | null;
+  inline: Buffer;
+}
+
+/** The tags of a directory's `entries` (`dir`, its entries from the first), by code. */
+function tagsOf(
   dir: Buffer,
   entries: number,
   big: boolean,
   u: (b: Buffer, at: number, bytes: number) => number,
-): void {
+): Map<number, Tag> {
   const [entryBytes, countAt, countBytes] = big ? [20, 4, 8] : [12, 4, 4];
   const valueAt = countAt + countBytes;
-  /** Each tag's type, count and value where it is one SHORT, LONG or LONG8 (held in the entry). */
-  const tags = new Map<number, { type: number; count: number; value: number | null }>();
+  const tags = new Map<number, Tag>();
   for (let i = 0; i < entries; i++) {
     const e = i * entryBytes;
     const type = u(dir, e + 2, 2);
     const count = u(dir, e + countAt, countBytes);
     const one = { 3: 2, 4: 4, 16: 8 }[type];
-    tags.set(u(dir, e, 2), { type, count, value: count === 1 && one ? u(dir, e + valueAt, one) : null });
+    tags.set(u(dir, e, 2), {
+      type,
+      count,
+      value: count === 1 && one ? u(dir, e + valueAt, one) : null,
+      inline: dir.subarray(e + valueAt, e + entryBytes),
+    });
   }
+  return tags;
+}
+
+/** A directory's tag counts (`where`, for messages) against its tile grid and the file's `size`
+ *  (walkDirectories). */
+function checkCounts(path: string, where: string, size: number, tags: Map<number, Tag>): void {
   const value = (tag: number) => tags.get(tag)?.value ?? null;
   const [width, length, tileWidth, tileLength] = [256, 257, 322, 323].map(value);
   for (const code of [324, 325] as const) {
