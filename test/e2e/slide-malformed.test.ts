@@ -2,7 +2,9 @@
 // chain of directories that loops (geotiff followed it without end, memory growing, locally and
 // over HTTP), a TileOffsets count of 2^30 (geotiff's error named neither tag nor directory), and
 // an OME-TIFF's SubIFDs listing one level 2,000 times or 33 levels (each parsed as a level, 21 s
-// and 640 MB at 20,000), and a SubIFD's counts of 2^33 and 2^40 (geotiff's allocation failures). The reader says each with a TILE_ERR_* code, soon; in a cohort against
+// and 640 MB at 20,000), a SubIFD's counts of 2^33 and 2^40 (geotiff's allocation failures),
+// and a tiled label whose TileOffsets lists too few tiles (it failed the whole slide: it is skipped
+// with a warning). The reader says each with a TILE_ERR_* code, soon; in a cohort against
 // the real service, the looping slide fails alone, here and from nginx, and the others are done.
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, writeFileSync } from 'node:fs';
@@ -13,7 +15,14 @@ import { openSlide } from '../../src/client/slide/open.js';
 import type { Slide } from '../../src/client/slide/slide.js';
 import { TiffSlide } from '../../src/client/slide/tiff-slide.js';
 import { startNginx } from '../../tools/remote-servers.js';
-import { bigTiff, loopDirectories, omeSubIfds, repeatSubIfds, setCount } from '../../tools/synthetic/tiff-tags.js';
+import {
+  appendLabel,
+  bigTiff,
+  loopDirectories,
+  omeSubIfds,
+  repeatSubIfds,
+  setCount,
+} from '../../tools/synthetic/tiff-tags.js';
 import { writeSlide } from '../../tools/synthetic/slide.js';
 import { tempDir } from '../../tools/temp-dir.js';
 import { ROOT, startServer, type TestServer } from '../helpers/server.js';
@@ -59,6 +68,12 @@ t.before(async () => {
     '0.5',
   ]);
   variant('good.tif', 'loop.tif', loopDirectories);
+  // A tiled label appended as directory 5 (after libvips' 5 levels), its TileOffsets listing 5 of
+  // its 30 tiles (within the file: geotiff parses it).
+  variant('good.tif', 'label.tif', (p) => {
+    appendLabel(p);
+    setCount(p, 'TileOffsets', 5, 5);
+  });
   copyFileSync(at('loop.tif'), at('loop-remote.tif')); // another name: outputs named by the slide's
   nginx = await startNginx(dir);
 });
@@ -209,6 +224,29 @@ t.test(
   },
 );
 
+t.test(
+  'a label with a wrong tile count: skipped with a warning, the pyramid read as before, here and over HTTP',
+  async (t) => {
+    const good = await TiffSlide.open(at('good.tif'));
+    t.equal(good.levels.length, 5, "libvips' five levels");
+    const region = await good.readRegion(0, 100, 100, 256, 256);
+    t.same(good.warnings, [], 'no warning without the label');
+    await good.close();
+    for (const path of [at('label.tif'), `${nginx.url}/label.tif`]) {
+      const slide = await openSlide(path);
+      t.same(slide.levels, good.levels, `${path}: the same pyramid`);
+      t.same(slide.warnings, [
+        'warning: directory 5 (ImageDescription: label), not a pyramid level (a label, macro or thumbnail image), was skipped: TileOffsets (tag 324) lists 5 values, expected one a tile: 30 (10x3 tiles of 16x16)',
+      ]);
+      t.ok(
+        Buffer.from(await slide.readRegion(0, 100, 100, 256, 256)).equals(Buffer.from(region)),
+        `${path}: the same pixels`,
+      );
+      await slide.close();
+    }
+  },
+);
+
 t.test('a cohort with looping slides, here and from nginx: they fail alone, the others are done', async (t) => {
   server = await startServer({
     models: [
@@ -217,7 +255,7 @@ t.test('a cohort with looping slides, here and from nginx: they fail alone, the 
     ],
   });
   const manifest = at('cohort.csv');
-  writeFileSync(manifest, ['wsi', 'loop.tif', `${nginx.url}/loop-remote.tif`, 'good.tif', ''].join('\n'));
+  writeFileSync(manifest, ['wsi', 'loop.tif', `${nginx.url}/loop-remote.tif`, 'good.tif', 'label.tif', ''].join('\n'));
   const out = at('out');
   const run = await tileInfer(slideCommand([manifest], { model: 'null-224', out, server: server.url }), {
     timeoutMs: 120_000,
@@ -235,5 +273,13 @@ t.test('a cohort with looping slides, here and from nginx: they fail alone, the 
       reason: /TILE_ERR_SLIDE_UNREADABLE.*directory \d+ points back to directory 0/,
     },
     { slide: 'good.tif', status: 'done' },
+    {
+      slide: 'label.tif',
+      status: 'done',
+      reason: /warning: directory 5 \(ImageDescription: label\), not a pyramid level/,
+    },
   ]);
+  const rows = summaryRows(join(out, 'summary.csv'));
+  t.ok(Number(rows[3].tiles) > 0, `${rows[3].tiles} tiles`);
+  t.equal(rows[3].tiles, rows[2].tiles, "the label's slide gives the tiles of the slide without it");
 });

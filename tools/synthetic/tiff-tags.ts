@@ -53,6 +53,14 @@ export const setCount = (path: string, tag: string, count: number, page = 0, sub
     String(subifd),
   );
 
+/** Appends a tiled label image to the chain, as some scanners write one: 160x48 RGB pixels in
+ *  16x16 uncompressed tiles (10x3), described "label". */
+export const appendLabel = (path: string) =>
+  tifffile(
+    'import numpy\nlabel = numpy.full((48, 160, 3), 90, numpy.uint8)\ntifffile.imwrite(sys.argv[1], label, append=True, tile=(16, 16), photometric="rgb", description="label", metadata=None)',
+    path,
+  );
+
 /** Rewrites directory 0's SubIFDs as `copies` copies of its first entry (tifffile appends the
  *  longer value at the file's end). */
 export const repeatSubIfds = (path: string, copies: number) =>

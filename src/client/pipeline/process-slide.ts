@@ -148,9 +148,12 @@ export async function processSlide(run: SlideRun, entry: CohortSlide): Promise<S
       asked.mpp !== null && slide.mpp && Math.abs(asked.mpp / slide.mpp - 1) > 0.1
         ? `warning: the ${asked.mppSource === 'manifest' ? "manifest's mpp" : '--mpp'} ${asked.mpp} µm/px was used over the ${slide.mpp} µm/px the slide records`
         : null;
-    const warnings = [overviewWarning(slide, mpp0), upsampleWarning(mpp0, meta.tile.mpp), overridden].filter(
-      (w) => w !== null,
-    );
+    const warnings = [
+      ...(slide.warnings ?? []),
+      overviewWarning(slide, mpp0),
+      upsampleWarning(mpp0, meta.tile.mpp),
+      overridden,
+    ].filter((w) => w !== null);
     const overview = await readOverview(slide, mpp0, (job, into) => run.pool.decode({ job, into }));
 
     // Tissue: the mask PNG is the checkpoint of this stage.

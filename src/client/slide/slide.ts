@@ -29,6 +29,9 @@ export interface Slide {
   mppError: string | null;
   /** mppError's code, when it is not TILE_ERR_SLIDE_MPP_RANGE. */
   mppErrorCode?: CodesOf<'SLIDE'> | null;
+  /** What the reader skipped but the slide is read without (a broken label image), each a line
+   *  starting "warning: ", for the slide's summary row. */
+  warnings?: readonly string[];
   /** RGB of the w x h block at (x, y) in `level`'s own pixels; white past the slide's edges. */
   readRegion(level: number, x: number, y: number, w: number, h: number): Promise<Uint8Array>;
   /** A whole level as width x height RGB (resized with a linear kernel when the sizes differ).

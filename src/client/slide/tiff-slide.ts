@@ -114,20 +114,28 @@ const TYPE_BYTES: Record<number, number> = {
 };
 
 /** A tile count's check (TileOffsets, TileByteCounts): one a tile, up to one a tile and sample
- *  (PlanarConfiguration 2), else an error naming the tag and what was expected. */
-function checkTileCount(
-  path: string,
-  where: string,
+ *  (PlanarConfiguration 2), else what is wrong, naming the tag and what was expected. */
+function tileCountProblem(
   code: 324 | 325,
   count: number,
   grid: { across: number; down: number; width: number; height: number; samples: number },
-): void {
+): string | null {
   const tiles = grid.across * grid.down;
-  if (count >= tiles && count <= tiles * grid.samples) return;
-  throw new SlideError(
-    'TILE_ERR_SLIDE_UNREADABLE',
-    `${path}: ${where}: ${code === 324 ? 'TileOffsets' : 'TileByteCounts'} (tag ${code}) lists ${count} values, expected one a tile: ${tiles} (${grid.across}x${grid.down} tiles of ${grid.width}x${grid.height})`,
-  );
+  if (count >= tiles && count <= tiles * grid.samples) return null;
+  return `${code === 324 ? 'TileOffsets' : 'TileByteCounts'} (tag ${code}) lists ${count} values, expected one a tile: ${tiles} (${grid.across}x${grid.down} tiles of ${grid.width}x${grid.height})`;
+}
+
+/** A directory's tile count that is not one a tile, as the error it is (`where`: the directory). */
+const badTileCount = (path: string, where: string, problem: string) =>
+  new SlideError('TILE_ERR_SLIDE_UNREADABLE', `${path}: ${where}: ${problem}`);
+
+/** A directory whose tile counts are wrong, though within the file: an error if it is a pyramid
+ *  level, else (a label, macro or thumbnail) skipped with a warning (TiffSlide.open). */
+interface BadDirectory {
+  page: number;
+  subifd: number;
+  where: string;
+  problem: string;
 }
 
 /** Walks the chain of directories by their header and next-directory offsets before geotiff,
@@ -135,15 +143,23 @@ function checkTileCount(
  *  a loop, or a chain past MAX_DIRECTORIES, is an error. Each directory's tag counts are checked
  *  on the way, before geotiff parses it (it allocates an array of each tag's count there: a
  *  BigTIFF's LONG8 count of 2^33 failed with its bare 'Invalid array length'): TileOffsets and
- *  TileByteCounts must be one a tile (as ranges() checks a SubIFD's), and no tag may hold more
- *  bytes than the file has. So are directory 0's SubIFDs (an OME-TIFF's reduced levels, which
+ *  TileByteCounts must be one a tile (as ranges() checks a level's), and no tag may hold more
+ *  bytes than the file has. A tile count that is wrong but within the file is not an error here
+ *  (geotiff parses it whole): it is returned in `bad`, for TiffSlide.open to fail a pyramid level
+ *  with, and to skip a label or macro image with a warning. So are directory 0's SubIFDs (an OME-TIFF's reduced levels, which
  *  subImages parses; no other directory's SubIFDs are read), each once, at most
- *  MAX_REDUCED_LEVELS of them (reducedLevels). Returns where the file ends too soon (a directory
- *  past its end: a reader would stop there silently, with levels missing), or null. */
-async function walkDirectories(path: string, size: number, read: ReadAt): Promise<string | null> {
+ *  MAX_REDUCED_LEVELS of them (reducedLevels). Returns where the file ends too soon (`cut`: a
+ *  directory past its end: a reader would stop there silently, with levels missing), or null. */
+async function walkDirectories(
+  path: string,
+  size: number,
+  read: ReadAt,
+): Promise<{ cut: string | null; bad: BadDirectory[] }> {
+  const bad: BadDirectory[] = [];
+  const walked = (cut: string | null) => ({ cut, bad });
   const head = Buffer.from(await read(0, 16));
   const order = head.toString('latin1', 0, 2);
-  if (head.length < 16 || (order !== 'II' && order !== 'MM')) return null;
+  if (head.length < 16 || (order !== 'II' && order !== 'MM')) return walked(null);
   const le = order === 'II';
   const big = (le ? head.readUInt16LE(2) : head.readUInt16BE(2)) === 43;
   const u = (b: Buffer, at: number, bytes: number) =>
@@ -158,16 +174,18 @@ async function walkDirectories(path: string, size: number, read: ReadAt): Promis
           : b.readUInt16BE(at);
   const [countBytes, entryBytes, pointer] = big ? [8, 20, 8] : [2, 12, 4];
   const bytes = async (at: number, length: number) => Buffer.from(await read(at, length));
-  /** The directory at `at` (`where`, for messages), its tags checked: its tags, and its
-   *  next-directory offset; or where the file ends too soon. */
-  const directory = async (at: number, where: string) => {
+  /** The directory at `at` (`page`, `subifd` and `where`, for messages), its tags checked: its
+   *  tags, and its next-directory offset; or where the file ends too soon. */
+  const directory = async (at: number, page: number, subifd: number) => {
+    const where = `directory ${page}${subifd >= 0 ? `, SubIFD ${subifd}` : ''}`;
     if (at + countBytes > size) return `${where} starts at byte ${at}`;
     const entries = u(await bytes(at, countBytes), 0, countBytes);
     const end = at + countBytes + entries * entryBytes + pointer;
     if (end > size) return `${where} ends at byte ${end}`;
     const dir = await bytes(at + countBytes, end - at - countBytes);
     const tags = tagsOf(dir, entries, big, u);
-    checkCounts(path, where, size, tags);
+    const problem = checkCounts(path, where, size, tags);
+    if (problem) bad.push({ page, subifd, where, problem });
     return { tags, next: u(dir, end - at - countBytes - pointer, pointer) };
   };
   /** Each directory's offset, and its place in the chain. */
@@ -181,8 +199,8 @@ async function walkDirectories(path: string, size: number, read: ReadAt): Promis
         `${path}: the TIFF's chain of directories goes on past ${MAX_DIRECTORIES} (directory ${k} at byte ${at}); expected it to end (a next-directory offset of 0) well before`,
       );
     seen.set(at, k);
-    const dir = await directory(at, `directory ${k}`);
-    if (typeof dir === 'string') return dir;
+    const dir = await directory(at, k, -1);
+    if (typeof dir === 'string') return walked(dir);
     if (k === 0) subIfds = dir.tags.get(330);
     at = dir.next;
     const back = seen.get(at);
@@ -192,12 +210,12 @@ async function walkDirectories(path: string, size: number, read: ReadAt): Promis
         `${path}: directory ${k} points back to directory ${back} (its next-directory offset is ${at}): the TIFF's chain of directories loops; expected each to lead to a new directory or end with 0`,
       );
   }
-  if (!subIfds) return null;
+  if (!subIfds) return walked(null);
   // LONG or IFD offsets, or BigTIFF's LONG8 or IFD8; held in the entry where they fit.
   const wide = subIfds.type === 16 || subIfds.type === 18 ? 8 : 4;
   const listed =
     subIfds.count * wide <= pointer ? subIfds.inline : await bytes(u(subIfds.inline, 0, pointer), subIfds.count * wide);
-  if (listed.length < subIfds.count * wide) return `directory 0's SubIFDs (tag 330) run past it`;
+  if (listed.length < subIfds.count * wide) return walked(`directory 0's SubIFDs (tag 330) run past it`);
   const offsets = reducedLevels(
     Array.from({ length: subIfds.count }, (_, i) => u(listed, i * wide, wide)),
     path,
@@ -205,10 +223,10 @@ async function walkDirectories(path: string, size: number, read: ReadAt): Promis
   for (const [j, offset] of offsets.entries()) {
     // A SubIFD that is a directory of the chain was checked there; its own chain is not read.
     if (seen.has(offset)) continue;
-    const dir = await directory(offset, `directory 0, SubIFD ${j}`);
-    if (typeof dir === 'string') return dir;
+    const dir = await directory(offset, 0, j);
+    if (typeof dir === 'string') return walked(dir);
   }
-  return null;
+  return walked(null);
 }
 
 /** A directory entry: its type, count, its value where it is one SHORT, LONG or LONG8, and its
@@ -246,20 +264,26 @@ function tagsOf(
 }
 
 /** A directory's tag counts (`where`, for messages) against its tile grid and the file's `size`
- *  (walkDirectories). */
-function checkCounts(path: string, where: string, size: number, tags: Map<number, Tag>): void {
+ *  (walkDirectories): a tag past the file is an error (a wrong tile count so, by its own
+ *  message); a wrong tile count within it is returned. */
+function checkCounts(path: string, where: string, size: number, tags: Map<number, Tag>): string | null {
   const value = (tag: number) => tags.get(tag)?.value ?? null;
   const [width, length, tileWidth, tileLength] = [256, 257, 322, 323].map(value);
+  let wrong: string | null = null;
   for (const code of [324, 325] as const) {
     const tag = tags.get(code);
-    if (tag && width && length && tileWidth && tileLength)
-      checkTileCount(path, where, code, tag.count, {
-        across: Math.ceil(width / tileWidth),
-        down: Math.ceil(length / tileLength),
-        width: tileWidth,
-        height: tileLength,
-        samples: value(277) ?? 1,
-      });
+    const problem =
+      tag && width && length && tileWidth && tileLength
+        ? tileCountProblem(code, tag.count, {
+            across: Math.ceil(width / tileWidth),
+            down: Math.ceil(length / tileLength),
+            width: tileWidth,
+            height: tileLength,
+            samples: value(277) ?? 1,
+          })
+        : null;
+    if (problem && tag!.count * (TYPE_BYTES[tag!.type] ?? 1) > size) throw badTileCount(path, where, problem);
+    wrong ??= problem;
   }
   for (const [code, { type, count }] of tags) {
     const bytes = count * (TYPE_BYTES[type] ?? 1);
@@ -269,6 +293,7 @@ function checkCounts(path: string, where: string, size: number, tags: Map<number
         `${path}: ${where}: tag ${code} (type ${type}) lists ${count} values, ${bytes} bytes, more than the file's ${size}; expected its values to lie in the file`,
       );
   }
+  return wrong;
 }
 
 /** ReadAt of a local file. */
@@ -364,6 +389,7 @@ export class TiffSlide implements Slide {
     readonly source: ByteSource | null,
     /** An Aperio SVS (its ImageDescription says so, as OpenSlide tells one). */
     private readonly aperio: boolean,
+    readonly warnings: readonly string[],
   ) {}
 
   get levels(): SlideLevel[] {
@@ -380,7 +406,7 @@ export class TiffSlide implements Slide {
     { builtInJ2k }: { builtInJ2k?: boolean } = {},
   ): Promise<TiffSlide> {
     const size = source ? source.size : statSync(path).size;
-    const cut = source
+    const { cut, bad } = source
       ? await walkDirectories(path, size, (offset, length) => source.read(offset, length))
       : await readLocal(path, (read) => walkDirectories(path, size, read));
     if (cut) throw truncated(path, size, cut);
@@ -473,6 +499,22 @@ export class TiffSlide implements Slide {
       });
     }
     pyramid.sort((a, b) => a.downsample - b.downsample);
+    // A directory with wrong tile counts fails the slide if it is a level; a label, macro or
+    // thumbnail is not tiled for inference, so it is skipped, said in the slide's summary row.
+    const warnings: string[] = [];
+    for (const b of bad) {
+      if (pyramid.some((l) => l.page === b.page && l.subifd === b.subifd)) throw badTileCount(path, b.where, b.problem);
+      const image = images.find((i) => i.page === b.page && i.subifd === b.subifd)?.image;
+      const text = image?.fileDirectory.hasTag('ImageDescription')
+        ? String(await image.fileDirectory.loadValue('ImageDescription'))
+            .replace(/[\0\s]+/g, ' ')
+            .trim()
+        : '';
+      const named = text && text.length <= 80 ? ` (ImageDescription: ${text})` : '';
+      warnings.push(
+        `warning: ${b.where}${named}, not a pyramid level (a label, macro or thumbnail image), was skipped: ${b.problem}`,
+      );
+    }
     if (base !== images[0].image)
       description = base.fileDirectory.hasTag('ImageDescription')
         ? String(await base.fileDirectory.loadValue('ImageDescription'))
@@ -483,7 +525,7 @@ export class TiffSlide implements Slide {
       aperio !== null ? { mpp: aperio, source: `the ImageDescription's MPP = ${aperio}` } : await resolutionMpp(base);
     const mpp = ome ?? (found ? checkedMpp(found.mpp, found.source, path) : { mpp: null, error: null });
     const svs = !!description?.startsWith('Aperio');
-    const slide = new TiffSlide(path, tiff, pyramid, mpp.mpp, mpp.error, source, svs);
+    const slide = new TiffSlide(path, tiff, pyramid, mpp.mpp, mpp.error, source, svs, warnings);
     // Every level's tiles in the file: a copy cut short is said so, not found tile by tile.
     for (const l of pyramid) {
       const { offsets, counts } = await slide.ranges(l);
@@ -634,10 +676,8 @@ export class TiffSlide implements Slide {
       const dir = l.image.fileDirectory;
       // The counts the tags declare, checked before their values are loaded: a count of 2^30 is
       // a 4 GB read (geotiff's own error then names neither the tag nor the directory).
-      for (const code of [324, 325] as const)
-        checkTileCount(
-          this.path,
-          where(l),
+      for (const code of [324, 325] as const) {
+        const problem = tileCountProblem(
           code,
           dir.deferredArrays.get(code)?.length ?? (dir.actualizedFields.get(code) as unknown[]).length,
           {
@@ -648,6 +688,8 @@ export class TiffSlide implements Slide {
             samples: l.image.getSamplesPerPixel(),
           },
         );
+        if (problem) throw badTileCount(this.path, where(l), problem);
+      }
       const offsets = (await dir.loadValue('TileOffsets')) as ArrayLike<number | bigint>;
       const counts = (await dir.loadValue('TileByteCounts')) as ArrayLike<number | bigint>;
       if (offsets.length < l.tilesAcross * l.tilesDown || counts.length !== offsets.length)
