@@ -888,7 +888,7 @@ t.test(
     let text = '';
     twice.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')));
     twice.write('GET /mid HTTP/1.1\r\nhost: x\r\n\r\nGET /mid HTTP/1.1\r\nhost: x\r\n\r\n');
-    await waitFor(() => text.length >= 2 * (1 << 20), 5000);
+    await waitFor(() => text.length >= 2 * (1 << 20), 20000);
     t.equal((text.match(/HTTP\/1\.1 200 OK\r\n/g) ?? []).length, 2, 'two 1 MB answers on one connection');
     t.equal((text.match(/content-length: 1048576\r\n/gi) ?? []).length, 2);
     twice.destroy();
