@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import t from 'tap';
 import { HttpTransport } from '../src/client/slide/remote/http-source.js';
 import { BLOCK } from '../src/client/slide/remote/source.js';
-import { misbehavingServer, trickle } from './helpers/misbehaving-server.js';
+import { misbehavingServer, pour, trickle } from './helpers/misbehaving-server.js';
 
 const file = Buffer.from(Array.from({ length: 3 * BLOCK }, (_, i) => (i * 31) % 251));
 /** Requests seen, by path. */
@@ -21,6 +21,11 @@ function answer(req: IncomingMessage, res: ServerResponse): void {
   const part = file.subarray(a, b + 1);
   const head = { 'content-range': `bytes ${a}-${b}/${file.length}`, 'content-length': part.length, etag: '"1"' };
   if (path === '/stall.tif') return; // never answers
+  // A 206 whose body pours on past the range asked for (cut after 64 MiB).
+  if (path === '/pour.tif') {
+    res.writeHead(206, { 'content-range': head['content-range'] });
+    return pour(res, 'application/octet-stream', 64);
+  }
   res.writeHead(206, head);
   if (path === '/stall-body.tif') return void res.write(part.subarray(0, 10));
   // A byte every 0.3 s, each within the 0.5 s idle timeout, never the whole answer.
@@ -72,4 +77,13 @@ t.test('a body cut short is tried again, as a failed connection is', async (t) =
   t.equal(http.size, file.length);
   t.ok(Buffer.from(http.first).equals(file.subarray(0, BLOCK)), 'the first block whole');
   t.equal(seen.get('/cut-once.tif'), 2, 'the second try');
+});
+
+t.test('a range answer that runs past the bytes asked for is refused there, not buffered', async (t) => {
+  const err = await HttpTransport.open(url('/pour.tif'), timeouts).catch((e: Error) => e);
+  t.match(err, {
+    code: 'TILE_ERR_SLIDE_REMOTE',
+    message: `${url('/pour.tif')}: the answer to a range of ${BLOCK} bytes runs past them (Content-Length not given); not read further`,
+  });
+  t.equal(seen.get('/pour.tif'), 1, 'one try: a server that sends more than asked is not asked again');
 });

@@ -6,7 +6,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import t from 'tap';
 import { S3Transport } from '../src/client/slide/remote/s3-source.js';
 import { BLOCK } from '../src/client/slide/remote/source.js';
-import { misbehavingServer, trickle } from './helpers/misbehaving-server.js';
+import { misbehavingServer, pour, trickle } from './helpers/misbehaving-server.js';
 
 const file = Buffer.from(Array.from({ length: 3 * BLOCK }, (_, i) => (i * 31) % 251));
 /** Requests seen, by key. */
@@ -19,6 +19,11 @@ function answer(req: IncomingMessage, res: ServerResponse): void {
   const [, a, b] = /bytes=(\d+)-(\d+)/.exec(req.headers.range ?? '')!.map(Number);
   const part = file.subarray(a, b + 1);
   if (key === '/slides/stall.tif') return; // never answers
+  // A 206 whose body pours on past the range asked for (cut after 64 MiB).
+  if (key === '/slides/pour.tif') {
+    res.writeHead(206, { 'content-range': `bytes ${a}-${b}/${file.length}`, etag: '"1"' });
+    return pour(res, 'application/octet-stream', 64);
+  }
   res.writeHead(206, {
     'content-range': `bytes ${a}-${b}/${file.length}`,
     'content-length': part.length,
@@ -80,4 +85,12 @@ t.test('no headers, a body that stops or one that trickles: TILE_ERR_SLIDE_REMOT
   });
   const seconds = (performance.now() - started) / 1000;
   t.ok(seconds < 15, `${seconds.toFixed(1)} s`);
+});
+
+t.test('a range answer that runs past the bytes asked for is refused there, not buffered', async (t) => {
+  const err = await within(S3Transport.open('s3://slides/pour.tif', timeouts)).catch((e: Error) => e);
+  t.match(err, {
+    code: 'TILE_ERR_SLIDE_REMOTE',
+    message: `s3://slides/pour.tif: the answer to a range of ${BLOCK} bytes runs past them (Content-Length not given); not read further`,
+  });
 });

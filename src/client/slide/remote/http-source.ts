@@ -7,6 +7,8 @@ import { SlideError } from '../slide.js';
 import {
   BLOCK,
   bodyDeadlineMs,
+  ranPast,
+  readUpTo,
   REMOTE_TIMEOUTS,
   timedOut,
   type RangeTransport,
@@ -38,7 +40,7 @@ export class HttpTransport implements RangeTransport {
           `${url}: the server answers a range request with the whole file (200, not 206 Partial Content): it does not serve byte ranges, and the slide is not downloaded whole; serve it from a server that does (nginx, Apache, S3) or copy it here`,
         );
       }
-      return { res, data: await body(url, res, 206) };
+      return { res, data: await body(url, res, 206, BLOCK) };
     });
     const total = /\/(\d+)$/.exec(String(res.headers['content-range'] ?? ''));
     if (!total)
@@ -52,7 +54,7 @@ export class HttpTransport implements RangeTransport {
   async fetch(offset: number, length: number): Promise<Uint8Array> {
     const headers: Record<string, string> = { range: `bytes=${offset}-${offset + length - 1}` };
     if (this.etag) headers['if-match'] = this.etag;
-    return send(this.url, headers, length, this.timeouts, (res) => body(this.url, res, 206));
+    return send(this.url, headers, length, this.timeouts, (res) => body(this.url, res, 206, length));
   }
 
   close(): void {}
@@ -112,14 +114,26 @@ function drop(res: Answer): void {
   res.body.destroy();
 }
 
-/** The body of an answer that should have `status`, else the error it means. */
-async function body(url: string, res: Answer, status: number): Promise<Uint8Array> {
-  if (res.statusCode === status) return new Uint8Array(await res.body.arrayBuffer());
+/** How much of an error answer is read for its reason (a longer one is left unsaid). */
+const REASON_BYTES = 4096;
+
+/** The body of an answer that should have `status` and at most `expected` bytes (the range asked
+ *  for), else the error it means. */
+async function body(url: string, res: Answer, status: number, expected: number): Promise<Uint8Array> {
+  if (res.statusCode === status) {
+    const bytes = await readUpTo(res.body, expected);
+    if (bytes) return bytes;
+    drop(res);
+    throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${ranPast(expected, res.headers['content-length'])}`);
+  }
   // A plain-text or XML error says why (S3-compatible servers, proxies); an HTML page does not.
   const html = /html/i.test(String(res.headers['content-type'] ?? ''));
-  const text = html
-    ? (drop(res), '')
-    : (await res.body.text().catch(() => '')).slice(0, 200).replace(/\s+/g, ' ').trim();
+  const reason = html ? (drop(res), null) : await readUpTo(res.body, REASON_BYTES).catch(() => null);
+  const text = Buffer.from(reason ?? [])
+    .toString('utf8')
+    .slice(0, 200)
+    .replace(/\s+/g, ' ')
+    .trim();
   const said = `HTTP ${res.statusCode}${text ? `: ${text}` : ''}`;
   if (res.statusCode === 404 || res.statusCode === 410)
     throw new SlideError('TILE_ERR_SLIDE_MISSING', `${url}: not found (${said})`);

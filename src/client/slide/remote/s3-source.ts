@@ -9,6 +9,8 @@ import { SlideError } from '../slide.js';
 import {
   BLOCK,
   bodyDeadlineMs,
+  ranPast,
+  readUpTo,
   REMOTE_TIMEOUTS,
   timedOut,
   type RangeTransport,
@@ -149,8 +151,11 @@ const get = (
         bodyDeadlineMs(length, o.timeouts),
       );
       try {
-        return { contentRange: res.ContentRange, etag: res.ETag, body: await res.Body!.transformToByteArray() };
+        const body = await readUpTo(res.Body as Readable, length);
+        if (!body) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${o.url}: ${ranPast(length, res.ContentLength)}`);
+        return { contentRange: res.ContentRange, etag: res.ETag, body };
       } catch (err) {
+        if (err instanceof SlideError) throw err;
         const why = slow
           ? timedOut.slow(length, o.timeouts)
           : (err as Error).name === 'TimeoutError'

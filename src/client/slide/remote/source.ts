@@ -45,6 +45,27 @@ export const timedOut = {
     `the answer came slower than ${t.minBytesPerSecond / 1024} KiB/s (${bytes} bytes not whole ${bodyDeadlineMs(bytes, t) / 1000} s after its headers)`,
 };
 
+/** A body read up to `limit` bytes (the range asked for): `null` once more comes. A server whose
+ *  body pours on past what was asked is cut there, not buffered without end (the deadlines bound
+ *  only a slow one). The bytes are an array of their own, never a view into Node's shared pool. */
+export async function readUpTo(body: AsyncIterable<Uint8Array>, limit: number): Promise<Uint8Array | null> {
+  const chunks: Uint8Array[] = [];
+  let length = 0;
+  for await (const chunk of body) {
+    chunks.push(chunk);
+    length += chunk.length;
+    if (length > limit) return null;
+  }
+  const bytes = new Uint8Array(length);
+  let at = 0;
+  for (const chunk of chunks) at += (bytes.set(chunk, at), chunk.length);
+  return bytes;
+}
+
+/** What a remote read that ran past its range says (HTTP ranges, S3). */
+export const ranPast = (expected: number, contentLength: unknown) =>
+  `the answer to a range of ${expected} bytes runs past them (Content-Length ${String(contentLength ?? 'not given')}); not read further`;
+
 /** Reads below this are rounded out to aligned blocks of it (and cached). */
 export const BLOCK = 64 * 1024;
 /** Fetched bytes kept by default, per source (a slide's file; DICOM instances keep less). */
