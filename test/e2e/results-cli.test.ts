@@ -59,9 +59,10 @@ writeFileSync(
 const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
 const tileLines = readme.split('\n').filter((l) => /^node -e .*> tile\.(png|rgb)$/.test(l));
 const slideTool = join(ROOT, 'dist/tools/synthetic/slide.js');
-const [rows, mixed, servers, pkg, slideHelp, slideWrong, check, made] = await Promise.all([
+const [rows, mixed, args, servers, pkg, slideHelp, slideWrong, check, made] = await Promise.all([
   tileInfer(['slide', join(dir, 'twice.csv'), '--model', 'm', '--out', join(dir, 'out')]),
   tileInfer(['slide', join(dir, 'b.svs'), join(dir, 'twice.csv'), '--model', 'm', '--out', join(dir, 'out')]),
+  tileInfer(['slide', join(dir, 'b.svs'), join(dir, 'b.svs'), '--model', 'm', '--out', join(dir, 'out')]),
   Promise.all(
     SERVERS.map(([server]) =>
       tileInfer(['slide', join(dir, 'x.svs'), '--model', 'm', '--out', join(dir, 'out'), '--server', server]),
@@ -75,17 +76,25 @@ const [rows, mixed, servers, pkg, slideHelp, slideWrong, check, made] = await Pr
 ]);
 holder.close();
 
-t.test('a slide named twice (two manifest rows, or a row and an argument) is refused naming both', async (t) => {
-  t.equal(rows.code, 2, 'a usage error');
-  t.match(
-    rows.stderr,
-    /^tile-infer: \[TILE_ERR_COHORT_DUPLICATE\] \S+\/a\.svs is named twice: \S+twice\.csv line 2 \(mpp 0\.5\) and \S+twice\.csv line 4 \(mpp 0\.25\); keep one\n$/,
-  );
-  t.match(
-    mixed.stderr,
-    /\[TILE_ERR_COHORT_DUPLICATE\] \S+\/b\.svs is named twice: the command line and \S+twice\.csv line 3/,
-  );
-});
+t.test(
+  'a slide named twice (two manifest rows, a row and an argument, or two arguments) is refused naming both',
+  async (t) => {
+    t.equal(rows.code, 2, 'a usage error');
+    t.match(
+      rows.stderr,
+      /^tile-infer: \[TILE_ERR_COHORT_DUPLICATE\] \S+\/a\.svs is named twice: \S+twice\.csv line 2 \(mpp 0\.5\) and \S+twice\.csv line 4 \(mpp 0\.25\); keep one\n$/,
+    );
+    t.match(
+      mixed.stderr,
+      /\[TILE_ERR_COHORT_DUPLICATE\] \S+\/b\.svs is named twice: input 1 on the command line \("\S+\/b\.svs"\) and \S+twice\.csv line 3/,
+    );
+    // Twice on the command line: which two inputs.
+    t.match(
+      args.stderr,
+      /\[TILE_ERR_COHORT_DUPLICATE\] \S+\/b\.svs is named twice: input 1 on the command line \("\S+\/b\.svs"\) and input 2 on the command line \("\S+\/b\.svs"\); keep one/,
+    );
+  },
+);
 
 t.test('--server is a service root: a path, query or other scheme is a usage error (exit 2)', async (t) => {
   SERVERS.forEach(([server, why], k) => {

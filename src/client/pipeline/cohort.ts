@@ -81,11 +81,18 @@ function readManifest(csv: string): CohortSlide[] {
 export function readCohort(inputs: string[]): CohortSlide[] {
   const slides: CohortSlide[] = [];
   const seen = new Map<string, CohortSlide>();
-  for (const input of inputs) {
+  for (const [i, input] of inputs.entries()) {
     const found =
       extname(input).toLowerCase() === '.csv'
         ? readManifest(input)
-        : [{ label: input, path: locate('.', input), stem: stemOf(input), from: 'the command line' }];
+        : [
+            {
+              label: input,
+              path: locate('.', input),
+              stem: stemOf(input),
+              from: `input ${i + 1} on the command line ("${input}")`,
+            },
+          ];
     for (const s of found) {
       const first = seen.get(s.path);
       if (first)
