@@ -7,7 +7,7 @@
 // with a warning). The reader says each with a TILE_ERR_* code, soon; in a cohort against
 // the real service, the looping slide fails alone, here and from nginx, and the others are done.
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { writeNullPackage } from '../../bench/null-models.js';
@@ -221,6 +221,32 @@ t.test(
       },
       'over HTTP',
     );
+  },
+);
+
+t.test(
+  "a plain TIFF's SubIFDs are never read, so not checked; an OME-TIFF's listing 2^22 is refused by its count",
+  async (t) => {
+    // tifffile's BigTIFF with a SubIFD but no OME-XML: only OME-TIFFs' SubIFDs are levels here.
+    omeSubIfds(at('plain-sub.tif'), 1, true, false);
+    const path = variant('plain-sub.tif', 'plain-sub-offsets.tif', (p) => setCount(p, 'TileOffsets', 2 ** 33, 0, 0));
+    const plain = await TiffSlide.open(path);
+    t.same(
+      plain.levels.map((l) => [l.width, l.height]),
+      [[64, 64]],
+      'its main image opens, its broken SubIFD unread (it was refused when every TIFF was walked)',
+    );
+    await plain.close();
+    // The list itself is not read: a count past 16 x 64 is refused as it stands (a sparse file made
+    // long enough for it; 2^28 read 2 GB and held 2.4 GB before this).
+    const many = variant('sub.ome.tif', 'listed.ome.tif', (p) => {
+      setCount(p, 'SubIFDs', 2 ** 22, 0);
+      truncateSync(p, 2 ** 26);
+    });
+    t.match(await openError(many, (p) => TiffSlide.open(p)), {
+      code: 'TILE_ERR_SLIDE_UNREADABLE',
+      message: /listed\.ome\.tif: directory 0's SubIFDs \(tag 330\) lists 4194304 offsets, expected at most 64/,
+    });
   },
 );
 

@@ -71,13 +71,15 @@ export const repeatSubIfds = (path: string, copies: number) =>
   );
 
 /** An OME-TIFF written by tifffile whose first image lists `levels` reduced levels in SubIFDs
- *  (64x64 pixels, 16x16 tiles, uncompressed), each its own directory; a BigTIFF where `big`. */
-export const omeSubIfds = (path: string, levels: number, big = false) =>
+ *  (64x64 pixels, 16x16 tiles, uncompressed), each its own directory; a BigTIFF where `big`; a
+ *  plain TIFF (no OME-XML) with the same SubIFDs where `ome` is false. */
+export const omeSubIfds = (path: string, levels: number, big = false, ome = true) =>
   tifffile(
-    'import numpy\nn = int(sys.argv[2])\nimage = numpy.full((64, 64, 3), 200, numpy.uint8)\nwith tifffile.TiffWriter(sys.argv[1], ome=True, bigtiff=sys.argv[3] == "big") as tif:\n tif.write(image, tile=(16, 16), photometric="rgb", subifds=n, metadata={"axes": "YXS", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5})\n for k in range(n): tif.write(image[:32, :32], tile=(16, 16), photometric="rgb", subfiletype=1, metadata=None)',
+    'import numpy\nn = int(sys.argv[2])\nome = sys.argv[4] == "ome"\nimage = numpy.full((64, 64, 3), 200, numpy.uint8)\nwith tifffile.TiffWriter(sys.argv[1], ome=ome, bigtiff=sys.argv[3] == "big") as tif:\n tif.write(image, tile=(16, 16), photometric="rgb", subifds=n, metadata={"axes": "YXS", "PhysicalSizeX": 0.5, "PhysicalSizeY": 0.5} if ome else None)\n for k in range(n): tif.write(image[:32, :32], tile=(16, 16), photometric="rgb", subfiletype=1, metadata=None)',
     path,
     String(levels),
     big ? 'big' : 'classic',
+    ome ? 'ome' : 'plain',
   );
 
 /** A BigTIFF written by tifffile: 64x64 RGB pixels in 16x16 uncompressed tiles, 0.5 µm/px

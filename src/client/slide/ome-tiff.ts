@@ -60,16 +60,29 @@ export function omeMpp(xml: string, path: string): { mpp: number; error: null } 
  *  (20,000 entries took 21 s and 640 MB). */
 export const MAX_REDUCED_LEVELS = 64;
 
+/** A SubIFDs tag may list an offset more than once (taken once), but no more than this many
+ *  offsets in all (512 KiB of BigTIFF's 8-byte ones): a longer list is refused by its count,
+ *  before it is read. */
+const MAX_LISTED = 1 << 16;
+
+const tooManyLevels = (path: string, said: string) =>
+  new SlideError(
+    'TILE_ERR_SLIDE_UNREADABLE',
+    `${path}: directory 0's SubIFDs (tag 330) lists ${said}, expected at most ${MAX_REDUCED_LEVELS} (a pyramid halving from TIFF's largest size, 2^32 pixels, to one pixel has 32; one of gentler steps a few more)`,
+  );
+
+/** Refuses a SubIFDs tag by its count (`count` offsets), before its list is read. */
+export function listedLevels(count: number, path: string): void {
+  if (count > MAX_LISTED) throw tooManyLevels(path, `${count} offsets`);
+}
+
 /** The reduced levels a SubIFDs tag lists (`listed`, their offsets), an offset listed twice once:
  *  more than MAX_REDUCED_LEVELS are refused, not parsed level by level (by subImages, and before
  *  it by tiff-slide.ts' walk of the directories, which checks each one's tags). */
 export function reducedLevels(listed: ArrayLike<number | bigint>, path: string): number[] {
+  listedLevels(listed.length, path);
   const offsets = [...new Set(Array.from(listed, Number))];
-  if (offsets.length > MAX_REDUCED_LEVELS)
-    throw new SlideError(
-      'TILE_ERR_SLIDE_UNREADABLE',
-      `${path}: directory 0's SubIFDs (tag 330) lists ${offsets.length} reduced levels, expected at most ${MAX_REDUCED_LEVELS} (a pyramid halving from TIFF's largest size, 2^32 pixels, to one pixel has 32; one of gentler steps a few more)`,
-    );
+  if (offsets.length > MAX_REDUCED_LEVELS) throw tooManyLevels(path, `${offsets.length} reduced levels`);
   return offsets;
 }
 

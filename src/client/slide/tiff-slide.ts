@@ -15,7 +15,7 @@ import { closeSync, openSync, readSync, statSync } from 'node:fs';
 import { fromFile, GeoTIFF, type GeoTIFFImage } from 'geotiff';
 import sharp from 'sharp';
 import { JPEG } from './bands.js';
-import { isOmeXml, omeMpp, reducedLevels, subImages } from './ome-tiff.js';
+import { isOmeXml, listedLevels, omeMpp, reducedLevels, subImages } from './ome-tiff.js';
 import { openSlideLibrary } from './openslide-slide.js';
 import type { ByteSource } from './remote/source.js';
 import {
@@ -146,9 +146,9 @@ interface BadDirectory {
  *  TileByteCounts must be one a tile (as ranges() checks a level's), and no tag may hold more
  *  bytes than the file has. A tile count that is wrong but within the file is not an error here
  *  (geotiff parses it whole): it is returned in `bad`, for TiffSlide.open to fail a pyramid level
- *  with, and to skip a label or macro image with a warning. So are directory 0's SubIFDs (an OME-TIFF's reduced levels, which
- *  subImages parses; no other directory's SubIFDs are read), each once, at most
- *  MAX_REDUCED_LEVELS of them (reducedLevels). Returns where the file ends too soon (`cut`: a
+ *  with, and to skip a label or macro image with a warning. So are directory 0's SubIFDs in an OME-TIFF (its reduced levels, which
+ *  subImages parses; no other TIFF's SubIFDs, nor another directory's, are read), each once, at
+ *  most MAX_REDUCED_LEVELS of them (reducedLevels). Returns where the file ends too soon (`cut`: a
  *  directory past its end: a reader would stop there silently, with levels missing), or null. */
 async function walkDirectories(
   path: string,
@@ -191,6 +191,7 @@ async function walkDirectories(
   /** Each directory's offset, and its place in the chain. */
   const seen = new Map<number, number>();
   let subIfds: Tag | undefined;
+  let firstTags: Map<number, Tag> | undefined;
   let at = u(head, big ? 8 : 4, pointer);
   for (let k = 0; at !== 0; k++) {
     if (k === MAX_DIRECTORIES)
@@ -201,7 +202,7 @@ async function walkDirectories(
     seen.set(at, k);
     const dir = await directory(at, k, -1);
     if (typeof dir === 'string') return walked(dir);
-    if (k === 0) subIfds = dir.tags.get(330);
+    if (k === 0) [firstTags, subIfds] = [dir.tags, dir.tags.get(330)];
     at = dir.next;
     const back = seen.get(at);
     if (back !== undefined)
@@ -210,11 +211,22 @@ async function walkDirectories(
         `${path}: directory ${k} points back to directory ${back} (its next-directory offset is ${at}): the TIFF's chain of directories loops; expected each to lead to a new directory or end with 0`,
       );
   }
-  if (!subIfds) return walked(null);
-  // LONG or IFD offsets, or BigTIFF's LONG8 or IFD8; held in the entry where they fit.
+  /** A tag's values (`width` bytes each): in its entry where they fit, else at its offset. */
+  const values = (tag: Tag, width: number, count = tag.count) =>
+    tag.count * width <= pointer
+      ? tag.inline.subarray(0, count * width)
+      : bytes(u(tag.inline, 0, pointer), count * width);
+  // Only an OME-TIFF's SubIFDs are read (subImages): another TIFF's are never parsed, so not
+  // checked, as before this walk knew of them.
+  // OME-XML's root element follows its declaration: the first MiB of the description shows it.
+  const description = firstTags?.get(270);
+  const start = description && (await values(description, 1, Math.min(description.count, 1 << 20)));
+  if (!subIfds || !start || !isOmeXml(start.toString('latin1'))) return walked(null);
+  // Refused before the list is read: a count of 2^28 in a sparse file was 1 GB read and 2.4 GB held.
+  listedLevels(subIfds.count, path);
+  // LONG or IFD offsets, or BigTIFF's LONG8 or IFD8.
   const wide = subIfds.type === 16 || subIfds.type === 18 ? 8 : 4;
-  const listed =
-    subIfds.count * wide <= pointer ? subIfds.inline : await bytes(u(subIfds.inline, 0, pointer), subIfds.count * wide);
+  const listed = await values(subIfds, wide);
   if (listed.length < subIfds.count * wide) return walked(`directory 0's SubIFDs (tag 330) run past it`);
   const offsets = reducedLevels(
     Array.from({ length: subIfds.count }, (_, i) => u(listed, i * wide, wide)),
