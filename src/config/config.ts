@@ -284,6 +284,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
   if (env.DATA_DIR) raw.data_dir = env.DATA_DIR;
   if (env.ADMIN_TOKEN) raw.admin_token = env.ADMIN_TOKEN;
   if (env.LOG_LEVEL) raw.log_level = env.LOG_LEVEL;
+  const bodyLimitSet = raw.body_limit_bytes !== undefined;
   const config = Value.Default(ServiceConfig, raw) as ServiceConfig;
   const where = (path: string) => settingSource(fieldName(path) || '(root)', env, root);
   const problems = describeErrors(ServiceConfig, config, where);
@@ -300,8 +301,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, root = process.
   // A body's bytes are held against its front's budget as they arrive (front/queue-share.ts):
   // one larger than the budget could never be read whole, and its client was answered 503
   // TILE_ERR_FRONT_BUSY, "retry later", however often it retried, on an idle service.
-  const { body_limit_bytes: bodyLimit } = config;
+  // Left to its default, the limit is the budget where that is smaller (a small host's config
+  // that sets only the budget served every body within it before the rule below, and still does).
   const { max_inflight_bytes: budget } = config.front;
+  if (!bodyLimitSet) config.body_limit_bytes = Math.min(config.body_limit_bytes, budget);
+  const { body_limit_bytes: bodyLimit } = config;
   if (bodyLimit > budget)
     throw new ConfigError(
       'TILE_ERR_CONFIG_VALUE',

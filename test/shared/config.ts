@@ -279,6 +279,10 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
   t.match(load({ ...good, ...bounds }), bounds, 'each bound itself is taken');
   const equal = { body_limit_bytes: 4096, front: { max_inflight_bytes: 4096 } };
   t.match(load({ ...good, ...equal }), equal, 'a body limit of the whole budget is taken');
+  // A small host's config that sets only the budget: the default limit comes down to it.
+  const small = load({ ...good, front: { max_inflight_bytes: 8 << 20 } });
+  t.equal(small.body_limit_bytes, 8 << 20, 'the default body limit is the budget where that is smaller');
+  t.equal(load(good).body_limit_bytes, 16 << 20, 'and 16 MiB otherwise');
 });
 
 /** Every object schema in `schema`, with its dotted place ("models[]" for a list's items). */
