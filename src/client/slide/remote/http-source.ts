@@ -7,17 +7,15 @@ import { SlideError } from '../slide.js';
 import {
   BLOCK,
   bodyDeadlineMs,
+  MayPass,
   ranPast,
   readUpTo,
   REMOTE_TIMEOUTS,
+  retried,
   timedOut,
   type RangeTransport,
   type RemoteTimeouts,
 } from './source.js';
-
-/** Retries of a request that failed to connect, timed out, was cut short or got a 5xx, after
- *  these pauses. */
-const BACKOFF_MS = [200, 1000, 3000];
 
 type Answer = Dispatcher.ResponseData;
 
@@ -79,8 +77,7 @@ async function send<T>(
   timeouts: RemoteTimeouts,
   read: (res: Answer) => Promise<T>,
 ): Promise<T> {
-  for (let attempt = 0; ; attempt++) {
-    let failure: string;
+  return retried(url, async () => {
     // One timer an attempt, set when the headers come: the body's deadline (REMOTE_TIMEOUTS).
     const controller = new AbortController();
     let deadline: NodeJS.Timeout | undefined;
@@ -94,17 +91,14 @@ async function send<T>(
       deadline = setTimeout(() => controller.abort(), bodyDeadlineMs(bytes, timeouts));
       if (res.statusCode < 500) return await read(res);
       drop(res);
-      failure = `HTTP ${res.statusCode}`;
+      throw new MayPass(`HTTP ${res.statusCode}`);
     } catch (err) {
-      if (err instanceof SlideError) throw err;
-      failure = controller.signal.aborted ? timedOut.slow(bytes, timeouts) : failed(err as Error, timeouts);
+      if (err instanceof SlideError || err instanceof MayPass) throw err;
+      throw new MayPass(controller.signal.aborted ? timedOut.slow(bytes, timeouts) : failed(err as Error, timeouts));
     } finally {
       clearTimeout(deadline);
     }
-    if (attempt === BACKOFF_MS.length)
-      throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${failure} (after ${attempt} retries)`);
-    await new Promise((r) => setTimeout(r, BACKOFF_MS[attempt]));
-  }
+  });
 }
 
 /** Closes an answer's connection without reading its body (a destroyed body's error is

@@ -9,9 +9,11 @@ import { SlideError } from '../slide.js';
 import {
   BLOCK,
   bodyDeadlineMs,
+  MayPass,
   ranPast,
   readUpTo,
   REMOTE_TIMEOUTS,
+  retried,
   timedOut,
   type RangeTransport,
   type RemoteTimeouts,
@@ -26,7 +28,8 @@ const clients = new Map<RemoteTimeouts, Promise<{ sdk: Sdk; client: S3Client }>>
  *  REMOTE_TIMEOUTS as the HTTP range reader does (the SDK's own default waits without end): a
  *  connection within headersMs, the answer's headers within headersMs of the request
  *  (requestTimeout, cleared when they come; thrown, not only logged), and no pause of bodyMs on
- *  the socket (socketTimeout); the SDK retries each as a TimeoutError. */
+ *  the socket (socketTimeout); the SDK retries each as a TimeoutError until the headers come (a
+ *  body's failures are past its retries: `get` retries them). */
 function s3(timeouts: RemoteTimeouts): Promise<{ sdk: Sdk; client: S3Client }> {
   let shared = clients.get(timeouts);
   if (!shared) {
@@ -121,52 +124,56 @@ function parts(url: string, folder = false): { bucket: string; key: string } {
   return { bucket: m[1], key: m[2] };
 }
 
-/** A ranged GetObject of [offset, offset + length), its body read inside the call (a connection
- *  lost mid-body is a coded error naming the URL too) within bodyDeadlineMs of its headers: the
- *  socket's idle timeout alone let a server sending a byte a second hold a request forever. */
+/** A ranged GetObject of [offset, offset + length), its body read inside the call within
+ *  bodyDeadlineMs of its headers (the socket's idle timeout alone let a server sending a byte a
+ *  second hold a request forever). A body idle, too slow or cut short is tried again as an HTTP
+ *  range's is (`retried`): the SDK's own retries end with the headers. */
 const get = (
   o: { url: string; bucket: string; key: string; timeouts: RemoteTimeouts },
   offset: number,
   length: number,
   etag?: string,
 ) =>
-  call(
-    o.url,
-    o.timeouts,
-    async (sdk, client) => {
-      const res = await client.send(
-        new sdk.GetObjectCommand({
-          Bucket: o.bucket,
-          Key: o.key,
-          Range: `bytes=${offset}-${offset + length - 1}`,
-          IfMatch: etag,
-        }),
-      );
-      let slow = false;
-      const deadline = setTimeout(
-        () => {
-          slow = true;
-          (res.Body as Readable).destroy(new Error('too slow'));
-        },
-        bodyDeadlineMs(length, o.timeouts),
-      );
-      try {
-        const body = await readUpTo(res.Body as Readable, length);
-        if (!body) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${o.url}: ${ranPast(length, res.ContentLength)}`);
-        return { contentRange: res.ContentRange, etag: res.ETag, body };
-      } catch (err) {
-        if (err instanceof SlideError) throw err;
-        const why = slow
-          ? timedOut.slow(length, o.timeouts)
-          : (err as Error).name === 'TimeoutError'
-            ? timedOut.idle(o.timeouts)
-            : `the connection closed before the answer was whole (${(err as Error).message})`;
-        throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${o.url}: ${why}`);
-      } finally {
-        clearTimeout(deadline);
-      }
-    },
-    etag,
+  retried(o.url, () =>
+    call(
+      o.url,
+      o.timeouts,
+      async (sdk, client) => {
+        const res = await client.send(
+          new sdk.GetObjectCommand({
+            Bucket: o.bucket,
+            Key: o.key,
+            Range: `bytes=${offset}-${offset + length - 1}`,
+            IfMatch: etag,
+          }),
+        );
+        let slow = false;
+        const deadline = setTimeout(
+          () => {
+            slow = true;
+            (res.Body as Readable).destroy(new Error('too slow'));
+          },
+          bodyDeadlineMs(length, o.timeouts),
+        );
+        try {
+          const body = await readUpTo(res.Body as Readable, length);
+          if (!body) throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${o.url}: ${ranPast(length, res.ContentLength)}`);
+          return { contentRange: res.ContentRange, etag: res.ETag, body };
+        } catch (err) {
+          if (err instanceof SlideError) throw err;
+          throw new MayPass(
+            slow
+              ? timedOut.slow(length, o.timeouts)
+              : (err as Error).name === 'TimeoutError'
+                ? timedOut.idle(o.timeouts)
+                : `the connection closed before the answer was whole (${(err as Error).message})`,
+          );
+        } finally {
+          clearTimeout(deadline);
+        }
+      },
+      etag,
+    ),
   );
 
 /** An S3 request, its failures as slide errors naming the URL. */
@@ -182,7 +189,7 @@ async function call<T>(
     sdk = s.sdk;
     return await request(sdk, s.client);
   } catch (err) {
-    if (err instanceof SlideError) throw err;
+    if (err instanceof SlideError || err instanceof MayPass) throw err;
     if (!sdk || !(err instanceof sdk.S3ServiceException)) {
       // The request handler's timeouts, retried by the SDK: before the answer's headers.
       const retries = ((err as { $metadata?: { attempts?: number } }).$metadata?.attempts ?? 1) - 1;

@@ -45,6 +45,29 @@ export const timedOut = {
     `the answer came slower than ${t.minBytesPerSecond / 1024} KiB/s (${bytes} bytes not whole ${bodyDeadlineMs(bytes, t) / 1000} s after its headers)`,
 };
 
+/** Retries of a remote read whose failure may pass (HTTP ranges, S3): no connection, no answer in
+ *  time, a body idle, too slow or cut short, a 5xx; after these pauses. */
+export const BACKOFF_MS = [200, 1000, 3000];
+
+/** An attempt's failure that may pass when tried again, in words (`retried` tries it again). */
+export class MayPass extends Error {}
+
+/** `attempt` tried again after each of BACKOFF_MS's pauses while it fails with MayPass, then
+ *  TILE_ERR_SLIDE_REMOTE naming `url`, the last failure and the retries; anything else it throws
+ *  (a SlideError: a 404, an answer running past its range) is final. */
+export async function retried<T>(url: string, attempt: () => Promise<T>): Promise<T> {
+  for (let n = 0; ; n++) {
+    try {
+      return await attempt();
+    } catch (err) {
+      if (!(err instanceof MayPass)) throw err;
+      if (n === BACKOFF_MS.length)
+        throw new SlideError('TILE_ERR_SLIDE_REMOTE', `${url}: ${err.message} (after ${n} retries)`);
+    }
+    await new Promise((r) => setTimeout(r, BACKOFF_MS[n]));
+  }
+}
+
 /** A body read up to `limit` bytes (the range asked for): `null` once more comes. A server whose
  *  body pours on past what was asked is cut there, not buffered without end (the deadlines bound
  *  only a slow one). The bytes are an array of their own, never a view into Node's shared pool. */
