@@ -44,6 +44,12 @@ export const MAX_CONNECTIONS = 2 ** 20;
  *  --max-old-space-size, but its default limit is ~4 GiB and a front's requests are mostly
  *  Buffers outside the heap, so 1 TiB is past any heap a host gives a front; 1e18 passed before. */
 export const MAX_HEAP_USED_BYTES = 1024 ** 4;
+/** Retry-After (seconds) on the fronts' 503s that do not reckon their own (pressure, a model
+ *  loading; a full queue says when its backlog drains): an hour.
+ *  A client stays away that long, so a larger value turns a moment's overload or a model's load
+ *  (load_timeout_ms, 2 minutes by default) into hours with no requests; and a client that waits it
+ *  as a Node timer (seconds * 1000 ms) past 2^31 - 1 ms (2,147,483 s) retries at once instead. */
+export const MAX_RETRY_AFTER_S = 3600;
 /** Usage log size before rotation: the supervisor reads usage.jsonl and usage.jsonl.1 whole at
  *  start for the recent entries, as strings, which V8 bounds at 2^29 - 24 characters (~512 MiB;
  *  past it they were lost without a word); 256 MiB leaves room for the split lines. */
@@ -189,7 +195,7 @@ export const ServiceConfig = Type.Object(
       {
         max_event_loop_delay_ms: Type.Integer({ minimum: 0, maximum: MAX_TIMER_MS, default: 1000 }),
         max_heap_used_bytes: Type.Integer({ minimum: 0, maximum: MAX_HEAP_USED_BYTES, default: 0 }),
-        retry_after_s: Type.Integer({ minimum: 1, default: 2 }),
+        retry_after_s: Type.Integer({ minimum: 1, maximum: MAX_RETRY_AFTER_S, default: 2 }),
       },
       { default: {}, additionalProperties: false },
     ),

@@ -152,6 +152,12 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
       /config-\d+\.json: max_tile_pixels is 1000000000000000000, expected an integer from 1 to 268435456; .*front\.max_connections is 1000000000, expected an integer from 0 to 1048576; .*pressure\.max_heap_used_bytes is 1000000000000000000, expected an integer from 0 to 1099511627776; .*usage\.max_file_bytes is 1000000000000, expected an integer from 1024 to 268435456$/,
     ],
     [
+      'a Retry-After of a year (any integer passed; a client stays away that long)',
+      () => load({ ...good, pressure: { retry_after_s: 365 * 86400 } }),
+      ['TILE_ERR_CONFIG_VALUE'],
+      /pressure\.retry_after_s is 31536000, expected an integer from 1 to 3600$/,
+    ],
+    [
       'a batch shape of 0',
       () => load({ models: [{ name: 'tissue-seg', batch_shapes: [0] }] }),
       ['TILE_ERR_CONFIG_VALUE'],
@@ -273,7 +279,7 @@ t.test('settings: a code, and where, the value, what was expected', async (t) =>
   const bounds = {
     max_tile_pixels: 16384 ** 2,
     front: { max_connections: 2 ** 20 },
-    pressure: { max_heap_used_bytes: 1024 ** 4 },
+    pressure: { max_heap_used_bytes: 1024 ** 4, retry_after_s: 3600 },
     usage: { max_file_bytes: 256 * 1024 ** 2 },
   };
   t.match(load({ ...good, ...bounds }), bounds, 'each bound itself is taken');
