@@ -12,6 +12,7 @@ import { ModelClient } from './model-client.js';
 import { V2Service } from './v2/v2-service.js';
 import { startGrpc } from './v2/grpc-server.js';
 import { connectionLimit } from './plugins/connections.js';
+import { warnUnreachableHeap } from './plugins/pressure.js';
 
 const { service: config, index, fronts } = readFrontConfig();
 const logger = createLogger(config).child({ front: index });
@@ -20,6 +21,8 @@ const client = new ModelClient(config, fronts, (message, written) =>
 );
 const connectionShare = new ConnectionShare((open) => process.send!({ type: 'connections', open } satisfies FromFront));
 const app = await buildApp({ config, backend: client, logger, connectionShare });
+// Said once, not by every front: they share their flags, so their heap limit.
+if (index === 0) warnUnreachableHeap(config.pressure, logger);
 
 /** How long a stopping front waits for its last usage entries to be written to the supervisor. */
 const FLUSH_WAIT_MS = 1000;

@@ -180,6 +180,10 @@ const REGISTRY = {
     meaning:
       "A model's gpus lists a GPU this host does not have (by nvidia-smi's indices and UUIDs, and the MIG devices nvidia-smi -L lists): a --check-config problem, and a warning in the log at start, where its workers see no GPU.",
   },
+  TILE_ERR_CONFIG_HEAP_LIMIT: {
+    meaning:
+      "pressure.max_heap_used_bytes is above a front's V8 heap limit (heap_size_limit, with the fronts' V8 flags and NODE_OPTIONS): the heap never gets there, so it never sheds load; a warning in the log at start (front 0), not a refusal.",
+  },
   TILE_ERR_CONFIG_PATH: {
     meaning:
       'log_file (LOG_FILE) or data_dir (DATA_DIR) cannot be written: a folder where a file goes, a file where a folder goes, or no permission.',

@@ -2,12 +2,15 @@
 // clients at once against a model with a small queue. Requests that cannot be served are answered
 // before their body is read, or at the chunk that would pass the front's byte budget; the front's
 // RSS stays bounded and comes back after the load.
-// And readiness from the first moment the port answers: never a 500, never a pressure 503.
+// And readiness from the first moment the port answers: never a 500, never a pressure 503. And a
+// heap limit no front's heap can reach is said at start, once.
 import t from 'tap';
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { copyPackage } from '../helpers/packages.js';
+import { TILE_PROCESS_EXEC_ARGV } from '../../supervisor/v8-flags.js';
 
 const BODY_MB = 14;
 const CLIENTS = 96;
@@ -124,5 +127,45 @@ t.test(
     t.same(pressured, [], 'no pressure 503 while starting');
     t.ok(ready, `ready; readiness answers seen: ${JSON.stringify(Object.fromEntries(seen))}`);
     t.ok((seen.get(503) ?? 0) > 0, 'polled while the model was still loading');
+  },
+);
+
+t.test(
+  "a max_heap_used_bytes above a front's V8 heap limit: one warning naming both, and the service serves",
+  async (t) => {
+    // A front's limit: node with the fronts' flags (the supervisor's own limit may differ).
+    const limit = Number(
+      execFileSync(process.execPath, [
+        ...TILE_PROCESS_EXEC_ARGV,
+        '-p',
+        "require('node:v8').getHeapStatistics().heap_size_limit",
+      ]),
+    );
+    const warnings = (server: TestServer) => server.lines.filter((l) => l.errorCode === 'TILE_ERR_CONFIG_HEAP_LIMIT');
+    for (const value of [limit, limit + 1]) {
+      const server = await startServer({
+        models: [{ name: 'gene-expr' }],
+        config: { fronts: 2, pressure: { max_heap_used_bytes: value } },
+      });
+      // Both fronts have started (each logs its listening line) before the warnings are counted.
+      await server.waitFor(() => server.lines.filter((l) => /Server listening/.test(String(l.msg))).length === 2);
+      const said = warnings(server);
+      await server.stop();
+      if (value === limit) {
+        t.same(said, [], 'the limit itself: no warning');
+        continue;
+      }
+      t.equal(said.length, 1, 'one warning, not one a front');
+      t.match(said[0], {
+        level: 40,
+        setting: 'pressure.max_heap_used_bytes',
+        value,
+        heapSizeLimit: limit,
+        msg: new RegExp(
+          `: pressure\\.max_heap_used_bytes is ${value} \\(\\d+ MiB\\), above a front's V8 heap limit of ${limit} \\(\\d+ MiB\\): its heap never gets there, so it never sheds load; lower it, or raise the limit with NODE_OPTIONS=--max-old-space-size=<MiB>$`,
+        ),
+      });
+      t.ok(String(said[0].msg).startsWith(`${server.dir}/config.json: `), 'it names the file');
+    }
   },
 );

@@ -2,17 +2,42 @@
 // requests get 503 with Retry-After. Health routes opt out (route config `pressure: false`), so a
 // balancer's checks keep an honest answer, and the event loop's delay counts only once the front
 // listens: the first samples measure start-up (module loading, route building), not load.
+import { getHeapStatistics } from 'node:v8';
 import type { FastifyInstance } from 'fastify';
 import fp from 'fastify-plugin';
 import underPressure from '@fastify/under-pressure';
-import type { ServiceConfig } from '../../config/config.js';
-import { errors } from '../../lib/errors.js';
+import type { Logger } from 'pino';
+import { settingSource, type ServiceConfig } from '../../config/config.js';
+import { errors, type ErrorCode } from '../../lib/errors.js';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
     /** false: the route answers whatever the pressure (health checks). */
     pressure?: boolean;
   }
+}
+
+/** Warns when pressure.max_heap_used_bytes is above this front's V8 heap limit (heap_size_limit:
+ *  the fronts' flags, supervisor/v8-flags.ts, and NODE_OPTIONS set it, not the supervisor's):
+ *  the heap never gets there, so the setting never sheds load. A tuning mistake, not a broken
+ *  configuration: the service starts. */
+export function warnUnreachableHeap(
+  config: ServiceConfig['pressure'],
+  logger: Logger,
+  limit = getHeapStatistics().heap_size_limit,
+): void {
+  const value = config.max_heap_used_bytes;
+  if (value <= limit) return;
+  const mib = (bytes: number) => `${Math.round(bytes / 1024 ** 2)} MiB`;
+  logger.warn(
+    {
+      errorCode: 'TILE_ERR_CONFIG_HEAP_LIMIT' satisfies ErrorCode,
+      setting: 'pressure.max_heap_used_bytes',
+      value,
+      heapSizeLimit: limit,
+    },
+    `${settingSource('pressure.max_heap_used_bytes')} is ${value} (${mib(value)}), above a front's V8 heap limit of ${limit} (${mib(limit)}): its heap never gets there, so it never sheds load; lower it, or raise the limit with NODE_OPTIONS=--max-old-space-size=<MiB>`,
+  );
 }
 
 /** under-pressure samples process.memoryUsage(), which reads /proc and throws EMFILE when the
