@@ -37,10 +37,12 @@ t.test('every createRequire loads through a `require` the rules can see', async 
   const unseen: string[] = [];
   for (const folder of ['src', 'supervisor', 'tools', 'bench', 'test'])
     for (const file of readdirSync(join(ROOT, folder), { recursive: true, encoding: 'utf8' })) {
-      if (!file.endsWith('.ts')) continue;
+      // This file names it in its own messages.
+      if (!/\.[mc]?ts$/.test(file) || join(folder, file) === join('test', 'layers.test.ts')) continue;
       const lines = readFileSync(join(ROOT, folder, file), 'utf8').split('\n');
       lines.forEach((line, i) => {
-        if (/createRequire\(/.test(line) && !/^import /.test(line) && !seen.test(line.trim()))
+        // Any other mention: an alias (`const make = createRequire`) would load unseen too.
+        if (/createRequire/.test(line) && !/^import /.test(line) && !seen.test(line.trim()))
           unseen.push(`${folder}/${file}:${i + 1}: ${line.trim()}`);
       });
     }
