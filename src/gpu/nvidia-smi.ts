@@ -83,8 +83,9 @@ export function parseMigDevices(list: string): MigDevice[] {
   const devices: MigDevice[] = [];
   let gpu: string | null = null;
   for (const line of list.split('\n')) {
-    const parent = /^GPU (\d+): .*\(UUID: GPU-[^)]+\)\s*$/.exec(line);
-    if (parent) gpu = parent[1];
+    // A GPU line that does not parse ("GPU 1: Unknown Error") still ends the GPU before it: its
+    // MIG devices belong to no GPU this can name.
+    if (line.startsWith('GPU ')) gpu = /^GPU (\d+): .*\(UUID: GPU-[^)]+\)\s*$/.exec(line)?.[1] ?? null;
     const mig = /^\s+(MIG\s.*?Device\s+\d+):\s*\(UUID: (MIG-[^)\s]+)\)\s*$/.exec(line);
     if (mig && gpu !== null) devices.push({ uuid: mig[2], gpu, name: mig[1].replace(/\s+/g, ' ') });
   }

@@ -107,6 +107,13 @@ t.test('nvidia-smi -L: MIG devices under their GPU', async (t) => {
     [],
     'a MIG line under no GPU is not taken',
   );
+  t.same(
+    parseMigDevices(
+      `${MIG_LIST.split('\n').slice(0, 2).join('\n')}\nGPU 1: Unknown Error\n  MIG 1g.5gb Device 0: (UUID: MIG-0e6b6e4c-7d3a-5b8e-9f10-2a3b4c5d6e7f)\n`,
+    ).map((d) => [d.uuid.slice(0, 12), d.gpu]),
+    [['MIG-c6d4f1ef', '0']],
+    'under a GPU line that does not parse, a MIG line is not given to the GPU before it',
+  );
   // The real call, through a fake nvidia-smi on PATH (the test helper's -L answer).
   const bin = fakeNvidiaSmi(GPUS.trim().split('\n'), null, { 1: ['MIG-0e6b6e4c-7d3a-5b8e-9f10-2a3b4c5d6e7f'] });
   const path = process.env.PATH;
