@@ -2,6 +2,7 @@
 // served from a folder, and reproducible builds of the shipped packages.
 import t from 'tap';
 import { createHash } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
 import {
   copyFileSync,
   existsSync,
@@ -279,6 +280,19 @@ t.test('a corrupt or foreign cache file, or an unwritable folder, is ignored: ev
     t.equal(packageDigest(dir, cache), uncached, name);
     t.match(warnings, [warning], name);
     t.same(JSON.parse(readFileSync(cacheFile(), 'utf8')), good, `${name}: written anew`);
+  }
+  // A FIFO where the cache file goes (a read would wait for a writer forever) and one too large.
+  const path = cacheFile();
+  for (const [name, make, warning] of [
+    ['a FIFO', (path: string) => execFileSync('mkfifo', [path]), /ignored \(not a regular file\)/],
+    ['5 MB', (path: string) => writeFileSync(path, ' '.repeat(5e6)), /ignored \(5000000 bytes, more than/],
+  ] as const) {
+    warnings.length = 0;
+    rmSync(path);
+    make(path);
+    t.equal(packageDigest(dir, cache), uncached, name);
+    t.match(warnings, [warning], name);
+    t.same(JSON.parse(readFileSync(cacheFile(), 'utf8')), good, `${name}: replaced by the cache`);
   }
   warnings.length = 0;
   const file = join(temp(), 'a-file');

@@ -9,7 +9,18 @@
 // to a temp file and renamed over, so workers loading together never read a torn one. A cache
 // that cannot be parsed, is of another format or another folder is ignored: every file is hashed.
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync, type BigIntStats } from 'node:fs';
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+  type BigIntStats,
+} from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { Type } from 'typebox';
 import { Value } from 'typebox/value';
@@ -42,6 +53,23 @@ type Entries = Map<string, { stat: string; sha256: string }>;
  *  its ctime (git's "racily clean" entries): it is hashed, not cached, until it is older. */
 const RACY_NS = 1_000_000_000n;
 
+/** A cache file's most bytes: a few hundred per file of a package, and packages have few files. */
+const MAX_CACHE_BYTES = 4 * 1024 * 1024;
+
+/** The cache file's text, if it is a regular file of at most MAX_CACHE_BYTES. Opened without
+ *  blocking, so that a FIFO put there cannot hang a worker's load, and checked by its fstat. */
+function readCacheFile(file: string): string {
+  const fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) throw new Error('not a regular file');
+    if (stat.size > MAX_CACHE_BYTES) throw new Error(`${stat.size} bytes, more than ${MAX_CACHE_BYTES}`);
+    return readFileSync(fd, 'utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
+
 const statKey = (s: BigIntStats) => [s.dev, s.ino, s.size, s.mtimeNs, s.ctimeNs].join(':');
 
 export class DigestCache {
@@ -63,7 +91,7 @@ export class DigestCache {
   private read(): Entries {
     let raw: unknown;
     try {
-      raw = JSON.parse(readFileSync(this.file, 'utf8'));
+      raw = JSON.parse(readCacheFile(this.file));
     } catch (err) {
       const { code, message } = err as NodeJS.ErrnoException;
       // None yet (and where the folder cannot be, writing it says why).
