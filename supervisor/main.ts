@@ -49,6 +49,9 @@ async function shutdown(signal: string): Promise<void> {
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));
 process.on('SIGHUP', () => void supervisor.reload().catch((err) => logger.error({ err }, 'reload failed')));
+// SIGUSR2 reopens LOG_FILE (lib/logger.ts); without one it must not stop the service, as Node's
+// default would (a logrotate script run against a service that logs to stdout only).
+process.on('SIGUSR2', () => {});
 // A parent that dies without passing a signal on (`npm start` killed with SIGKILL, a pipeline
 // gone) hands the supervisor to init: stop as for SIGTERM. Linux's PR_SET_PDEATHSIG would say so
 // at once, but Node reaches it only through a native addon; a changed ppid is a syscall a second.

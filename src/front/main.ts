@@ -53,8 +53,9 @@ process.on('message', (message: ToFront) => {
 });
 // The supervisor is gone (killed): nobody restarts the workers we route to.
 process.on('disconnect', () => process.exit(ExitCode.OK));
-// Signals reach the whole process group; the supervisor coordinates the stop.
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, () => {});
+// Signals reach the whole process group; the supervisor coordinates the stop. SIGUSR2 reopens
+// LOG_FILE where one is set (lib/logger.ts), and otherwise must not stop the front.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGUSR2'] as const) process.on(signal, () => {});
 process.send!({ type: 'hello' });
 await app.listen({ host: config.host, port: config.port });
 // The Open Inference Protocol's gRPC service, beside HTTP when grpc_port is set.

@@ -104,8 +104,10 @@ async function main(): Promise<void> {
   process.on('disconnect', () => process.exit(ExitCode.OK));
   process.on('exit', () => rmSync(config.socket, { force: true }));
   // Ctrl-C and a group-wide SIGTERM reach every process; the supervisor drains and stops its
-  // workers itself, after the fronts have finished with them.
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => {});
+  // workers itself, after the fronts have finished with them. A group-wide SIGUSR2 (a logrotate
+  // script's `kill -USR2 -PGID`) is the supervisor's and the fronts' to reopen their log: by
+  // Node's default it stopped every worker (every model 503 until they were loaded again).
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGUSR2'] as const) process.on(signal, () => {});
   // Heartbeats from the start (the supervisor checks them once the worker is ready; while it
   // loads, a load timeout applies instead, since ONNX Runtime parses the graph synchronously).
   setInterval(() => send({ type: 'heartbeat' }), config.heartbeatMs);
