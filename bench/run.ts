@@ -95,7 +95,7 @@ function rgbBody(tile: SyntheticTile, i: number): BenchBody {
     width,
     height,
     patch_idx: i,
-    resolution: 0.5,
+    resolution: width === 512 ? 8.0 : 0.5,
   });
   return { type: 'application/octet-stream', body: rgbOf(tile), query };
 }
@@ -120,8 +120,8 @@ async function main(): Promise<void> {
   const pixels = { 224: tiles(224, count), 512: tiles(512, smoke ? 4 : 16) };
   const pngs = { 224: pixels[224].map(encodePng), 512: pixels[512].map(encodePng) };
   const bodies = { 224: pngs[224].map((p, i) => body(p, i, 224)), 512: pngs[512].map((p, i) => body(p, i, 512)) };
-  const rgbBodies = pixels[224].map(rgbBody);
-  const bodiesOf = (target: Target): BenchBody[] => (target.rgb ? rgbBodies : bodies[target.size]);
+  const rgbBodies = { 224: pixels[224].map(rgbBody), 512: pixels[512].map(rgbBody) };
+  const bodiesOf = (target: Target): BenchBody[] => (target.rgb ? rgbBodies : bodies)[target.size];
 
   const mask = Uint8Array.from({ length: 512 * 512 }, (_, i) => (((i >> 9) + (i & 511)) % 7 < 3 ? 1 : 0));
   // A 512x512 mask's answer: written by the front, read by a client, as JSON or as the tensor.
