@@ -1,8 +1,8 @@
 // `npm start`: the supervisor, the node:cluster primary. Forks the model workers and the HTTP
 // fronts and handles signals: SIGTERM/SIGINT drain and stop gracefully, SIGHUP reloads the model
-// packages one worker at a time. It also stops when its parent dies.
+// packages one worker at a time, SIGUSR2 reopens LOG_FILE in every process that writes it. It also stops when its parent dies.
 import { prepareStart } from './cli.js';
-import { createLogger } from '../src/lib/logger.js';
+import { createLogger, reopenLogFile } from '../src/lib/logger.js';
 import { discoverGpus } from './gpus.js';
 import { Supervisor } from './supervisor.js';
 import { ExitCode } from '../src/lib/exit-codes.js';
@@ -49,9 +49,13 @@ async function shutdown(signal: string): Promise<void> {
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));
 process.on('SIGHUP', () => void supervisor.reload().catch((err) => logger.error({ err }, 'reload failed')));
-// SIGUSR2 reopens LOG_FILE (lib/logger.ts); without one it must not stop the service, as Node's
-// default would (a logrotate script run against a service that logs to stdout only).
-process.on('SIGUSR2', () => {});
+// logrotate signals the supervisor alone (systemctl kill --kill-whom=main); the fronts write
+// LOG_FILE too, so they are told (model workers log through the supervisor). Without LOG_FILE
+// the handler keeps SIGUSR2 from stopping the service, as Node's default would.
+process.on('SIGUSR2', () => {
+  reopenLogFile();
+  supervisor.reopenLogs();
+});
 // A parent that dies without passing a signal on (`npm start` killed with SIGKILL, a pipeline
 // gone) hands the supervisor to init: stop as for SIGTERM. Linux's PR_SET_PDEATHSIG would say so
 // at once, but Node reaches it only through a native addon; a changed ppid is a syscall a second.

@@ -127,6 +127,11 @@ export class Supervisor implements DiagnosticsSource {
     return this.reloading;
   }
 
+  /** Every front reopens LOG_FILE (after logrotate moved it). */
+  reopenLogs(): void {
+    this.fronts.send({ type: 'reopen-log' });
+  }
+
   /** Fronts report not ready but keep serving, so a balancer takes the host out first. */
   drain(): void {
     this.fronts.send({ type: 'drain' });

@@ -2,7 +2,7 @@
 // It reads, checks and answers requests and sends tiles to model workers over their sockets; it
 // never runs a model and owns no process. Told by the supervisor (TILE_FRONT, then messages).
 import process from 'node:process';
-import { createLogger } from '../lib/logger.js';
+import { createLogger, reopenLogFile } from '../lib/logger.js';
 import type { FromFront, ToFront } from '../ipc/protocol.js';
 import { buildApp } from './app.js';
 import { ConnectionShare } from './connection-share.js';
@@ -47,14 +47,15 @@ async function stop(): Promise<void> {
 
 process.on('message', (message: ToFront) => {
   if (message.type === 'stop') return void stop();
+  if (message.type === 'reopen-log') return reopenLogFile();
   if (message.type === 'drain') logger.info('draining: readiness answers 503; requests are still served');
   if (message.type === 'connections') return connectionShare.update(message.total, message.fronts);
   client.onMessage(message);
 });
 // The supervisor is gone (killed): nobody restarts the workers we route to.
 process.on('disconnect', () => process.exit(ExitCode.OK));
-// Signals reach the whole process group; the supervisor coordinates the stop. SIGUSR2 reopens
-// LOG_FILE where one is set (lib/logger.ts), and otherwise must not stop the front.
+// Signals reach the whole process group; the supervisor coordinates the stop, the reload and the
+// log file's reopening (SIGUSR2).
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGUSR2'] as const) process.on(signal, () => {});
 process.send!({ type: 'hello' });
 await app.listen({ host: config.host, port: config.port });

@@ -261,6 +261,8 @@ export type ToFront =
   | { type: 'drain' }
   /** Stop accepting, finish what is in flight, exit. */
   | { type: 'stop' }
+  /** Reopen LOG_FILE: logrotate moved it and signalled the supervisor alone. */
+  | { type: 'reopen-log' }
   | { type: 'reply'; id: number; data: unknown }
   /** Every front's open HTTP connections together, and how many fronts listen
    *  (src/front/connection-share.ts). */

@@ -1,6 +1,7 @@
 // The service log: JSON lines (pino) to stdout for the journal, readable lines instead when stdout
 // is a terminal (a person running `npm start`), and JSON lines to LOG_FILE when set, whose tail
-// /diagnostics shows. SIGUSR2 reopens LOG_FILE, so logrotate can move it away (as nginx does).
+// /diagnostics shows. reopenLogFile() reopens LOG_FILE, so logrotate can move it away (as nginx
+// does): the supervisor calls it on SIGUSR2 and tells every front to.
 // A LOG_FILE that fails after the start (its folder replaced, the disk full, a folder where the
 // file was after a rotation mistake) is said once on stderr and the process serves on: every
 // line still goes to stdout, and to the file again once it can be written or reopened.
@@ -36,6 +37,14 @@ export interface LogSettings {
 /** Bytes of log lines held for a file that cannot be written: past it lines are dropped (from
  *  the file only), so a full disk cannot fill the heap too. */
 const FILE_BUFFER_BYTES = 16 * 1024 * 1024;
+
+/** Reopens this process's LOG_FILE by its path (one per createLogger with a file). */
+const reopeners: (() => void)[] = [];
+
+/** After logrotate moved LOG_FILE: this process writes to a new file at its path. */
+export function reopenLogFile(): void {
+  for (const reopen of reopeners) reopen();
+}
 
 export function createLogger(
   config: LogSettings,
@@ -76,7 +85,7 @@ export function createLogger(
     file.flushSync = () => {
       if (!failing) flushSync();
     };
-    process.on('SIGUSR2', () => {
+    reopeners.push(() => {
       // Tried here first: sonic-boom keeps the old descriptor when a reopen fails, but leaves a
       // listener that closes it at the next reopen, twice (EBADF).
       try {

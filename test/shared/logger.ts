@@ -1,10 +1,11 @@
 // The service log: LOG_LEVEL honoured on every stream, readable lines on a terminal, JSON lines
-// otherwise, and LOG_FILE reopened on SIGUSR2 after logrotate moved it.
+// otherwise, and LOG_FILE reopened after logrotate moved it (the supervisor's SIGUSR2:
+// test/e2e/log-file-failure.test.ts).
 import t from 'tap';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
-import { createLogger } from '../../src/lib/logger.js';
+import { createLogger, reopenLogFile } from '../../src/lib/logger.js';
 import { waitFor } from '../helpers/server.js';
 import { tempDir } from '../../tools/temp-dir.js';
 
@@ -45,13 +46,13 @@ t.test('readable lines on a terminal', async (t) => {
   t.match(line, /^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: worker ready \{"model":"gene-expr","instance":0\}\n$/);
 });
 
-t.test('LOG_FILE is reopened on SIGUSR2 (logrotate)', async (t) => {
+t.test('LOG_FILE is reopened after logrotate moved it', async (t) => {
   const file = join(tempDir('log'), 'service.log');
   const logger = createLogger({ log_file: file, log_level: 'info' }, capture(false).out);
   logger.info('before rotation');
   await waitFor(() => existsSync(file) && readFileSync(file, 'utf8').includes('before rotation'));
   renameSync(file, `${file}.1`);
-  process.kill(process.pid, 'SIGUSR2');
+  reopenLogFile();
   await waitFor(() => existsSync(file));
   logger.info('after rotation');
   await waitFor(() => readFileSync(file, 'utf8').includes('after rotation'));
@@ -90,14 +91,14 @@ t.test(
     await waitFor(() => existsSync(file) && readFileSync(file, 'utf8').includes('before'));
     renameSync(logs, `${logs}.old`);
     mkdirSync(file, { recursive: true });
-    process.kill(process.pid, 'SIGUSR2');
+    reopenLogFile();
     await waitFor(() => errors.text().includes('TILE_ERR_LOG_FILE'));
     t.match(errors.text(), /^logging error \[TILE_ERR_LOG_FILE\] \S+\/logs\/service\.log: EISDIR: /);
     logger.info('while it cannot be reopened');
     await waitFor(() => text().includes('while it cannot be reopened'));
-    // The mistake undone: the next SIGUSR2 reopens the file.
+    // The mistake undone: the next reopen works.
     rmSync(file, { recursive: true });
-    process.kill(process.pid, 'SIGUSR2');
+    reopenLogFile();
     await waitFor(() => existsSync(file));
     logger.info('after');
     await waitFor(() => readFileSync(file, 'utf8').includes('after'));
