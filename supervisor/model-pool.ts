@@ -101,7 +101,7 @@ export class ModelPool {
         old.replacementFailed(next.lastError);
         continue;
       }
-      next.promote();
+      next.promote(old.restarts);
       this.#workers[i] = next;
       this.options.onChange();
       await old.stop(this.options.config.supervisor.shutdown_grace_ms);

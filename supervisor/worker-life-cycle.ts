@@ -267,9 +267,11 @@ export class WorkerLifeCycle extends EventEmitter<{ ready: [WorkerInfo]; exit: [
     if (this.#state === 'failed') this.start();
   }
 
-  /** A reload candidate that loaded takes its instance's place: from now on it is restarted. */
-  promote(): void {
+  /** A reload candidate that loaded takes its instance's place: from now on it is restarted, and
+   *  its restarts count on from those of the instance it replaces (`restarts`), since the start. */
+  promote(restarts: number): void {
     this.#autoRestart = true;
+    this.#restarts += restarts;
   }
 
   /** A replacement for this instance failed to load: this one keeps serving, and says why. */

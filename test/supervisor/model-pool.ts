@@ -150,3 +150,40 @@ t.test('a reload retries a failed instance in place; a stop during a reload stop
   t.equal(models.workers[1].pid, null);
   t.equal(models.state, 'stopped');
 });
+
+t.test("a reload keeps each slot's restart count: the replacement counts on from its predecessor's", async (t) => {
+  const { models, outside } = pool(t);
+  models.start();
+  outside.forked.forEach((p) => p.ready());
+  outside.forked[0].exit(1);
+  outside.clock.advance(SUPERVISOR.restart_max_delay_ms);
+  await until(() => outside.forked.length === 3);
+  outside.forked[2].ready();
+  t.same(
+    models.view().instances.map((i) => i.restarts),
+    [1, 0],
+  );
+  const reload = models.reload();
+  await until(() => outside.forked.length === 4);
+  outside.forked[3].ready();
+  await until(() => outside.forked.length === 5);
+  outside.forked[4].ready();
+  await reload;
+  t.same(
+    models.workers.map((w) => w.pid),
+    [outside.forked[3].pid, outside.forked[4].pid],
+    'both slots replaced',
+  );
+  t.same(
+    models.view().instances.map((i) => i.restarts),
+    [1, 0],
+    'since the start, not since the reload',
+  );
+  // And counted on by the replacement.
+  outside.forked[3].exit(1);
+  t.same(
+    models.view().instances.map((i) => i.restarts),
+    [2, 0],
+  );
+  await models.stop(1000);
+});
