@@ -10,6 +10,7 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import pino, { type Logger } from 'pino';
 import { CodedError, errorLine } from './errors.js';
+import { WriteOutage } from './write-outage.js';
 import type pinoPretty from 'pino-pretty';
 
 const require = createRequire(import.meta.url);
@@ -65,25 +66,28 @@ export function createLogger(
     });
     // sonic-boom emits 'error' for a failed write or reopen; unhandled, it killed the process
     // (the supervisor, and so the service). Said once per failure, again after a reopen worked.
-    let failing = false;
-    file.on('error', (err: NodeJS.ErrnoException) => {
-      if (failing) return;
-      failing = true;
-      const why = new CodedError(
-        'TILE_ERR_LOG_FILE',
-        `${path}: ${err.message}; serving on: lines may be missing from the file until it can be written again (SIGUSR2 reopens it), stdout has them all`,
-      );
-      errors.write(`logging error ${errorLine(why)}\n`);
+    // sonic-boom tries its held lines again with each new one: its end needs no word (stdout had
+    // every line).
+    const outage = new WriteOutage({
+      failed: (err) => {
+        const why = new CodedError(
+          'TILE_ERR_LOG_FILE',
+          `${path}: ${err.message}; serving on: lines may be missing from the file until it can be written again (SIGUSR2 reopens it), stdout has them all`,
+        );
+        errors.write(`logging error ${errorLine(why)}\n`);
+      },
+      resumed: () => {},
     });
+    file.on('error', (err: Error) => outage.failed(err));
     // A reopen or a write that worked ends the failure.
-    file.on('ready', () => (failing = false));
-    file.on('write', () => (failing = false));
+    file.on('ready', () => outage.worked());
+    file.on('write', () => outage.worked());
     // pino flushes the file synchronously at exit, and sonic-boom's flushSync retries any error
     // but EAGAIN forever: with a full disk the service never exited on SIGTERM. A failing file's
     // lines are not flushed (stdout has them).
     const flushSync = file.flushSync.bind(file);
     file.flushSync = () => {
-      if (!failing) flushSync();
+      if (!outage.failing) flushSync();
     };
     reopeners.push(() => {
       // Tried here first: sonic-boom keeps the old descriptor when a reopen fails, but leaves a

@@ -1,12 +1,13 @@
 // The usage log: a front's batch written in one piece, rotated by size within a batch, the recent
-// entries kept and counted.
+// entries kept and counted; a file that cannot be written (the disk full) opened again later.
 import t from 'tap';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pino from 'pino';
 import { UsageLog } from '../../supervisor/usage-log.js';
 import type { UsageEntry } from '../../src/ipc/protocol.js';
 import { tempDir } from '../../tools/temp-dir.js';
+import { waitFor } from '../helpers/server.js';
 
 const entry = (i: number): UsageEntry => ({
   timestamp: new Date(Date.UTC(2026, 10, 26, 0, 0, i)).toISOString(),
@@ -43,4 +44,52 @@ t.test('a batch larger than the file size rotates inside it; no entry is lost or
     'the most recent entries, newest last',
   );
   t.same(log.summary().find((s) => s.status === 422)?.count, 3, 'counted by status');
+});
+
+t.test('a full disk: said once, entries dropped and counted, recording resumes once it can write', async (t) => {
+  const dir = tempDir('usage-log');
+  const file = join(dir, 'usage.jsonl');
+  // Every write to /dev/full fails with ENOSPC, as on a full disk; the log opens its file by path.
+  symlinkSync('/dev/full', file);
+  const said: { msg: string; dropped?: number }[] = [];
+  const logger = pino({ level: 'info' }, { write: (line: string) => said.push(JSON.parse(line)) });
+  const retryMs = 300;
+  const log = new UsageLog({ dir, maxFileBytes: 1 << 20, recentEntries: 100, logger, retryMs });
+  log.record([entry(0), entry(1)]);
+  await waitFor(() => said.length > 0);
+  for (let i = 2; i < 5; i++) log.record([entry(i)]);
+  t.match(said, [{ msg: /^usage log write failed; .* dropped \(counted\) until it can be written again$/ }]);
+  t.equal(said.length, 1, 'said once');
+  unlinkSync(file); // space freed
+  log.record([entry(5)]);
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  t.notOk(existsSync(file), 'not tried again before retryMs');
+  await new Promise((resolve) => setTimeout(resolve, retryMs));
+  log.record([entry(6), entry(7)]);
+  await waitFor(() => said.length === 2);
+  log.record([entry(8)]);
+  await log.close();
+  t.match(said[1], { msg: 'usage log recording resumes', dropped: 6 });
+  t.equal(said.length, 2, 'resuming said once');
+  t.same(
+    lines(file).map((l) => JSON.parse(l).duration_ms),
+    [6, 7, 8],
+    'recorded again',
+  );
+  t.equal(log.recent().length, 9, 'every entry counted and kept in memory meanwhile');
+});
+
+t.test('a line cut short by a full disk is ended before the next entry', async (t) => {
+  const dir = tempDir('usage-log');
+  const file = join(dir, 'usage.jsonl');
+  writeFileSync(file, `${JSON.stringify(entry(0))}\n{"timestamp":"2026-11`);
+  const log = new UsageLog({ dir, maxFileBytes: 1 << 20, recentEntries: 100, logger: pino({ enabled: false }) });
+  log.record([entry(1)]);
+  await log.close();
+  t.same(
+    lines(file)
+      .slice(-1)
+      .map((l) => JSON.parse(l).duration_ms),
+    [1],
+  );
 });
