@@ -117,6 +117,31 @@ t.test('raw bodies of small tiles (under 4 KiB, where Node pools buffers) reach 
   t.equal(same, tiles.length, `every tile, its pixels (Node ${process.version})`);
 });
 
+t.test('a pool closed under tasks still running waits for them: no "Unexpected message from Worker"', async (t) => {
+  // As tile-infer closes its pool after a slide failed with bodies tasks in flight: piscina's
+  // 'error' event for their late results, unheard, stopped the process (e2e client-defects).
+  const path = join(dir, 'small-tiles.tiff');
+  const slide = await TiffSlide.open(path);
+  t.teardown(() => slide.close());
+  const tiles = Array.from({ length: 400 }, (_, idx) => ({ idx, x: (idx % 40) * 16, y: Math.floor(idx / 40) * 16 }));
+  const fields = () => ({ slide_name: 's', x: 0, y: 0, width: 16, height: 16, patch_idx: 0 });
+  for (let round = 0; round < 20; round++) {
+    const own = new ReaderPool(2);
+    const bodies = tileBodies({
+      pool: own,
+      type: 'application/octet-stream',
+      slide,
+      tiles,
+      extent: 16,
+      size: 16,
+      fields,
+    });
+    await bodies.next(); // the first body; the rest left running, as a failed slide leaves them
+    await own.close();
+  }
+  t.pass('20 pools closed under running tasks, the process unharmed');
+});
+
 t.test('lossless tiled TIFFs (deflate, LZW with a predictor): regions are the pixels, exactly', async (t) => {
   const [width, height] = [600, 420];
   const rgb = Buffer.from(Array.from({ length: width * height * 3 }, (_, i) => (i * 7919 + (i >> 9)) % 251));

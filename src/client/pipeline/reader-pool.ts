@@ -20,6 +20,10 @@ export class ReaderPool {
   private started: Piscina | null = null;
   private readonly spare = new Map<number, SharedArrayBuffer[]>();
   private readonly spareBodies: ArrayBuffer[] = [];
+  /** Tasks not yet settled: close() waits for them. A slide that fails (a tile answered by
+   *  another model version) leaves its bodies tasks running; destroyed under them, piscina met
+   *  their results as "Unexpected message from Worker", an 'error' event that stopped tile-infer. */
+  private readonly running = new Set<Promise<unknown>>();
 
   /** `env`: the threads' environment (TILE_INFER_TURBOJPEG=0 decodes JPEG tiles with libvips). */
   constructor(
@@ -39,13 +43,20 @@ export class ReaderPool {
   }
 
   decode(task: DecodeTask): Promise<void> {
-    return this.pool.run(task, { name: 'decode' });
+    return this.track(this.pool.run(task, { name: 'decode' }));
   }
 
   /** The bodies of a task's tiles, written into body buffers given back before when there are. */
   bodies(task: Omit<BodiesTask, 'spare'>): Promise<Bodies> {
     const spare = this.spareBodies.splice(0, task.tiles.length);
-    return this.pool.run({ ...task, spare }, { name: 'bodies', transferList: spare });
+    return this.track(this.pool.run({ ...task, spare }, { name: 'bodies', transferList: spare }));
+  }
+
+  private track<T>(task: Promise<T>): Promise<T> {
+    this.running.add(task);
+    const settled = () => this.running.delete(task);
+    task.then(settled, settled);
+    return task;
   }
 
   /** Gives a body buffer back once its request is done with it. */
@@ -66,7 +77,9 @@ export class ReaderPool {
     if ([...this.spare.values()].reduce((n, l) => n + l.length, 0) < SPARE_BANDS) list.push(buffer);
   }
 
-  close(): Promise<void> {
-    return this.started?.destroy() ?? Promise.resolve();
+  /** Stops the threads once the tasks given them have settled (each takes milliseconds). */
+  async close(): Promise<void> {
+    await Promise.allSettled(this.running);
+    await this.started?.destroy();
   }
 }
