@@ -1,6 +1,7 @@
 // `npm start`: the supervisor, the node:cluster primary. Forks the model workers and the HTTP
 // fronts and handles signals: SIGTERM/SIGINT drain and stop gracefully, SIGHUP reloads the model
-// packages one worker at a time, SIGUSR2 reopens LOG_FILE in every process that writes it. It also stops when its parent dies.
+// packages one worker at a time, SIGUSR2 reopens LOG_FILE in every process that writes it. It
+// also stops when its parent dies.
 import { prepareStart } from './cli.js';
 import { createLogger, reopenLogFile } from '../src/lib/logger.js';
 import { discoverGpus } from './gpus.js';

@@ -146,10 +146,11 @@ interface BadDirectory {
  *  TileByteCounts must be one a tile (as ranges() checks a level's), and no tag may hold more
  *  bytes than the file has. A tile count that is wrong but within the file is not an error here
  *  (geotiff parses it whole): it is returned in `bad`, for TiffSlide.open to fail a pyramid level
- *  with, and to skip a label or macro image with a warning. So are directory 0's SubIFDs in an OME-TIFF (its reduced levels, which
- *  subImages parses; no other TIFF's SubIFDs, nor another directory's, are read), each once, at
- *  most MAX_REDUCED_LEVELS of them (reducedLevels). Returns where the file ends too soon (`cut`: a
- *  directory past its end: a reader would stop there silently, with levels missing), or null. */
+ *  with, and to skip a label or macro image with a warning. So are directory 0's SubIFDs in an
+ *  OME-TIFF (its reduced levels, which subImages parses; no other TIFF's SubIFDs, nor another
+ *  directory's, are read), each once, at most MAX_REDUCED_LEVELS of them (reducedLevels).
+ *  Returns where the file ends too soon (`cut`: a directory past its end: a reader would stop
+ *  there silently, with levels missing), or null. */
 async function walkDirectories(
   path: string,
   size: number,
@@ -217,11 +218,12 @@ async function walkDirectories(
       ? tag.inline.subarray(0, count * width)
       : bytes(u(tag.inline, 0, pointer), count * width);
   // Only an OME-TIFF's SubIFDs are read (subImages): another TIFF's are never parsed, so not
-  // checked, as before this walk knew of them.
-  // OME-XML's root element follows its declaration: the first MiB of the description shows it.
+  // checked, as before this walk knew of them. OME-XML's root element follows its declaration:
+  // the first MiB of the description shows it (read only where there are SubIFDs).
   const description = firstTags?.get(270);
-  const start = description && (await values(description, 1, Math.min(description.count, 1 << 20)));
-  if (!subIfds || !start || !isOmeXml(start.toString('latin1'))) return walked(null);
+  if (!subIfds || !description) return walked(null);
+  const start = await values(description, 1, Math.min(description.count, 1 << 20));
+  if (!isOmeXml(start.toString('latin1'))) return walked(null);
   // Refused before the list is read: a count of 2^28 in a sparse file was 1 GB read and 2.4 GB held.
   listedLevels(subIfds.count, path);
   // LONG or IFD offsets, or BigTIFF's LONG8 or IFD8.
